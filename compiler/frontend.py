@@ -1,0 +1,588 @@
+"""Frontend: a kernel's Python AST -> Tile IR.
+
+Constexprs are plain Python values and are folded while the AST is walked; tensor values are
+`Tile`s over IR values. `range` loops become IR loops with carried values, `tl.static_range`
+loops are unrolled, `if` needs a constexpr condition, and calls to other `@kernel` functions are
+inlined. Every failure is a CompilationError at the user's file and line.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import os
+import textwrap
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import dtypes as D
+from . import language as lang
+from .errors import CompilationError
+from .ir import Block, Function, Loc, Param, TileType, Value
+from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl",
+           ast.RShift: "shr", ast.Pow: "pow"}
+_CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne",
+           ast.Is: "is", ast.IsNot: "is not"}
+# Python builtins a kernel may call on constexprs.
+_PY_BUILTINS = {name: getattr(builtins, name) for name in (
+    "range", "len", "min", "max", "float", "int", "bool", "abs", "isinstance", "print", "tuple",
+    "list", "str", "round", "enumerate", "zip", "getattr", "hasattr", "type")}
+_PY_BUILTINS.update(True_=True)
+
+
+@dataclass
+class ArgSpec:
+    """One kernel parameter as the specialisation sees it."""
+
+    name: str
+    kind: str                 # "constexpr" | "tensor" (a pointer) | "scalar"
+    value: object = None      # the constexpr's value
+    dtype: D.dtype | None = None
+    hints: dict | None = None
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+@lru_cache(maxsize=None)
+def _parse(fn) -> tuple[ast.FunctionDef, str, int, list[str]]:
+    try:
+        lines, start = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise CompilationError(f"cannot read the source of {fn.__qualname__}: {e}. Kernels must be "
+                               "defined in a file, not typed at an interactive prompt.") from None
+    src = textwrap.dedent("".join(lines))
+    tree = ast.parse(src)
+    fdef = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    if isinstance(fdef, ast.AsyncFunctionDef):
+        raise CompilationError("a kernel cannot be async", filename=inspect.getsourcefile(fn), lineno=start)
+    return fdef, inspect.getsourcefile(fn) or "<unknown>", start, src.splitlines()
+
+
+def python_function(obj):
+    """The plain function behind a @kernel object or a Triton JITFunction; None otherwise."""
+    from .jit import KernelFunction  # noqa: PLC0415 (cycle: jit imports the frontend)
+    if isinstance(obj, KernelFunction):
+        return obj.fn
+    mod = type(obj).__module__ or ""
+    if mod.startswith("triton") and hasattr(obj, "fn") and callable(obj.fn):
+        return obj.fn
+    return None
+
+
+def _is_constexpr_annotation(ann) -> bool:
+    return ann is lang.constexpr or getattr(ann, "__name__", None) == "constexpr" or ann == "constexpr" \
+        or (isinstance(ann, str) and ann.endswith("constexpr"))
+
+
+def constexpr_params(fn) -> set[str]:
+    """Parameter names annotated `tl.constexpr` (ours or Triton's, or the string form)."""
+    fdef = _parse(fn)[0]
+    out = set()
+    for a in fdef.args.args:
+        if a.annotation is None:
+            continue
+        ann = a.annotation
+        text = ast.unparse(ann)
+        if text.endswith("constexpr"):
+            out.add(a.arg)
+    return out
+
+
+class _Scope(dict):
+    pass
+
+
+class FunctionVisitor(ast.NodeVisitor):
+    """Walks one function body (a kernel, or a helper being inlined) with a shared builder."""
+
+    def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0):
+        self.fn = fn
+        self.fdef, self.filename, self.first_line, self.lines = _parse(fn)
+        self.builder = builder
+        self.kernel_name = kernel_name
+        self.depth = depth
+        self.scope: dict[str, object] = {}
+        self.globals = dict(fn.__globals__)
+        if fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                try:
+                    self.globals[name] = cell.cell_contents
+                except ValueError:
+                    pass
+        self.loop_depth = 0
+
+    # -- errors and locations ---------------------------------------------------------------
+    def _lineno(self, node) -> int:
+        return getattr(node, "lineno", 1) + self.first_line - 1
+
+    def error(self, node, message: str) -> CompilationError:
+        ln = getattr(node, "lineno", 1)
+        src = self.lines[ln - 1] if 0 < ln <= len(self.lines) else None
+        return CompilationError(message, kernel=self.kernel_name, filename=self.filename,
+                                lineno=self._lineno(node), col=getattr(node, "col_offset", 0), source_line=src)
+
+    def visit(self, node):
+        if isinstance(node, (ast.stmt, ast.expr)):
+            self.builder.loc = Loc(self.filename, self._lineno(node), getattr(node, "col_offset", 0),
+                                   self.kernel_name)
+        try:
+            return super().visit(node)
+        except (CompilationError, _Return):
+            raise
+        except SemanticError as e:
+            raise self.error(node, str(e)) from None
+        except RecursionError:
+            raise self.error(node, "helper calls nest too deeply (recursion is not supported)") from None
+        except (TypeError, ValueError, ZeroDivisionError, IndexError, KeyError, AttributeError,
+                NameError, OverflowError) as e:
+            if os.environ.get("TILEJIT_DEBUG"):
+                raise
+            raise self.error(node, f"{type(e).__name__}: {e}") from None
+
+    def generic_visit(self, node):
+        what = type(node).__name__
+        raise self.error(node, f"unsupported construct '{what}' in a kernel body "
+                               "(see the supported subset in the README)")
+
+    # -- entry points ---------------------------------------------------------------------
+    def run_body(self):
+        body = self.fdef.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # docstring
+        try:
+            self.visit_stmts(body)
+        except _Return as r:
+            return r.value
+        return None
+
+    def visit_stmts(self, stmts):
+        for s in stmts:
+            self.visit(s)
+
+    # -- statements -------------------------------------------------------------------------
+    def visit_Expr(self, node):
+        self.visit(node.value)
+
+    def visit_Pass(self, node):
+        pass
+
+    def visit_Assign(self, node):
+        value = self.visit(node.value)
+        for target in node.targets:
+            self._assign(target, value)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self._assign(node.target, self.visit(node.value))
+
+    def visit_AugAssign(self, node):
+        if not isinstance(node.target, ast.Name):
+            raise self.error(node, "augmented assignment only to a plain name")
+        cur = self._lookup(node.target.id, node)
+        self.scope[node.target.id] = self._binary(_BINOPS[type(node.op)], cur, self.visit(node.value))
+
+    def _assign(self, target, value):
+        if isinstance(target, ast.Name):
+            if isinstance(value, lang.constexpr):
+                value = value.value
+            self.scope[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise self.error(target, "cannot unpack this value into "
+                                         f"{len(target.elts)} names")
+            for t, v in zip(target.elts, value):
+                self._assign(t, v)
+        else:
+            raise self.error(target, "assignment target must be a name or a tuple of names "
+                                     "(use tl.store to write memory)")
+
+    def visit_Return(self, node):
+        if self.loop_depth:
+            raise self.error(node, "'return' inside a loop is not supported")
+        raise _Return(self.visit(node.value) if node.value is not None else None)
+
+    def visit_If(self, node):
+        cond = self.visit(node.test)
+        if isinstance(cond, Tile):
+            raise self.error(node.test, "'if' on a tensor value is not supported: the condition must be a "
+                                        "tl.constexpr (use tl.where, or a mask, for run-time choices)")
+        self.visit_stmts(node.body if cond else node.orelse)
+
+    def visit_Assert(self, node):
+        cond = self.visit(node.test)
+        if isinstance(cond, Tile):
+            raise self.error(node, "'assert' on a tensor value is not supported; use tl.static_assert on "
+                                   "constexprs")
+        if not cond:
+            msg = self.visit(node.msg) if node.msg is not None else "assertion failed"
+            raise self.error(node, str(msg))
+
+    def visit_For(self, node):
+        if node.orelse:
+            raise self.error(node, "'for ... else' is not supported")
+        it = node.iter
+        if not isinstance(it, ast.Call):
+            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
+        func = self.visit(it.func)
+        args = [self.visit(a) for a in it.args]
+        kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
+        if func is lang.static_range or getattr(func, "__name__", "") == "static_range":
+            sr = lang.static_range(*args, **{k: v for k, v in kwargs.items() if k == "step"})
+            for v in (sr.start, sr.stop, sr.step):
+                if not isinstance(v, int):
+                    raise self.error(it, "tl.static_range bounds must be constexpr ints")
+            if not isinstance(node.target, ast.Name):
+                raise self.error(node.target, "loop variable must be a plain name")
+            for i in range(sr.start, sr.stop, sr.step):
+                self.scope[node.target.id] = i
+                self.visit_stmts(node.body)
+            return
+        if func is not range and getattr(func, "__name__", "") != "range":
+            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
+        if kwargs:
+            args += [kwargs[k] for k in ("step",) if k in kwargs]
+        if not 1 <= len(args) <= 3:
+            raise self.error(it, "range takes 1 to 3 arguments")
+        lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if isinstance(step, int) and step == 0:
+            raise self.error(it, "range step must not be zero")
+        if not isinstance(node.target, ast.Name):
+            raise self.error(node.target, "loop variable must be a plain name")
+        self._runtime_loop(node, lb, ub, step)
+
+    def _runtime_loop(self, node, lb, ub, step):
+        b = self.builder
+        for v in (lb, ub, step):
+            if isinstance(v, Tile) and (v.shape or not v.dtype.is_int() or v.dtype.is_bool()):
+                raise self.error(node.iter, "range bounds must be integer scalars")
+            if not isinstance(v, (Tile, int)) or isinstance(v, bool):
+                raise self.error(node.iter, f"range bounds must be integers, got {v!r}")
+        iv_dt = D.int64 if any(isinstance(v, Tile) and v.dtype is D.int64 for v in (lb, ub, step)) else D.int32
+        bounds = [b.cast(b.to_tile(v, iv_dt), iv_dt) for v in (lb, ub, step)]
+        assigned = _assigned_names(node.body)
+        carried = [n for n in sorted(assigned) if n in self.scope
+                   and isinstance(self.scope[n], (Tile, int, float)) and n != node.target.id]
+        inits = {}
+        for n in carried:
+            v = self.scope[n]
+            inits[n] = v if isinstance(v, Tile) else b.to_tile(v)
+        outer_block, outer_scope = b.block, dict(self.scope)
+        for _attempt in range(3):
+            body = Block([Value(TileType(iv_dt))] + [Value(inits[n].type) for n in carried])
+            self.scope = dict(outer_scope)
+            self.scope[node.target.id] = Tile(body.args[0])
+            for n, arg in zip(carried, body.args[1:]):
+                self.scope[n] = Tile(arg)
+            b.block = body
+            self.loop_depth += 1
+            try:
+                self.visit_stmts(node.body)
+            finally:
+                self.loop_depth -= 1
+                b.block = outer_block
+            new = {}
+            retry = False
+            for n in carried:
+                y = self.scope.get(n)
+                if not isinstance(y, Tile):
+                    b.block = body
+                    y = b.to_tile(y, inits[n].dtype)
+                    b.block = outer_block
+                if y.shape != inits[n].shape:
+                    raise self.error(node, f"loop-carried '{n}' changes shape from {list(inits[n].shape)} "
+                                           f"to {list(y.shape)} in the loop body; initialise it with that "
+                                           f"shape before the loop (e.g. tl.zeros({list(y.shape)}, ...))")
+                if y.dtype is not inits[n].dtype:
+                    b.block = outer_block
+                    inits[n] = b.cast(inits[n], D.promote(inits[n].dtype, y.dtype))
+                    retry = True
+                new[n] = y
+            if not retry:
+                break
+        else:
+            raise self.error(node, "could not settle the types of the loop-carried values")
+        b.block = body
+        b.op("yield", [b.cast(new[n], inits[n].dtype) for n in carried])
+        b.block = outer_block
+        results = b.op("for", bounds + [inits[n] for n in carried], blocks=[body])
+        self.scope = outer_scope
+        for n, r in zip(carried, results):
+            self.scope[n] = r
+        for n in assigned - set(carried):
+            self.scope.pop(n, None)   # body-local values do not exist after the loop
+
+    # -- expressions ------------------------------------------------------------------------
+    def visit_Constant(self, node):
+        return node.value
+
+    def visit_JoinedStr(self, node):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                parts.append(format(self.visit(v.value)))
+        return "".join(parts)
+
+    def visit_Tuple(self, node):
+        return tuple(self.visit(e) for e in node.elts)
+
+    visit_List = visit_Tuple
+
+    def visit_Name(self, node):
+        return self._lookup(node.id, node)
+
+    def _lookup(self, name, node):
+        if name in self.scope:
+            return self.scope[name]
+        if name in self.globals:
+            return _map_global(self.globals[name])
+        if name in _PY_BUILTINS:
+            return _PY_BUILTINS[name]
+        raise self.error(node, f"name '{name}' is not defined"
+                               + (" here (it was assigned only inside a loop body)" if self.loop_depth == 0 else ""))
+
+    def visit_Attribute(self, node):
+        base = self.visit(node.value)
+        attr = node.attr
+        if isinstance(base, Tile):
+            if attr == "dtype":
+                return base.dtype
+            if attr == "shape":
+                return base.shape
+            if attr == "T":
+                return self.builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
+            if attr in _TILE_METHODS:
+                return _BoundMethod(base, attr)
+            raise self.error(node, f"tensor values have no attribute '{attr}'")
+        if isinstance(base, D.dtype):
+            if attr == "element_ty" and base.is_ptr():
+                return base.element_ty
+            if attr in ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name"):
+                return getattr(base, attr)
+            raise self.error(node, f"dtype has no attribute '{attr}'")
+        if base is lang:
+            if not hasattr(lang, attr) or getattr(lang, attr) is None:
+                raise self.error(node, f"tl.{attr} is not part of the tile language subset")
+            return getattr(lang, attr)
+        return _map_global(getattr(base, attr))
+
+    def visit_Subscript(self, node):
+        base = self.visit(node.value)
+        if not isinstance(base, Tile):
+            return base[self.visit(node.slice)]
+        sl = node.slice
+        items = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+        t = base
+        axis = 0
+        for it in items:
+            if isinstance(it, ast.Constant) and it.value is None:
+                t = self.builder.expand_dims(t, axis)
+                axis += 1
+            elif isinstance(it, ast.Slice) and it.lower is None and it.upper is None and it.step is None:
+                axis += 1
+            else:
+                raise self.error(it, "tensor indexing supports only ':' and None (e.g. x[:, None]); "
+                                     "use pointer arithmetic and tl.load to gather elements")
+        if axis != len(t.shape):
+            raise self.error(node, f"index uses {axis} axes but the tensor has {len(t.shape)}")
+        return t
+
+    def visit_BinOp(self, node):
+        return self._binary(_BINOPS.get(type(node.op), type(node.op).__name__),
+                            self.visit(node.left), self.visit(node.right))
+
+    def _binary(self, name, a, b):
+        if isinstance(a, lang.constexpr):
+            a = a.value
+        if isinstance(b, lang.constexpr):
+            b = b.value
+        if not isinstance(a, Tile) and not isinstance(b, Tile):
+            if name not in PY_BINARY:
+                raise SemanticError(f"unsupported operator {name}")
+            return fold_python_binary(name, a, b)
+        if name == "pow":
+            raise SemanticError("'**' on tensors is not supported; use tl.exp2(y * tl.log2(x)) or repeated '*'")
+        if name not in PY_BINARY:
+            raise SemanticError(f"unsupported operator {name}")
+        return self.builder.binary(name, a, b)
+
+    def visit_UnaryOp(self, node):
+        v = self.visit(node.operand)
+        if not isinstance(v, Tile):
+            return {ast.USub: lambda x: -x, ast.UAdd: lambda x: +x, ast.Not: lambda x: not x,
+                    ast.Invert: lambda x: ~x}[type(node.op)](v)
+        if isinstance(node.op, ast.USub):
+            return self.builder.unary("neg", v)
+        if isinstance(node.op, ast.UAdd):
+            return v
+        if isinstance(node.op, ast.Invert):
+            return self.builder.unary("not", v)
+        if isinstance(node.op, ast.Not):
+            if v.dtype is not D.int1:
+                v = self.builder.binary("ne", v, 0)
+            return self.builder.unary("not", v)
+        raise self.error(node, "unsupported unary operator")
+
+    def visit_Compare(self, node):
+        if len(node.ops) != 1:
+            vals = [self.visit(node.left)] + [self.visit(c) for c in node.comparators]
+            if any(isinstance(v, Tile) for v in vals):
+                raise self.error(node, "chained comparisons of tensors are not supported; combine with '&'")
+            return all(PY_BINARY[_CMPOPS[type(o)]](a, b) for o, a, b in zip(node.ops, vals, vals[1:]))
+        name = _CMPOPS.get(type(node.ops[0]))
+        if name is None:
+            raise self.error(node, f"unsupported comparison {type(node.ops[0]).__name__}")
+        a, b = self.visit(node.left), self.visit(node.comparators[0])
+        if name in ("is", "is not"):
+            if isinstance(a, Tile) or isinstance(b, Tile):
+                raise self.error(node, "'is' applies to constexprs only")
+            return (a is b) if name == "is" else (a is not b)
+        return self._binary(name, a, b)
+
+    def visit_BoolOp(self, node):
+        vals = []
+        for v in node.values:
+            x = self.visit(v)
+            if isinstance(x, Tile):
+                raise self.error(node, "'and'/'or' on tensors is not supported; use '&' and '|'")
+            vals.append(x)
+            if isinstance(node.op, ast.And) and not x:
+                return x
+            if isinstance(node.op, ast.Or) and x:
+                return x
+        return vals[-1]
+
+    def visit_IfExp(self, node):
+        cond = self.visit(node.test)
+        if isinstance(cond, Tile):
+            raise self.error(node, "conditional expression on a tensor: use tl.where(cond, a, b)")
+        return self.visit(node.body if cond else node.orelse)
+
+    def visit_Call(self, node):
+        func = self.visit(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self.visit(a.value))
+            else:
+                args.append(self.visit(a))
+        kwargs = {k.arg: self.visit(k.value) for k in node.keywords}
+        args = [a.value if isinstance(a, lang.constexpr) else a for a in args]
+        kwargs = {k: (v.value if isinstance(v, lang.constexpr) else v) for k, v in kwargs.items()}
+        if isinstance(func, _BoundMethod):
+            return func.call(self, node, args, kwargs)
+        name = getattr(func, "__tilejit_builtin__", None)
+        if name is not None:
+            from .builtins_impl import call_builtin  # noqa: PLC0415
+            return call_builtin(self, node, name, args, kwargs)
+        if func is lang.constexpr:
+            return args[0] if args else None
+        helper = python_function(func)
+        if helper is not None:
+            return self._inline(node, helper, args, kwargs)
+        if isinstance(func, type) and issubclass(func, D.dtype) or isinstance(func, D.dtype):
+            raise self.error(node, "dtypes are not callable; use x.to(dtype)")
+        if func in _PY_BUILTINS.values() or func is range:
+            if any(isinstance(a, Tile) for a in list(args) + list(kwargs.values())):
+                if func in (min, max) and len(args) == 2 and not kwargs:
+                    return self.builder.binary("min" if func is min else "max", *args)
+                raise self.error(node, f"Python's {func.__name__}() cannot take tensor values; "
+                                       "use the tl.* equivalent")
+            return func(*args, **kwargs)
+        if isinstance(func, types.BuiltinFunctionType) and getattr(func, "__module__", "") == "math":
+            return func(*args, **kwargs)
+        raise self.error(node, f"call to '{ast.unparse(node.func)}' is not supported in a kernel: only tl.* "
+                               "builtins, @kernel helper functions and constexpr Python builtins may be called")
+
+    def _inline(self, node, fn, args, kwargs):
+        if self.depth > 32:
+            raise self.error(node, "helper calls nest too deeply (recursion is not supported)")
+        sub = FunctionVisitor(fn, self.builder, self.kernel_name, self.depth + 1)
+        sig = inspect.signature(fn)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise self.error(node, f"calling helper '{fn.__name__}': {e}") from None
+        bound.apply_defaults()
+        sub.scope.update(bound.arguments)
+        saved_loc = self.builder.loc
+        result = sub.run_body()
+        self.builder.loc = saved_loc
+        return result
+
+
+def _assigned_names(stmts) -> set[str]:
+    out = set()
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out.add(n.id)
+    return out
+
+
+def _map_global(obj):
+    """Maps Triton's language objects onto ours, so Triton kernels compile unchanged."""
+    if isinstance(obj, types.ModuleType):
+        if obj is lang or obj.__name__ in ("triton.language", "triton.language.core"):
+            return lang
+        return obj
+    if isinstance(obj, lang.constexpr):
+        return obj.value
+    mod = getattr(type(obj), "__module__", "") or ""
+    if mod.startswith("triton.language"):
+        tname = type(obj).__name__
+        if tname in ("dtype", "pointer_type"):
+            return D.from_name(str(obj))
+        if tname == "constexpr":
+            return obj.value
+    fmod = getattr(obj, "__module__", "") or ""
+    if callable(obj) and fmod.startswith("triton") and getattr(obj, "__name__", None):
+        name = obj.__name__
+        if name in lang.BUILTINS:
+            return lang.BUILTINS[name]
+        if name in ("static_range", "constexpr"):
+            return getattr(lang, name)
+    return obj
+
+
+class _BoundMethod:
+    def __init__(self, tile: Tile, name: str):
+        self.tile, self.name = tile, name
+
+    def call(self, visitor, node, args, kwargs):
+        from .builtins_impl import call_builtin  # noqa: PLC0415
+        if self.name == "to":
+            return call_builtin(visitor, node, "_to", [self.tile] + args, kwargs)
+        return call_builtin(visitor, node, self.name, [self.tile] + args, kwargs)
+
+
+_TILE_METHODS = {"to", "sum", "max", "min", "trans", "expand_dims", "broadcast_to"}
+
+
+def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict) -> Function:
+    """Runs the frontend over `fn` for one specialisation and returns the kernel's IR."""
+    body = Block()
+    builder = Builder(body)
+    visitor = FunctionVisitor(fn, builder, kernel_name)
+    params = []
+    for spec in argspecs:
+        if spec.kind == "constexpr":
+            visitor.scope[spec.name] = spec.value
+            continue
+        ty = TileType(spec.dtype)
+        v = Value(ty, name_hint=spec.name)
+        params.append(Param(spec.name, ty, v, dict(spec.hints or {})))
+        visitor.scope[spec.name] = Tile(v)
+    ret = visitor.run_body()
+    if ret is not None:
+        raise visitor.error(visitor.fdef, "a kernel cannot return a value; write results with tl.store")
+    return Function(kernel_name, params, body, dict(specialization))

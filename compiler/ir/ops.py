@@ -1,0 +1,242 @@
+"""The op registry: every IR op is declared once here with its kind and its type rule.
+
+Kinds drive generic code in passes and renderers:
+- "elementwise": result element i depends on operand elements i (same shape everywhere);
+- "view": re-indexes one operand (broadcast, expand_dims, trans) without computing;
+- "source": makes a value from attributes only (const, arange, program_id, num_programs);
+- "memory": load / store; "reduce"; "dot"; "control": for / yield.
+Renderers must cover or explicitly reject every op (a test checks this table against them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import dtypes as D
+from .core import TileType
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    pure: bool = True
+    commutative: bool = False
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _def(name, kind, **kw):
+    OPS[name] = OpDef(name, kind, **kw)
+
+
+for _n in ("const", "arange", "program_id", "num_programs"):
+    _def(_n, "source")
+for _n in ("add", "mul", "and", "or", "xor", "max", "min", "eq", "ne"):
+    _def(_n, "elementwise", commutative=True)
+for _n in ("sub", "div", "floordiv", "mod", "shl", "shr", "lt", "le", "gt", "ge",
+           "neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid",
+           "sin", "cos", "floor", "ceil", "cast", "where", "fma"):
+    _def(_n, "elementwise")
+for _n in ("broadcast", "expand_dims", "trans"):
+    _def(_n, "view")
+_def("load", "memory", pure=False)   # not pure: must stay ordered with stores
+_def("store", "memory", pure=False)
+_def("reduce", "reduce")
+_def("dot", "dot")
+_def("for", "control", pure=False)
+_def("yield", "control", pure=False)
+
+BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min")
+BITWISE = ("and", "or", "xor", "shl", "shr")
+COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+FLOAT_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "floor", "ceil")
+REDUCE_KINDS = ("sum", "max", "min")
+
+
+class TypeRuleError(Exception):
+    """Raised by a type rule; the frontend turns it into a CompilationError at the user's line."""
+
+
+def _same_shape(*types: TileType) -> None:
+    shapes = {t.shape for t in types}
+    if len(shapes) > 1:
+        raise TypeRuleError("operand shapes differ: " + ", ".join(str(t) for t in types))
+
+
+def infer(name: str, operand_types: list[TileType], attrs: dict) -> list[TileType]:
+    """The result types of op `name`; raises TypeRuleError when the operands do not fit."""
+    rule = _RULES.get(name)
+    if rule is None:
+        raise TypeRuleError(f"unknown op {name!r}")
+    return rule(operand_types, attrs)
+
+
+def _binary(ts, attrs, name):
+    a, b = ts
+    _same_shape(a, b)
+    if name in COMPARE:
+        if a.dtype is not b.dtype:
+            raise TypeRuleError(f"comparison of {a.dtype} with {b.dtype}")
+        return [a.with_dtype(D.int1)]
+    if name == "add" and (a.dtype.is_ptr() or b.dtype.is_ptr()):
+        p, i = (a, b) if a.dtype.is_ptr() else (b, a)
+        if not i.dtype.is_int() or i.dtype.is_ptr():
+            raise TypeRuleError(f"pointer + {i.dtype}: offsets must be integers")
+        return [i.with_dtype(p.dtype)]
+    if name == "sub" and a.dtype.is_ptr() and b.dtype.is_int() and not b.dtype.is_ptr():
+        return [a]
+    if a.dtype is not b.dtype:
+        raise TypeRuleError(f"'{name}' of {a.dtype} with {b.dtype} (operands must be cast first)")
+    if a.dtype.is_ptr():
+        raise TypeRuleError(f"'{name}' is not defined on pointers")
+    if name in BITWISE and not a.dtype.is_int():
+        raise TypeRuleError(f"bitwise '{name}' needs integer operands, got {a.dtype}")
+    if name == "div" and not a.dtype.is_floating():
+        raise TypeRuleError("'/' on integers must be lowered to a float division first")
+    if name == "floordiv" and not a.dtype.is_int():
+        raise TypeRuleError("'//' is defined on integers only")
+    return [a]
+
+
+def _unary(ts, attrs, name):
+    (a,) = ts
+    if a.dtype.is_ptr():
+        raise TypeRuleError(f"'{name}' is not defined on pointers")
+    if name in FLOAT_UNARY and not a.dtype.is_floating():
+        raise TypeRuleError(f"'{name}' needs a floating-point operand, got {a.dtype}")
+    return [a]
+
+
+def _const(ts, attrs):
+    return [attrs["type"]]
+
+
+def _arange(ts, attrs):
+    return [TileType(D.int32, (attrs["end"] - attrs["start"],))]
+
+
+def _pid(ts, attrs):
+    return [TileType(D.int32)]
+
+
+def _cast(ts, attrs):
+    (a,) = ts
+    to = attrs["to"]
+    if a.dtype.is_ptr() != to.is_ptr():
+        raise TypeRuleError(f"cannot cast {a.dtype} to {to}")
+    return [a.with_dtype(to)]
+
+
+def _where(ts, attrs):
+    c, a, b = ts
+    _same_shape(c, a, b)
+    if c.dtype is not D.int1:
+        raise TypeRuleError(f"where's condition must be int1, got {c.dtype}")
+    if a.dtype is not b.dtype:
+        raise TypeRuleError(f"where's branches differ: {a.dtype} vs {b.dtype}")
+    return [a]
+
+
+def _fma(ts, attrs):
+    _same_shape(*ts)
+    if len({t.dtype for t in ts}) != 1 or not ts[0].dtype.is_floating():
+        raise TypeRuleError("fma needs three floating operands of one dtype")
+    return [ts[0]]
+
+
+def _broadcast(ts, attrs):
+    (a,) = ts
+    shape = tuple(attrs["shape"])
+    if a.shape and (len(a.shape) != len(shape) or any(s not in (1, t) for s, t in zip(a.shape, shape))):
+        raise TypeRuleError(f"cannot broadcast {a} to shape {list(shape)}")
+    return [a.with_shape(shape)]
+
+
+def _expand_dims(ts, attrs):
+    (a,) = ts
+    ax = attrs["axis"]
+    if not 0 <= ax <= len(a.shape):
+        raise TypeRuleError(f"expand_dims axis {ax} out of range for {a}")
+    return [a.with_shape(a.shape[:ax] + (1,) + a.shape[ax:])]
+
+
+def _trans(ts, attrs):
+    (a,) = ts
+    perm = attrs["perm"]
+    if sorted(perm) != list(range(len(a.shape))):
+        raise TypeRuleError(f"bad permutation {perm} for {a}")
+    return [a.with_shape(tuple(a.shape[p] for p in perm))]
+
+
+def _load(ts, attrs):
+    p = ts[0]
+    if not p.dtype.is_ptr():
+        raise TypeRuleError(f"load needs a pointer, got {p.dtype}")
+    if len(ts) > 1:
+        _same_shape(p, ts[1])
+        if ts[1].dtype is not D.int1:
+            raise TypeRuleError(f"load mask must be int1, got {ts[1].dtype}")
+    if len(ts) > 2:
+        _same_shape(p, ts[2])
+        if ts[2].dtype is not p.dtype.element_ty:
+            raise TypeRuleError(f"load 'other' must be {p.dtype.element_ty}, got {ts[2].dtype}")
+    return [p.with_dtype(p.dtype.element_ty)]
+
+
+def _store(ts, attrs):
+    p, v = ts[0], ts[1]
+    if not p.dtype.is_ptr():
+        raise TypeRuleError(f"store needs a pointer, got {p.dtype}")
+    _same_shape(p, v)
+    if v.dtype is not p.dtype.element_ty:
+        raise TypeRuleError(f"store of {v.dtype} through {p.dtype}")
+    if len(ts) > 2:
+        _same_shape(p, ts[2])
+    return []
+
+
+def _reduce(ts, attrs):
+    (a,) = ts
+    ax = attrs["axis"]
+    if attrs["kind"] not in REDUCE_KINDS:
+        raise TypeRuleError(f"unknown reduction {attrs['kind']}")
+    if not 0 <= ax < len(a.shape):
+        raise TypeRuleError(f"reduction axis {ax} out of range for {a}")
+    out = attrs.get("out_dtype") or a.dtype
+    return [TileType(out, a.shape[:ax] + a.shape[ax + 1:])]
+
+
+def _dot(ts, attrs):
+    a, b, c = ts
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise TypeRuleError(f"dot needs 2-D tiles, got {a} and {b}")
+    if a.shape[1] != b.shape[0]:
+        raise TypeRuleError(f"dot inner dimensions differ: {a} @ {b}")
+    if c.shape != (a.shape[0], b.shape[1]):
+        raise TypeRuleError(f"dot accumulator {c} does not match {a} @ {b}")
+    if a.dtype is not b.dtype:
+        raise TypeRuleError(f"dot operands differ in dtype: {a.dtype} vs {b.dtype}")
+    return [c]
+
+
+def _for(ts, attrs):
+    return list(ts[3:])
+
+
+def _yield(ts, attrs):
+    return []
+
+
+_RULES: dict[str, Callable] = {
+    "const": _const, "arange": _arange, "program_id": _pid, "num_programs": _pid,
+    "cast": _cast, "where": _where, "fma": _fma, "broadcast": _broadcast,
+    "expand_dims": _expand_dims, "trans": _trans, "load": _load, "store": _store,
+    "reduce": _reduce, "dot": _dot, "for": _for, "yield": _yield,
+}
+for _n in BINARY_ARITH + BITWISE + COMPARE:
+    _RULES[_n] = (lambda n: lambda ts, at: _binary(ts, at, n))(_n)
+for _n in ("neg", "not", "abs") + FLOAT_UNARY:
+    _RULES[_n] = (lambda n: lambda ts, at: _unary(ts, at, n))(_n)
+assert set(_RULES) == set(OPS), set(OPS) ^ set(_RULES)

@@ -1,0 +1,65 @@
+"""Checks the IR's invariants: types agree with each op's rule, every operand is defined
+before use in an enclosing block, loops yield what they carry. A failure is a compiler bug,
+reported with the op's text and the user's source location."""
+from __future__ import annotations
+
+from ..errors import IRError
+from .core import Block, Function, Op
+from .ops import OPS, TypeRuleError, infer
+
+
+def verify(fn: Function) -> None:
+    defined = {id(p.value) for p in fn.params}
+    _verify_block(fn, fn.body, defined, top=True)
+
+
+def _fail(fn: Function, op: Op, msg: str) -> None:
+    where = f" (from {op.loc.filename}:{op.loc.lineno})" if op.loc else ""
+    raise IRError(f"IR verification failed in kernel '{fn.name}' at op '{op.name}'{where}: {msg}")
+
+
+def _verify_block(fn: Function, block: Block, defined: set[int], top: bool = False) -> None:
+    defined = set(defined) | {id(a) for a in block.args}
+    for i, op in enumerate(block.ops):
+        if op.name not in OPS:
+            _fail(fn, op, "unknown op")
+        for v in op.operands:
+            if id(v) not in defined:
+                _fail(fn, op, f"operand {v} used before it is defined")
+        if op.name == "yield" and i != len(block.ops) - 1:
+            _fail(fn, op, "yield must end its block")
+        try:
+            types = infer(op.name, [v.type for v in op.operands], op.attrs)
+        except TypeRuleError as e:
+            _fail(fn, op, str(e))
+        if types != [r.type for r in op.results]:
+            _fail(fn, op, f"result types {[str(r.type) for r in op.results]} != rule {[str(t) for t in types]}")
+        for r in op.results:
+            if r.owner is not op:
+                _fail(fn, op, "result's owner is not its op")
+        if op.name == "for":
+            _verify_for(fn, op, defined)
+        defined |= {id(r) for r in op.results}
+    if top and block.ops and block.ops[-1].name == "yield":
+        _fail(fn, block.ops[-1], "yield outside a loop")
+
+
+def _verify_for(fn: Function, op: Op, defined: set[int]) -> None:
+    if len(op.blocks) != 1:
+        _fail(fn, op, "a loop has exactly one body block")
+    body = op.blocks[0]
+    bounds = op.operands[:3]
+    if any(not b.type.is_scalar or not b.dtype.is_int() for b in bounds):
+        _fail(fn, op, "loop bounds must be integer scalars")
+    carried = op.operands[3:]
+    if len(body.args) != 1 + len(carried):
+        _fail(fn, op, "body arguments must be the induction variable plus one per carried value")
+    if [a.type for a in body.args[1:]] != [c.type for c in carried]:
+        _fail(fn, op, "body argument types differ from the carried initial values")
+    if not body.ops or body.ops[-1].name != "yield":
+        _fail(fn, op, "loop body must end with yield")
+    y = body.ops[-1]
+    if [v.type for v in y.operands] != [c.type for c in carried]:
+        _fail(fn, op, "yielded types differ from the carried types: "
+              f"{[str(v.type) for v in y.operands]} vs {[str(c.type) for c in carried]}")
+    _verify_block(fn, body, defined)

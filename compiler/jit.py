@@ -1,0 +1,275 @@
+"""`@kernel` and its launch path.
+
+`fn[grid](*args, **meta)` binds the arguments, builds a specialisation key (target, numerics
+policy, tensor dtypes, integer divisibility by 16 and equality to 1, constexpr values), and
+looks it up in a dict. On a hit the compiled launcher runs at once; on a miss the kernel is
+compiled once (frontend -> IR -> passes -> target) through the on-disk cache.
+"""
+from __future__ import annotations
+
+import inspect
+import operator
+import os
+import threading
+import time
+
+import torch
+
+from . import dtypes as D
+from .cache import KernelCache, stable_hash
+from .errors import CompilationError, KernelArgumentError
+from .frontend import ArgSpec, build_function, constexpr_params
+from .ir import print_function, structural_hash, verify
+from .numerics import current_policy, lower_numerics, validate_policy
+from .passes import optimize
+from .target import current_target, get_target
+
+_cache_lock = threading.Lock()
+_caches: dict[str, KernelCache] = {}
+
+
+def kernel_cache() -> KernelCache:
+    """The process-wide cache for the current TILEJIT_CACHE_DIR."""
+    root = os.environ.get("TILEJIT_CACHE_DIR", "")
+    c = _caches.get(root)
+    if c is None:
+        with _cache_lock:
+            c = _caches.setdefault(root, KernelCache(root or None))
+    return c
+
+
+class CompiledKernel:
+    """One specialisation of a kernel for one target: its IR, source and launcher."""
+
+    def __init__(self, name, ir_before, ir, source, launcher, runtime_indices, key, compile_time):
+        self.name = name
+        self.ir_before = ir_before   # printed IR straight from the frontend
+        self.ir = ir                 # printed IR after passes and numerics lowering
+        self.source = source
+        self.launcher = launcher
+        self.runtime_indices = runtime_indices
+        self.key = key
+        self.compile_time = compile_time
+
+    def __call__(self, grid, args):
+        self.launcher(grid, args)
+
+
+def _picker(indices):
+    """A fast `args -> tuple(args[i] for i in indices)`."""
+    if not indices:
+        return lambda args: ()
+    if len(indices) == 1:
+        i = indices[0]
+        return lambda args: (args[i],)
+    return operator.itemgetter(*indices)
+
+
+def _spec_of(a):
+    """Specialisation key part of one runtime argument: cheap, no allocation for tensors."""
+    if isinstance(a, torch.Tensor):
+        return a.dtype
+    t = type(a)
+    if t is int:
+        if a == 1:
+            return "i1"
+        if not -(2 ** 31) <= a < 2 ** 31:
+            return "i64/16" if a % 16 == 0 else "i64"
+        return "i/16" if a % 16 == 0 else "i"
+    if t is float:
+        return "f"
+    if t is bool:
+        return "b"
+    if a is None:
+        return None
+    return t
+
+
+class KernelFunction:
+    """A tile program under `@kernel`. Launch with `fn[grid](*args, **constexprs)`."""
+
+    def __init__(self, fn, target=None, numerics=None):
+        if not inspect.isfunction(fn):
+            raise TypeError(f"@kernel expects a function, got {type(fn).__name__}")
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__module__ = fn.__module__
+        self.__wrapped__ = fn
+        self.target = target
+        self.numerics = validate_policy(numerics) if numerics else None
+        self.signature = inspect.signature(fn)
+        self.arg_names = list(self.signature.parameters)
+        self.compiled: dict[tuple, CompiledKernel] = {}
+        self._binder = None
+        self._constexpr_names = None
+        self._lock = threading.Lock()
+        self._nargs = -1   # set by _prepare; -1 sends the first launch through bind()
+
+    # -- binding --------------------------------------------------------------------------
+    def _prepare(self):
+        self._constexpr_names = constexpr_params(self.fn)
+        self.constexpr_idx = [i for i, n in enumerate(self.arg_names) if n in self._constexpr_names]
+        self.runtime_idx = [i for i, n in enumerate(self.arg_names) if n not in self._constexpr_names]
+        self._binder = self._make_binder()
+        self._runtime_args = _picker(self.runtime_idx)
+        self._constexpr_args = _picker(self.constexpr_idx)
+
+    def _make_binder(self):
+        # A generated function binds positional/keyword/default arguments at C speed.
+        params, defaults = [], {}
+        for p in self.signature.parameters.values():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY):
+                raise TypeError(f"kernel '{self.__name__}': *args/**kwargs parameters are not supported")
+            if p.default is p.empty:
+                params.append(p.name)
+            else:
+                defaults[f"_d_{p.name}"] = p.default
+                params.append(f"{p.name}=_d_{p.name}")
+        src = f"def binder({', '.join(params)}):\n    return ({''.join(n + ', ' for n in self.arg_names)})\n"
+        ns = dict(defaults)
+        exec(src, ns)  # noqa: S102 - source built from the kernel's own parameter names
+        return ns["binder"]
+
+    def bind(self, args, kwargs):
+        if self._binder is None:
+            self._prepare()
+            self._nargs = len(self.arg_names)
+        if not kwargs and len(args) == len(self.arg_names):
+            return args
+        try:
+            return self._binder(*args, **kwargs)
+        except TypeError as e:
+            msg = str(e).replace("binder()", f"kernel '{self.__name__}'")
+            raise KernelArgumentError(f"{msg}. Signature: {self.__name__}{self.signature}") from None
+
+    # -- launch ---------------------------------------------------------------------------
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"kernel '{self.__name__}' is launched with a grid: {self.__name__}[grid](...); "
+                        "helpers called from another kernel are inlined automatically")
+
+    def run(self, grid, args, kwargs):
+        # the warm path: bind, one tuple key, one dict lookup, one call
+        if kwargs or len(args) != self._nargs:
+            args = self.bind(args, kwargs)
+        target = self.target or current_target()
+        key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
+               *self._constexpr_args(args))
+        ck = self.compiled.get(key)
+        if ck is None:
+            ck = self._compile(key, args, target, key[1])
+        if callable(grid):
+            grid = grid(dict(zip(self.arg_names, args)))
+        ck.launcher(grid, args)
+        return ck
+
+    def warmup(self, *args, grid=(1,), target=None, numerics=None, **kwargs) -> CompiledKernel:
+        """Compiles (or loads from cache) the specialisation these arguments select, without running."""
+        args = self.bind(args, kwargs)
+        target = get_target(target) if target else (self.target or current_target())
+        policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
+        key = (target.name, policy, *map(_spec_of, self._runtime_args(args)), *self._constexpr_args(args))
+        return self.compiled.get(key) or self._compile(key, args, target, policy)
+
+    def _argspecs(self, args, target) -> tuple[list[ArgSpec], list[int]]:
+        specs, runtime = [], []
+        for i, (name, a) in enumerate(zip(self.arg_names, args)):
+            if name in self._constexpr_names:
+                specs.append(ArgSpec(name, "constexpr", value=a))
+                continue
+            if isinstance(a, torch.Tensor):
+                dt = D.TORCH_TO_DTYPE.get(a.dtype)
+                if dt is None:
+                    raise KernelArgumentError(
+                        f"kernel '{self.__name__}': argument '{name}' is a {a.dtype} tensor; supported dtypes "
+                        f"are {', '.join(str(t).replace('torch.', '') for t in D.TORCH_TO_DTYPE)}. "
+                        "Convert it with .to(...) before the launch.")
+                target.check_tensor(self.__name__, name, a)
+                specs.append(ArgSpec(name, "tensor", dtype=D.pointer_type(dt)))
+                runtime.append(i)
+            elif type(a) is bool:
+                specs.append(ArgSpec(name, "scalar", dtype=D.int1))
+                runtime.append(i)
+            elif type(a) is int:
+                if a == 1:
+                    specs.append(ArgSpec(name, "constexpr", value=1))
+                    continue
+                big = not -(2 ** 31) <= a < 2 ** 31
+                hints = {"divisible_by": 16} if a % 16 == 0 else {}
+                specs.append(ArgSpec(name, "scalar", dtype=D.int64 if big else D.int32, hints=hints))
+                runtime.append(i)
+            elif type(a) is float:
+                specs.append(ArgSpec(name, "scalar", dtype=D.float32))
+                runtime.append(i)
+            elif a is None:
+                specs.append(ArgSpec(name, "constexpr", value=None))
+            else:
+                raise KernelArgumentError(
+                    f"kernel '{self.__name__}': argument '{name}' has unsupported type {type(a).__name__}; "
+                    "pass a torch.Tensor, int, float or bool (or declare it `: tl.constexpr`).")
+        return specs, runtime
+
+    def lower(self, specs: list[ArgSpec], target, policy: str) -> tuple[str, object, str]:
+        """Frontend, passes and rendering for one specialisation: (IR before passes, IR, source)."""
+        if self._binder is None:
+            self._prepare()
+            self._nargs = len(self.arg_names)
+        spec_desc = tuple((s.name, repr(s.value) if s.kind == "constexpr" else str(s.dtype)) for s in specs)
+        fn_ir = build_function(self.fn, self.__name__, specs, {"numerics": policy, "args": spec_desc})
+        verify(fn_ir)
+        ir_before = print_function(fn_ir)
+        optimize(fn_ir)
+        lower_numerics(fn_ir, policy)
+        verify(fn_ir)
+        return ir_before, fn_ir, target.render(fn_ir)
+
+    def _compile(self, key, args, target, policy) -> CompiledKernel:
+        with self._lock:
+            ck = self.compiled.get(key)
+            if ck is not None:
+                return ck
+            t0 = time.perf_counter()
+            specs, runtime = self._argspecs(args, target)
+            ir_before, fn_ir, source = self.lower(specs, target, policy)
+            cache_key = stable_hash({
+                "ir": structural_hash(fn_ir),
+                "target": target.fingerprint(),
+                "policy": policy,
+                "compiler": compiler_source_hash(),
+            })
+            entry = kernel_cache().get_or_build(cache_key, lambda d: target.build(fn_ir, source, d))
+            launcher = target.load(fn_ir, entry, runtime)
+            ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
+                                cache_key, time.perf_counter() - t0)
+            self.compiled[key] = ck
+            return ck
+
+
+_SOURCE_HASH = None
+
+
+def compiler_source_hash() -> str:
+    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache."""
+    global _SOURCE_HASH
+    if _SOURCE_HASH is None:
+        from .version import package_source_hash  # noqa: PLC0415
+        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__))
+    return _SOURCE_HASH
+
+
+def kernel(fn=None, *, target=None, numerics=None):
+    """Marks a tile program. `@kernel`, or `@kernel(target="cpu", numerics="strict")` to pin
+    the target or the numerics policy for this kernel. Also wraps a Triton-style function
+    that was written against `triton.language`."""
+    def wrap(f):
+        return KernelFunction(f, target=get_target(target) if target else None, numerics=numerics)
+    if fn is None:
+        return wrap
+    if isinstance(fn, KernelFunction):
+        return fn
+    if not callable(fn):
+        raise CompilationError(f"@kernel expects a function, got {fn!r}")
+    return wrap(fn)

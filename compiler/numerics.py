@@ -1,0 +1,52 @@
+"""Numerics policies: `fast` (the target's native dot and math, fp32 accumulation, fixed
+orders) and `strict` (bitwise-identical on every target). The policy is chosen per call, per
+kernel or globally, and is part of every cache key."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+
+from .errors import TilejitError
+from .ir import Function
+
+POLICIES = ("fast", "strict")
+_override: contextvars.ContextVar = contextvars.ContextVar("tilejit_numerics", default=None)
+
+
+def validate_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise TilejitError(f"unknown numerics policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    return policy
+
+
+_default = None
+
+
+def current_policy() -> str:
+    """`numerics(...)` block, else TILEJIT_NUMERICS (read at the first launch), else fast."""
+    p = _override.get()
+    if p is not None:
+        return p
+    global _default
+    if _default is None:
+        _default = validate_policy(os.environ.get("TILEJIT_NUMERICS", "") or "fast")
+    return _default
+
+
+@contextlib.contextmanager
+def numerics(policy: str):
+    """`with numerics("strict"): ...` sets the policy for launches in the block."""
+    token = _override.set(validate_policy(policy))
+    try:
+        yield policy
+    finally:
+        _override.reset(token)
+
+
+def lower_numerics(fn: Function, policy: str) -> None:
+    """Rewrites ops whose numerics the policy defines. `fast` keeps the IR as it is."""
+    validate_policy(policy)
+    if policy == "strict":
+        from .strict import lower_strict  # noqa: PLC0415
+        lower_strict(fn)

@@ -1,0 +1,172 @@
+"""The table a C-family target fills in: register and memory types, literals, op spellings,
+math functions, loads/stores of one element, and a few pragmas. A target subclasses
+`CDialect` and overrides entries; the loop-nest lowering itself is shared."""
+from __future__ import annotations
+
+import math
+
+from compiler import dtypes as D
+from compiler.errors import CompilationError
+from compiler.ir import Op
+
+_CPP_KEYWORDS = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
+    "float", "for", "goto", "if", "int", "long", "register", "return", "short", "signed", "sizeof", "static",
+    "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "class", "new",
+    "delete", "this", "template", "typename", "namespace", "operator", "private", "public", "protected",
+    "virtual", "inline", "friend", "true", "false", "try", "catch", "throw", "using", "asm", "main",
+}
+
+
+class CDialect:
+    # Register types: fp16/bf16 compute in float, rounded after each op (exact IEEE semantics,
+    # since float has more than 2p+2 bits for p = 11 and 8).
+    reg_types = {D.float32: "float", D.float16: "float", D.bfloat16: "float", D.int1: "bool",
+                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
+    mem_types = {D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t", D.int1: "uint8_t",
+                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
+    simd_pragma = "#pragma omp simd"
+    # op -> format over operand expressions; "{r}" wraps a result that needs rounding to fp16/bf16
+    binary_ops = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+                  "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",
+                  "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+                  "eq": "({0} == {1})", "ne": "({0} != {1})",
+                  "max": "tj_max({0}, {1})", "min": "tj_min({0}, {1})",
+                  "floordiv": "tj_idiv({0}, {1})", "shl": "tj_shl({0}, {1})", "shr": "tj_shr({0}, {1})"}
+    float_math = {"exp": "expf({0})", "exp2": "exp2f({0})", "log": "logf({0})", "log2": "log2f({0})",
+                  "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "sigmoid": "(1.0f / (1.0f + expf(-{0})))",
+                  "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
+                  "abs": "fabsf({0})", "fma": "fmaf({0}, {1}, {2})", "mod": "fmodf({0}, {1})"}
+    # ops whose fp16/bf16 result must be rounded back to the narrow format
+    rounding_ops = {"add", "sub", "mul", "div", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
+                    "sigmoid", "sin", "cos", "mod"}
+    round_fn = {D.float16: "tj_round_fp16", D.bfloat16: "tj_round_bf16"}
+
+    def safe_name(self, name: str) -> str:
+        return f"{name}_" if name in _CPP_KEYWORDS or name.startswith("tj_") else name
+
+    def reg_type(self, dt: D.dtype) -> str:
+        if dt.is_ptr():
+            return self.mem_type(dt.element_ty) + "*"
+        try:
+            return self.reg_types[dt]
+        except KeyError:
+            raise CompilationError(f"dtype {dt} is not supported by this target") from None
+
+    def mem_type(self, dt: D.dtype) -> str:
+        return self.mem_types[dt]
+
+    def reg_size(self, dt: D.dtype) -> int:
+        return 8 if dt.is_ptr() else {"float": 4, "bool": 1}.get(self.reg_types[dt], max(dt.bits // 8, 1))
+
+    def local_buffer_decl(self, ctype: str, name: str, numel: int) -> str:
+        return f"alignas(64) {ctype} {name}[{numel}]"
+
+    def copy_buffer(self, dst: str, src: str, numel: int, ctype: str) -> str:
+        return f"memcpy({dst}, {src}, sizeof({ctype}) * {numel})"
+
+    def program_id(self, op_name: str, axis: int) -> str:
+        return f"pid{axis}" if op_name == "program_id" else f"npg{axis}"
+
+    def literal(self, value, dt: D.dtype) -> str:
+        if dt.is_floating():
+            v = float(value)
+            if math.isnan(v):
+                return "NAN"
+            if math.isinf(v):
+                return "INFINITY" if v > 0 else "(-INFINITY)"
+            return f"{v!r}f"
+        if dt.is_bool():
+            return "true" if value else "false"
+        v = int(value)
+        if dt is D.int64:
+            return f"INT64_C({v})" if v >= 0 else f"(-INT64_C({-v - 1}) - 1)"
+        if v == -(2 ** 31):
+            return "(-2147483647 - 1)"
+        return f"{v}" if v >= 0 else f"({v})"
+
+    def _round(self, expr: str, dt: D.dtype) -> str:
+        f = self.round_fn.get(dt)
+        return f"{f}({expr})" if f else expr
+
+    def elementwise(self, op: Op, args: list[str]) -> str:
+        name = op.name
+        dt = op.results[0].dtype
+        src = op.operands[0].dtype if op.operands else dt
+        if name == "cast":
+            return self.cast(args[0], src, dt)
+        if name == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name == "neg":
+            return f"(-{args[0]})" if not dt.is_bool() else args[0]
+        if name == "not":
+            return f"(!{args[0]})" if dt.is_bool() else f"(~{args[0]})"
+        if name == "add" and dt.is_ptr():
+            return f"({args[0]} + {args[1]})"
+        if src.is_floating() and name in self.float_math:
+            e = self.float_math[name].format(*args)
+        elif name == "abs":
+            e = f"tj_abs({args[0]})"
+        elif name == "mod":
+            e = f"tj_imod({args[0]}, {args[1]})"
+        elif name in self.binary_ops:
+            e = self.binary_ops[name].format(*args)
+        else:
+            raise CompilationError(f"op '{name}' has no C spelling for {dt}")
+        if dt.is_bool() and name in ("and", "or", "xor"):
+            e = f"(bool){e}"
+        if name in self.rounding_ops:
+            e = self._round(e, dt)
+        return e
+
+    def cast(self, x: str, src: D.dtype, dst: D.dtype) -> str:
+        if dst.is_bool():
+            return f"({x} != 0)"
+        if dst.is_floating():
+            if src.is_floating():
+                # narrowing rounds; widening fp16/bf16 -> fp32 is exact (already a float)
+                if dst in self.round_fn and src is not dst:
+                    return self._round(x, dst)
+                return x
+            return self._round(f"(float){x}", dst)
+        if src.is_floating():
+            return f"tj_f2i<{self.reg_type(dst)}>({x})"
+        return f"({self.reg_type(dst)}){x}"
+
+    def load_elem(self, dt: D.dtype, ptr: str) -> str:
+        if dt is D.float16:
+            return f"tj_h2f(*({ptr}))"
+        if dt is D.bfloat16:
+            return f"tj_bf2f(*({ptr}))"
+        if dt is D.int1:
+            return f"(*({ptr}) != 0)"
+        return f"*({ptr})"
+
+    def store_elem(self, dt: D.dtype, ptr: str, val: str) -> str:
+        if dt is D.float16:
+            val = f"tj_f2h({val})"
+        elif dt is D.bfloat16:
+            val = f"tj_f2bf({val})"
+        elif dt is D.int1:
+            val = f"(uint8_t)({val})"
+        return f"*({ptr}) = {val}"
+
+    def reduce_identity(self, kind: str, dt: D.dtype) -> str:
+        if kind == "sum":
+            return self.literal(0, dt)
+        if dt.is_floating():
+            return "(-INFINITY)" if kind == "max" else "INFINITY"
+        if dt.is_bool():
+            return "false" if kind == "max" else "true"
+        return f"tj_lowest<{self.reg_type(dt)}>()" if kind == "max" else f"tj_highest<{self.reg_type(dt)}>()"
+
+    def combine(self, kind: str, acc: str, x: str, dt: D.dtype) -> str:
+        if kind == "sum":
+            e = f"({acc} + {x})"
+            return self._round(e, dt) if dt in self.round_fn else e
+        return f"tj_{kind}({acc}, {x})"
+
+    def dot_step(self, a: str, b: str, c: str, acc_dt: D.dtype) -> str:
+        if acc_dt.is_floating():
+            return f"fmaf({a}, {b}, {c})"
+        return f"({c} + ({self.reg_type(acc_dt)}){a} * ({self.reg_type(acc_dt)}){b})"

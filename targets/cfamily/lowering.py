@@ -1,0 +1,408 @@
+"""Lowering of the Tile IR to C-family loop nests, shared by every C-like target.
+
+Each tile value is either *inlined* (an expression its consumers evaluate per element, so a
+chain of elementwise ops fuses into one loop nest) or *materialised* into a local buffer.
+Loads, reductions, dots and loop-carried values are always buffers; an elementwise value is a
+buffer only when recomputing it would cost (a float op used twice, broadcast, or used inside a
+loop it is defined outside of). Loop nests keep the innermost loop free of loop-carried
+dependencies where they can, so the C compiler vectorises them.
+
+What differs per target lives in a `CDialect` table (types, literals, op spellings, math
+functions) and in the overridable `emit_load` / `emit_store` methods.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler import dtypes as D
+from compiler.errors import CompilationError
+from compiler.ir import Block, Function, Op, Value
+from compiler.ir.ops import OPS
+
+from .dialect import CDialect
+
+_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
+
+
+def _is_cheap(op: Op) -> bool:
+    if op.name in _CHEAP:
+        return True
+    if OPS[op.name].kind == "elementwise":
+        return not op.results[0].dtype.is_floating() and not any(v.dtype.is_floating() for v in op.operands)
+    return False
+
+
+@dataclass
+class Nest:
+    """Statements of one loop nest body, with a per-element memo of evaluated values."""
+
+    idx: tuple[str, ...]
+    stmts: list[str] = field(default_factory=list)
+    memo: dict = field(default_factory=dict)
+
+
+class CLowering:
+    """Renders one kernel's body (inside the per-program function) as C statements."""
+
+    index_type = "int"
+
+    def __init__(self, fn: Function, dialect: CDialect):
+        self.fn = fn
+        self.d = dialect
+        self.names: dict[int, str] = {}
+        self.buffers: set[int] = set()      # values held in local arrays
+        self.counter = 0
+        self.lines: list[str] = []
+        self.indent = 1
+        self.stack_bytes = 0
+        self.loop_stack: list[list[Value]] = []
+        self.flag_scopes: list[dict[int, str]] = [{}]   # in-bounds flags visible in the current block
+        self.uses: dict[int, list[Op]] = {}
+        self.def_block: dict[int, int] = {}
+        self.use_blocks: dict[int, set[int]] = {}
+        self._analyse(fn.body)
+        for p in fn.params:
+            self.names[id(p.value)] = dialect.safe_name(p.name)
+
+    # -- analysis -----------------------------------------------------------------------------
+    def _analyse(self, block: Block) -> None:
+        for op in block.ops:
+            for v in op.operands:
+                self.uses.setdefault(id(v), []).append(op)
+                self.use_blocks.setdefault(id(v), set()).add(id(block))
+            for r in op.results:
+                self.def_block[id(r)] = id(block)
+            for b in op.blocks:
+                for a in b.args:
+                    self.def_block[id(a)] = id(b)
+                self._analyse(b)
+
+    def _materialize(self, v: Value) -> bool:
+        op = v.owner
+        if op is None or v.type.is_scalar:
+            return True
+        if op.name in ("load", "reduce", "dot", "for"):
+            return True
+        if _is_cheap(op):
+            return False
+        uses = self.uses.get(id(v), [])
+        if len(uses) > 1 or any(u.name in ("broadcast", "dot") for u in uses):
+            return True
+        return bool(self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))})
+
+    # -- naming and output ----------------------------------------------------------------------
+    def fresh(self, prefix: str = "v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def name(self, v: Value) -> str:
+        n = self.names.get(id(v))
+        if n is None:
+            n = self.names[id(v)] = self.fresh()
+        return n
+
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def declare_buffer(self, v: Value, name: str | None = None) -> str:
+        name = name or self.name(v)
+        ctype = self.d.reg_type(v.dtype)
+        self.stack_bytes += v.type.numel * self.d.reg_size(v.dtype)
+        self.emit(f"{self.d.local_buffer_decl(ctype, name, v.type.numel)};")
+        self.buffers.add(id(v))
+        self.names[id(v)] = name
+        return name
+
+    # -- indexing -------------------------------------------------------------------------------
+    @staticmethod
+    def linear(idx: tuple[str, ...], shape: tuple[int, ...]) -> str:
+        terms, stride = [], 1
+        for i, s in reversed(list(zip(idx, shape))):
+            if i != "0" and s != 1:
+                terms.append(i if stride == 1 else f"{i} * {stride}")
+            stride *= s
+        return " + ".join(reversed(terms)) or "0"
+
+    def open_nest(self, shape: tuple[int, ...], simd: bool = True) -> Nest:
+        idx = tuple(f"i{k}" for k in range(len(shape)))
+        for k, s in enumerate(shape):
+            if simd and k == len(shape) - 1:
+                self.emit(self.d.simd_pragma)
+            self.emit(f"for ({self.index_type} {idx[k]} = 0; {idx[k]} < {s}; ++{idx[k]}) {{")
+            self.indent += 1
+        return Nest(idx)
+
+    def close_nest(self, nest: Nest, body: list[str]) -> None:
+        for s in nest.stmts + body:
+            self.emit(s)
+        for _ in nest.idx:
+            self.indent -= 1
+            self.emit("}")
+
+    # -- per-element expressions --------------------------------------------------------------
+    def ev(self, v: Value, idx: tuple[str, ...], nest: Nest | None) -> str:
+        """C expression for element `idx` of `v`, adding temporaries to `nest`."""
+        if v.type.is_scalar:
+            op = v.owner
+            if op is not None and op.name == "const":
+                return self.d.literal(op.attrs["value"], v.dtype)
+            return self.name(v)
+        if id(v) in self.buffers:
+            return f"{self.name(v)}[{self.linear(idx, v.shape)}]"
+        key = (id(v), idx)
+        if nest is not None and key in nest.memo:
+            return nest.memo[key]
+        op = v.owner
+        if op is None:
+            raise CompilationError(f"internal: value {v} has no definition in kernel '{self.fn.name}'")
+        e = self._ev_op(op, v, idx, nest)
+        if nest is not None and OPS[op.name].kind == "elementwise" and not e.isidentifier():
+            tmp = self.fresh("t")
+            nest.stmts.append(f"{self.d.reg_type(v.dtype)} const {tmp} = {e};")
+            e = tmp
+        if nest is not None:
+            nest.memo[key] = e
+        return e
+
+    def _ev_op(self, op: Op, v: Value, idx, nest) -> str:
+        name = op.name
+        if name == "const":
+            return self.d.literal(op.attrs["value"], v.dtype)
+        if name == "arange":
+            start = op.attrs["start"]
+            return f"({start} + {idx[0]})" if start else idx[0]
+        if name == "broadcast":
+            src = op.operands[0]
+            sidx = tuple("0" if s == 1 and t != 1 else i for i, s, t in zip(idx, src.shape, v.shape))
+            return self.ev(src, sidx if src.shape else (), nest)
+        if name == "expand_dims":
+            ax = op.attrs["axis"]
+            return self.ev(op.operands[0], idx[:ax] + idx[ax + 1:], nest)
+        if name == "trans":
+            perm = op.attrs["perm"]
+            sidx = [None] * len(perm)
+            for i, p in enumerate(perm):
+                sidx[p] = idx[i]
+            return self.ev(op.operands[0], tuple(sidx), nest)
+        if OPS[name].kind == "elementwise":
+            args = [self.ev(o, idx, nest) for o in op.operands]
+            return self.d.elementwise(op, args)
+        raise CompilationError(f"internal: op '{name}' cannot be evaluated per element")
+
+    # -- statements -----------------------------------------------------------------------------
+    def lower(self) -> str:
+        self.lower_block(self.fn.body)
+        return "\n".join(self.lines)
+
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            handler = getattr(self, f"op_{op.name}", None)
+            if handler is not None:
+                handler(op)
+            elif OPS[op.name].kind in ("elementwise", "view", "source"):
+                self.op_elementwise(op)
+            else:
+                raise CompilationError(f"the C lowering does not support op '{op.name}'")
+
+    def op_elementwise(self, op: Op) -> None:
+        v = op.results[0]
+        if v.type.is_scalar:
+            if op.name == "const":
+                return  # scalar constants are spelled as literals where they are used
+            expr = self._ev_op(op, v, (), None) if op.name not in ("program_id", "num_programs") \
+                else self.d.program_id(op.name, op.attrs["axis"])
+            self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
+            return
+        if not self._materialize(v):
+            return
+        name = self.declare_buffer(v)
+        nest = self.open_nest(v.shape)
+        e = self._ev_op(op, v, nest.idx, nest)
+        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+
+    # memory: buffers in local memory, with an unmasked fast path for tiles fully in bounds
+    def op_load(self, op: Op) -> None:
+        self.emit_load(op)
+
+    def op_store(self, op: Op) -> None:
+        self.emit_store(op)
+
+    def _all_true(self, mask: Value) -> str:
+        for scope in self.flag_scopes:
+            if id(mask) in scope:
+                return scope[id(mask)]
+        flag = self.fresh("inb")
+        self.flag_scopes[-1][id(mask)] = flag
+        self.emit(f"int {flag} = 1;")
+        nest = self.open_nest(mask.shape, simd=False)
+        m = self.ev(mask, nest.idx, nest)
+        self.close_nest(nest, [f"{flag} &= (int)({m});"])
+        return flag
+
+    def emit_load(self, op: Op) -> None:
+        v = op.results[0]
+        ptr, mask, other = (op.operands + [None, None])[:3]
+        ld = self.d.load_elem
+        if v.type.is_scalar:
+            p = self.ev(ptr, (), None)
+            expr = ld(v.dtype, p) if mask is None else \
+                f"({self.ev(mask, (), None)} ? {ld(v.dtype, p)} : {self.ev(other, (), None)})"
+            self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
+            return
+        name = self.declare_buffer(v)
+
+        def fill(masked: bool):
+            nest = self.open_nest(v.shape)
+            p = self.ev(ptr, nest.idx, nest)
+            val = ld(v.dtype, p)
+            if masked:
+                val = f"({self.ev(mask, nest.idx, nest)} ? {val} : {self.ev(other, nest.idx, nest)})"
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {val};"])
+
+        self._masked_or_fast(mask, fill)
+
+    def emit_store(self, op: Op) -> None:
+        ptr, val = op.operands[:2]
+        mask = op.operands[2] if len(op.operands) > 2 else None
+        st = self.d.store_elem
+        if ptr.type.is_scalar:
+            s = st(val.dtype, self.ev(ptr, (), None), self.ev(val, (), None))
+            self.emit(s + ";" if mask is None else f"if ({self.ev(mask, (), None)}) {s};")
+            return
+
+        def fill(masked: bool):
+            nest = self.open_nest(ptr.shape)
+            s = st(val.dtype, self.ev(ptr, nest.idx, nest), self.ev(val, nest.idx, nest))
+            if masked:
+                s = f"if ({self.ev(mask, nest.idx, nest)}) {s}"
+            self.close_nest(nest, [s + ";"])
+
+        self._masked_or_fast(mask, fill)
+
+    def _masked_or_fast(self, mask, fill) -> None:
+        if mask is None or (mask.owner is not None and mask.owner.name == "const" and mask.owner.attrs["value"]):
+            fill(False)
+            return
+        flag = self._all_true(mask)
+        self.emit(f"if ({flag}) {{")
+        self.indent += 1
+        fill(False)
+        self.indent -= 1
+        self.emit("} else {")
+        self.indent += 1
+        fill(True)
+        self.indent -= 1
+        self.emit("}")
+
+    def op_reduce(self, op: Op) -> None:
+        x = op.operands[0]
+        r = op.results[0]
+        axis, kind = op.attrs["axis"], op.attrs["kind"]
+        acc_t = r.dtype
+        ctype = self.d.reg_type(acc_t)
+        init = self.d.reduce_identity(kind, acc_t)
+        if r.type.is_scalar:
+            name = self.name(r)
+            self.emit(f"{ctype} {name} = {init};")
+            nest = self.open_nest(x.shape, simd=False)
+            e = self.ev(x, nest.idx, nest)
+            self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
+            return
+        name = self.declare_buffer(r)
+        self.emit(f"for ({self.index_type} j = 0; j < {r.type.numel}; ++j) {name}[j] = {init};")
+        # inner loop vectorises whenever the reduced axis is not the innermost one
+        nest = self.open_nest(x.shape, simd=axis != len(x.shape) - 1)
+        out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
+        e = self.ev(x, nest.idx, nest)
+        self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
+
+    def _as_buffer(self, v: Value) -> str:
+        """A contiguous buffer holding `v`: views and expressions are copied first."""
+        if id(v) in self.buffers:
+            return self.name(v)
+        name = self.fresh("m")
+        self.stack_bytes += v.type.numel * self.d.reg_size(v.dtype)
+        self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(v.dtype), name, v.type.numel)};")
+        nest = self.open_nest(v.shape)
+        e = self.ev(v, nest.idx, nest)
+        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+        return name
+
+    def op_dot(self, op: Op) -> None:
+        a, b, acc = op.operands
+        r = op.results[0]
+        M, K = a.shape
+        N = b.shape[1]
+        A, B = self._as_buffer(a), self._as_buffer(b)
+        C = self.declare_buffer(r)
+        nest = self.open_nest(r.shape)
+        self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
+        # m-k-n order: each C[m][n] still sums k in ascending order, and the n loop vectorises
+        self.emit(f"for ({self.index_type} m = 0; m < {M}; ++m) {{")
+        self.emit(f"    for ({self.index_type} k = 0; k < {K}; ++k) {{")
+        self.emit(f"        const {self.d.reg_type(a.dtype)} a_mk = {A}[m * {K} + k];")
+        self.emit(f"        {self.d.simd_pragma}")
+        self.emit(f"        for ({self.index_type} n = 0; n < {N}; ++n)")
+        self.emit(f"            {C}[m * {N} + n] = {self.d.dot_step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', r.dtype)};")
+        self.emit("    }")
+        self.emit("}")
+
+    def op_for(self, op: Op) -> None:
+        body = op.blocks[0]
+        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
+        iv = body.args[0]
+        ivt = self.d.reg_type(iv.dtype)
+        carried = op.operands[3:]
+        cnames = []
+        for arg, init, res in zip(body.args[1:], carried, op.results):
+            if arg.type.is_scalar:
+                n = self.fresh("c")
+                self.emit(f"{self.d.reg_type(arg.dtype)} {n} = {self.ev(init, (), None)};")
+                self.names[id(arg)] = n
+            else:
+                n = self.declare_buffer(arg, self.fresh("c"))
+                nest = self.open_nest(arg.shape)
+                self.close_nest(nest, [f"{n}[{self.linear(nest.idx, arg.shape)}] = {self.ev(init, nest.idx, nest)};"])
+            self.names[id(res)] = n
+            if not res.type.is_scalar:
+                self.buffers.add(id(res))
+            cnames.append(n)
+        trip = self.fresh("n")
+        k = self.fresh("k")
+        self.emit(f"const {ivt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
+        self.emit(f"for ({ivt} {k} = 0; {k} < {trip}; ++{k}) {{")
+        self.indent += 1
+        self.emit(f"const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
+        self.loop_stack.append(body.args[1:])
+        self.flag_scopes.append({})
+        self.lower_block(body)
+        self.flag_scopes.pop()
+        self.loop_stack.pop()
+        self.indent -= 1
+        self.emit("}")
+
+    def op_yield(self, op: Op) -> None:
+        loop_args = self.loop_stack[-1]
+        # phase 1: everything that is not a stable buffer is computed into a temporary, so no
+        # carried value is overwritten while another yielded value still reads it
+        staged = []
+        arg_ids = {id(a) for a in loop_args}
+        for val, arg in zip(op.operands, loop_args):
+            if val is arg:
+                staged.append(None)
+            elif val.type.is_scalar:
+                t = self.fresh("y")
+                self.emit(f"{self.d.reg_type(val.dtype)} const {t} = {self.ev(val, (), None)};")
+                staged.append(t)
+            elif id(val) in self.buffers and id(val) not in arg_ids:
+                staged.append(self.name(val))
+            else:
+                staged.append(self._as_buffer(val))
+        for src, arg in zip(staged, loop_args):
+            if src is None:
+                continue
+            dst = self.name(arg)
+            if arg.type.is_scalar:
+                self.emit(f"{dst} = {src};")
+            else:
+                self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")

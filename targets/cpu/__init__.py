@@ -1,0 +1,73 @@
+"""The `cpu` target: host C++ from the C-family lowering, built by the system compiler with
+OpenMP across programs, loaded with ctypes."""
+from __future__ import annotations
+
+import os
+
+from compiler.ir import Function
+from compiler.version import package_source_hash
+
+from . import toolchain
+from .launcher import CPULauncher, check_tensor
+from .renderer import CPURenderer
+
+_HERE = os.path.dirname(__file__)
+
+
+class CPUTarget:
+    name = "cpu"
+    device_type = "cpu"
+    source_suffix = ".cpp"
+
+    def __init__(self):
+        self.renderer = CPURenderer()
+        self._fingerprint = None
+
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = {"target": "cpu", **toolchain.fingerprint(),
+                                 "source": package_source_hash(_HERE),
+                                 "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+        return self._fingerprint
+
+    def check_tensor(self, kernel_name, arg_name, t) -> None:
+        check_tensor(kernel_name, arg_name, t)
+
+    def render(self, fn: Function) -> str:
+        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+
+    def build(self, fn: Function, source: str, out_dir) -> dict:
+        src = os.path.join(out_dir, "kernel.cpp")
+        with open(src, "w") as f:
+            f.write(source)
+        toolchain.build(src, os.path.join(out_dir, "kernel.so"))
+        return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu",
+                "params": [(p.name, p.type.dtype.name) for p in fn.params]}
+
+    def load(self, fn: Function, entry, arg_indices: list[int]) -> CPULauncher:
+        """A launcher taking the kernel's full argument tuple; `arg_indices` picks the runtime ones."""
+        return CPULauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
+                           [p.name for p in fn.params], arg_indices)
+
+
+class CPUPlugin:
+    """Entry-point object for `tilejit.targets`: metadata plus a factory."""
+
+    name = "cpu"
+    version = "0.1.0"
+    device_kinds = ("cpu",)
+    capabilities = ("run", "strict", "fast")
+
+    def available(self) -> tuple[bool, str]:
+        if toolchain.find_compiler() is None:
+            return False, "no C++ compiler found (install g++ or set CXX)"
+        return True, ""
+
+    def create(self, variant: str | None) -> CPUTarget:
+        if variant:
+            from compiler.errors import TargetError  # noqa: PLC0415
+            raise TargetError(f"the cpu target has no variant '{variant}'; use 'cpu'")
+        return CPUTarget()
+
+
+TARGET = CPUPlugin()

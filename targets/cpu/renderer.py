@@ -1,0 +1,40 @@
+"""Renders a kernel's IR as host C++: the shared C-family lowering for the body, and the
+jinja2 skeleton in templates/ for the per-program function and the OpenMP launch entry."""
+from __future__ import annotations
+
+import os
+
+import jinja2
+
+from compiler.errors import CompilationError
+from compiler.ir import Function
+from targets.cfamily.dialect import CDialect
+from targets.cfamily.lowering import CLowering
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                          keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+# Tiles live on the program's stack; OpenMP worker threads get the default thread stack (8 MiB
+# on Linux), so one program's buffers must stay well inside it.
+MAX_STACK_BYTES = 4 << 20
+
+
+class CPUDialect(CDialect):
+    """The host C++ dialect: the base table as it is."""
+
+
+class CPURenderer:
+    dialect = CPUDialect()
+
+    def render(self, fn: Function, policy: str) -> str:
+        low = CLowering(fn, self.dialect)
+        body = low.lower()
+        if low.stack_bytes > MAX_STACK_BYTES:
+            raise CompilationError(
+                f"kernel '{fn.name}': this specialisation keeps {low.stack_bytes / 1024:.0f} KiB of tiles live per "
+                f"program, over the cpu target's {MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes")
+        params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype)} for p in fn.params]
+        return _ENV.get_template("kernel.cpp.j2").render(name=fn.name, params=params, body=body, policy=policy)
+
+    def param_ctype(self, dt) -> str:
+        return self.dialect.reg_type(dt)

@@ -1,0 +1,68 @@
+"""Builds generated C++ into a shared library with the system compiler (`CXX`, else g++,
+else c++). The compiler's version, the flags and the host ISA form the target fingerprint."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+
+from compiler.errors import TargetError
+
+HEADER_DIR = os.path.dirname(__file__)
+# -fwrapv: Triton's integers wrap; -fno-math-errno lets sqrt vectorise; contraction stays off so
+# a*b+c rounds twice, as written (explicit fma where the kernel or the dot asks for one).
+BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno",
+              "-ffp-contract=off", "-fno-strict-aliasing"]
+
+
+@functools.lru_cache(maxsize=None)
+def find_compiler() -> str | None:
+    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+def march_flags() -> list[str]:
+    # TILEJIT_CPU_ARCH pins the ISA (e.g. x86-64-v3) for caches shipped to other hosts
+    arch = os.environ.get("TILEJIT_CPU_ARCH", "native")
+    return [f"-march={arch}"] if platform.machine() in ("x86_64", "AMD64") else [f"-mcpu={arch}"]
+
+
+@functools.lru_cache(maxsize=None)
+def _version(cxx: str) -> str:
+    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_flags() -> str:
+    # -march=native means the host ISA is part of what the binary assumes
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return hashlib.sha256(line.split(":", 1)[1].strip().encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fingerprint() -> dict:
+    cxx = find_compiler()
+    arch = march_flags()
+    return {"cxx": _version(cxx) if cxx else None, "flags": BASE_FLAGS + arch, "machine": platform.machine(),
+            "isa": _cpu_flags() if "native" in arch[0] else arch[0]}
+
+
+def build(source_path: str, out_path: str) -> None:
+    cxx = find_compiler()
+    if cxx is None:
+        raise TargetError("the cpu target needs a C++ compiler: install g++ (or set CXX)")
+    cmd = [cxx, *BASE_FLAGS, *march_flags(), f"-I{HEADER_DIR}", source_path, "-o", out_path]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise TargetError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")
