@@ -96,7 +96,8 @@ def _assert_location(msg, path, lineno, snippet):
     assert snippet in msg, f"offending source line {snippet!r} not in message:\n{msg}"
 
 
-@pytest.mark.parametrize("fn, snippet, make_args", COMPILE_ERRORS, ids=[c[0].__name__ for c in COMPILE_ERRORS])
+@pytest.mark.parametrize("fn, snippet, make_args", COMPILE_ERRORS,
+                         ids=[c[0].__name__ for c in COMPILE_ERRORS])
 def test_compilation_error_points_at_user_line(fn, snippet, make_args):
     with pytest.raises(CompilationError) as info:
         k = kernel(fn)
@@ -153,8 +154,8 @@ BAD_LAUNCHES = {
     "unknown_keyword": (lambda: copy_kernel[(1,)](*_src_dst(), 16, BLOCK=16, BLOK=16), ["BLOK"]),
     "float64_tensor": (lambda: copy_kernel[(1,)](torch.zeros(16, dtype=torch.float64), torch.zeros(16), 16,
                                                  BLOCK=16), ["src_ptr"]),
-    "complex64_tensor": (lambda: copy_kernel[(1,)](torch.zeros(16), torch.zeros(16, dtype=torch.complex64), 16,
-                                                   BLOCK=16), ["dst_ptr"]),
+    "complex64_tensor": (lambda: copy_kernel[(1,)](torch.zeros(16), torch.zeros(16, dtype=torch.complex64),
+                                                   16, BLOCK=16), ["dst_ptr"]),
     "wrong_device": (lambda: copy_kernel[(1,)](torch.zeros(16), torch.zeros(16, device="meta"), 16, BLOCK=16),
                      ["dst_ptr"]),
 }

@@ -154,8 +154,8 @@ def _cast_cases():
                     "pos": torch.full((n,), -7, dtype=torch.int32)}
 
         def launch(jit, t, n=n):
-            jit(cast_kernel)[(triton.cdiv(n, 64),)](t["x"], t["xh"], t["xb"], t["h"], t["b"], t["hb"], t["up"], t["i"],
-                                                    t["f"], t["pos"], n, BLOCK=64)
+            names = ("x", "xh", "xb", "h", "b", "hb", "up", "i", "f", "pos")
+            jit(cast_kernel)[(triton.cdiv(n, 64),)](*(t[k] for k in names), n, BLOCK=64)
 
         def ref(t, n=n):
             x = t["x"]

@@ -1,0 +1,80 @@
+"""The main job on the default target: compile and run every example kernel, check it against
+torch, and print kernel, shape, max error, compile time and run time relative to torch.
+
+    bash scripts/demo.sh            # or: python -m examples.demo [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from compiler import current_target
+from compiler.cache import STATS
+from examples.kernels import EXAMPLES, tolerance
+
+
+def _median_time(fn, args, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _max_err(out, ref) -> float:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    return max((o.double() - r.double()).abs().max().item() if o.numel() else 0.0 for o, r in zip(outs, refs))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=20, help="timed runs per kernel and shape (median)")
+    args = ap.parse_args(argv)
+    target = current_target()
+    print(f"tilejit demo on target '{target.name}' ({torch.get_num_threads()} threads)\n")
+    head = f"{'kernel':<18} {'shape':<16} {'dtype':<9} {'max err':>9} {'compile s':>10} {'run ms':>8} " \
+           f"{'torch ms':>9} {'speed vs torch':>15}  check"
+    print(head)
+    print("-" * len(head))
+    failures = 0
+    for name, wrapper, reference, make_inputs, shapes in EXAMPLES:
+        for shape in shapes:
+            inputs = make_inputs(shape)
+            builds0 = STATS.builds
+            t0 = time.perf_counter()
+            out = wrapper(*inputs)
+            first = time.perf_counter() - t0
+            ref = reference(*inputs)
+            err = _max_err(out, ref)
+            try:
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+                for o, r in zip(outs, refs):
+                    torch.testing.assert_close(o, r, **tolerance(name, o))
+                check = "ok"
+            except AssertionError:
+                check = "MISMATCH"
+                failures += 1
+            run = _median_time(wrapper, inputs, args.repeat)
+            base = _median_time(reference, inputs, args.repeat)
+            compiled = STATS.builds > builds0
+            compile_s = f"{first - run:.2f}" + ("" if compiled else "*")
+            dtype = str(next(x.dtype for x in inputs if isinstance(x, torch.Tensor))).replace("torch.", "")
+            print(f"{name:<18} {'x'.join(map(str, shape)):<16} {dtype:<9} {err:>9.2e} {compile_s:>10} "
+                  f"{run * 1e3:>8.3f} {base * 1e3:>9.3f} {base / run:>14.2f}x  {check}")
+    print("\n* = loaded from the kernel cache, no compiler run. speed vs torch > 1 means tilejit is faster.")
+    print(f"cache: {STATS.as_dict()}")
+    if failures:
+        print(f"{failures} result(s) did not match torch", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Test-session setup: one compile cache shared by the whole session (fresh per session, so a
+run starts cold and every test after the first use of a kernel hits it)."""
+import os
+import tempfile
+
+import pytest
+
+if not os.environ.get("TILEJIT_TEST_KEEP_CACHE"):
+    _session_cache = tempfile.mkdtemp(prefix="tilejit-test-cache-")
+    os.environ["TILEJIT_CACHE_DIR"] = _session_cache
+os.environ.setdefault("TILEJIT_TARGET", "cpu")
+
+
+@pytest.fixture(scope="session")
+def cache_dir():
+    return os.environ["TILEJIT_CACHE_DIR"]

@@ -1,0 +1,114 @@
+"""cpu target: the shape of the generated C++ (fusion, fast path), the helper header's
+conversions, and its guards against C's undefined behaviour."""
+import ctypes
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from compiler import CompilationError, kernel, language as tl
+from targets.cpu import toolchain
+
+
+@kernel
+def scale_shift(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs, tl.sigmoid(x * a + 1.0) * 2.0, mask=m)
+
+
+def test_elementwise_chain_is_one_loop_nest_with_a_fast_path():
+    x = torch.randn(1000)
+    y = torch.empty_like(x)
+    ck = scale_shift[(8,)](x, y, 1000, 0.5, BLOCK=128)
+    torch.testing.assert_close(y, torch.sigmoid(x * 0.5 + 1.0) * 2.0)
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    # only the load result is a buffer; mul/add/sigmoid/mul are fused into the store's loop
+    assert body.count("alignas(64)") == 1
+    assert body.count("expf(") == 2           # fast path + masked path, one each
+    assert "if (inb" in body                  # unmasked fast path guarded by an in-bounds check
+    assert body.count("#pragma omp simd") >= 2
+
+
+def _header_lib(tmp_path, extra_flags):
+    src = tmp_path / "conv.cpp"
+    src.write_text('#include "tilejit_cpu.h"\n'
+                   'extern "C" float h2f(uint16_t h) { return tj_h2f(h); }\n'
+                   'extern "C" uint16_t f2h(float f) { return tj_f2h(f); }\n'
+                   'extern "C" float bf2f(uint16_t h) { return tj_bf2f(h); }\n'
+                   'extern "C" uint16_t f2bf(float f) { return tj_f2bf(f); }\n'
+                   'extern "C" int32_t idiv(int32_t a, int32_t b) { return tj_idiv(a, b); }\n'
+                   'extern "C" int32_t f2i(float x) { return tj_f2i<int32_t>(x); }\n')
+    out = tmp_path / f"conv{len(extra_flags)}.so"
+    cmd = [toolchain.find_compiler(), "-O2", "-std=c++17", "-fPIC", "-shared", f"-I{toolchain.HEADER_DIR}",
+           *extra_flags, str(src), "-o", str(out)]
+    subprocess.run(cmd, check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.h2f.argtypes, lib.h2f.restype = [ctypes.c_uint16], ctypes.c_float
+    lib.f2h.argtypes, lib.f2h.restype = [ctypes.c_float], ctypes.c_uint16
+    lib.bf2f.argtypes, lib.bf2f.restype = [ctypes.c_uint16], ctypes.c_float
+    lib.f2bf.argtypes, lib.f2bf.restype = [ctypes.c_float], ctypes.c_uint16
+    lib.idiv.argtypes, lib.idiv.restype = [ctypes.c_int32, ctypes.c_int32], ctypes.c_int32
+    lib.f2i.argtypes, lib.f2i.restype = [ctypes.c_float], ctypes.c_int32
+    return lib
+
+
+@pytest.mark.parametrize("flags", [[], ["-DTILEJIT_NO_FLOAT16"]], ids=["float16-type", "portable-bits"])
+def test_half_conversions_match_numpy(tmp_path, flags):
+    lib = _header_lib(tmp_path, flags)
+    bits = np.arange(0, 65536, 97, dtype=np.uint16)
+    for b in bits:
+        want = np.frombuffer(b.tobytes(), dtype=np.float16)[0].astype(np.float32)
+        got = lib.h2f(int(b))
+        assert (np.isnan(want) and np.isnan(got)) or want == got, hex(b)
+    rng = np.random.default_rng(0)
+    vals = np.concatenate([rng.standard_normal(2000).astype(np.float32) * 10.0 ** rng.integers(-9, 6, 2000),
+                           np.array([0.0, -0.0, 65504, 65519.99, 65520, 1e-8, 2.98e-8, 5.96e-8, np.inf, -np.inf],
+                                    dtype=np.float32)]).astype(np.float32)
+    for v in vals:
+        with np.errstate(over="ignore"):
+            want = np.float16(v).view(np.uint16)
+        assert lib.f2h(float(v)) == want, v
+        want_bf = torch.tensor(float(v), dtype=torch.float32).to(torch.bfloat16).view(torch.int16).item() & 0xFFFF
+        assert lib.f2bf(float(v)) == want_bf, v
+
+
+def test_integer_guards_define_what_c_leaves_undefined(tmp_path):
+    lib = _header_lib(tmp_path, [])
+    assert lib.idiv(7, 0) == 0
+    assert lib.idiv(-(2 ** 31), -1) == -(2 ** 31)     # wraps instead of trapping
+    assert lib.idiv(-7, 2) == -3                        # truncation toward zero, as Triton
+    assert lib.f2i(float("nan")) == 0 and lib.f2i(1e20) == 2 ** 31 - 1 and lib.f2i(-2.7) == -2
+
+
+def test_integer_division_by_zero_in_a_kernel_does_not_crash():
+    @kernel
+    def div(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+        r = tl.arange(0, BLOCK)
+        tl.store(out_ptr + r, tl.load(x_ptr + r) // tl.load(y_ptr + r))
+
+    x = torch.tensor([7, -7, 5, 9], dtype=torch.int32)
+    y = torch.tensor([2, 2, 0, -3], dtype=torch.int32)
+    out = torch.empty_like(x)
+    div[(1,)](x, y, out, BLOCK=4)
+    assert out.tolist() == [3, -3, 0, -3]
+
+
+def test_tiles_too_large_for_a_program_are_refused_clearly():
+    @kernel
+    def big(x_ptr, BLOCK: tl.constexpr):
+        r = tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])
+        tl.store(x_ptr + r[:, None] * BLOCK + r[None, :], tl.exp(v) + v)
+
+    with pytest.raises(CompilationError, match="BLOCK sizes"):
+        big.warmup(torch.empty(1), BLOCK=2048)
+
+
+def test_fingerprint_names_compiler_flags_and_isa():
+    fp = toolchain.fingerprint()
+    assert fp["cxx"] and "-fopenmp" in fp["flags"] and fp["isa"]
+    assert os.path.isfile(os.path.join(toolchain.HEADER_DIR, "tilejit_cpu.h"))
