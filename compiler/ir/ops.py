@@ -37,7 +37,7 @@ for _n in ("add", "mul", "and", "or", "xor", "max", "min", "eq", "ne"):
     _def(_n, "elementwise", commutative=True)
 for _n in ("sub", "div", "floordiv", "mod", "shl", "shr", "lt", "le", "gt", "ge",
            "neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid",
-           "sin", "cos", "floor", "ceil", "cast", "where", "fma"):
+           "sin", "cos", "floor", "ceil", "cast", "bitcast", "where", "fma"):
     _def(_n, "elementwise")
 for _n in ("broadcast", "expand_dims", "trans"):
     _def(_n, "view")
@@ -129,6 +129,14 @@ def _cast(ts, attrs):
     return [a.with_dtype(to)]
 
 
+def _bitcast(ts, attrs):
+    (a,) = ts
+    to = attrs["to"]
+    if a.dtype.is_ptr() or to.is_ptr() or a.dtype.bits != to.bits:
+        raise TypeRuleError(f"bitcast needs types of one width, got {a.dtype} -> {to}")
+    return [a.with_dtype(to)]
+
+
 def _where(ts, attrs):
     c, a, b = ts
     _same_shape(c, a, b)
@@ -200,6 +208,8 @@ def _store(ts, attrs):
 def _reduce(ts, attrs):
     (a,) = ts
     ax = attrs["axis"]
+    if attrs.get("order", "sequential") not in ("sequential", "pairwise"):
+        raise TypeRuleError(f"unknown reduction order {attrs['order']}")
     if attrs["kind"] not in REDUCE_KINDS:
         raise TypeRuleError(f"unknown reduction {attrs['kind']}")
     if not 0 <= ax < len(a.shape):
@@ -231,7 +241,7 @@ def _yield(ts, attrs):
 
 _RULES: dict[str, Callable] = {
     "const": _const, "arange": _arange, "program_id": _pid, "num_programs": _pid,
-    "cast": _cast, "where": _where, "fma": _fma, "broadcast": _broadcast,
+    "cast": _cast, "bitcast": _bitcast, "where": _where, "fma": _fma, "broadcast": _broadcast,
     "expand_dims": _expand_dims, "trans": _trans, "load": _load, "store": _store,
     "reduce": _reduce, "dot": _dot, "for": _for, "yield": _yield,
 }

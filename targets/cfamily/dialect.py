@@ -97,6 +97,8 @@ class CDialect:
             return self.cast(args[0], src, dt)
         if name == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name == "bitcast":
+            return f"tj_bitcast<{self.reg_type(dt)}>({args[0]})"
         if name == "neg":
             return f"(-{args[0]})" if not dt.is_bool() else args[0]
         if name == "not":

@@ -295,6 +295,9 @@ class CLowering:
         self.emit("}")
 
     def op_reduce(self, op: Op) -> None:
+        if op.attrs.get("order") == "pairwise":
+            self._reduce_pairwise(op)
+            return
         x = op.operands[0]
         r = op.results[0]
         axis, kind = op.attrs["axis"], op.attrs["kind"]
@@ -315,6 +318,51 @@ class CLowering:
         out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
         e = self.ev(x, nest.idx, nest)
         self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
+
+    def _reduce_pairwise(self, op: Op) -> None:
+        """The strict tree: pad the axis to a power of two P with the identity, then combine
+        element a with a + s for s = P/2, P/4, ..., 1 (the order docs/numerics.md defines)."""
+        x, r = op.operands[0], op.results[0]
+        axis, kind = op.attrs["axis"], op.attrs["kind"]
+        acc_t = r.dtype
+        ctype = self.d.reg_type(acc_t)
+        ext = x.shape[axis]
+        P = 1 << max(0, (ext - 1).bit_length())
+        outer = 1
+        for d in x.shape[:axis]:
+            outer *= d
+        inner = 1
+        for d in x.shape[axis + 1:]:
+            inner *= d
+        tmp = self.fresh("tree")
+        self.stack_bytes += outer * P * inner * self.d.reg_size(acc_t)
+        self.emit(f"{self.d.local_buffer_decl(ctype, tmp, outer * P * inner)};")
+        padded = x.shape[:axis] + (P,) + x.shape[axis + 1:]
+        if P > ext:
+            init = self.d.reduce_identity(kind, acc_t)
+            self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
+            self.emit(f"    for ({self.index_type} a = {ext}; a < {P}; ++a)")
+            self.emit(f"        for ({self.index_type} i = 0; i < {inner}; ++i) {tmp}[(o * {P} + a) * {inner} + i] = {init};")
+        nest = self.open_nest(x.shape)
+        e = self.ev(x, nest.idx, nest)
+        if x.dtype is not acc_t:
+            e = self.d.cast(e, x.dtype, acc_t)
+        self.close_nest(nest, [f"{tmp}[{self.linear(nest.idx, padded)}] = {e};"])
+        a_at = f"{tmp}[(o * {P} + a) * {inner} + i]"
+        b_at = f"{tmp}[(o * {P} + a + s) * {inner} + i]"
+        self.emit(f"for ({self.index_type} s = {P // 2}; s >= 1; s >>= 1)")
+        self.emit(f"    for ({self.index_type} o = 0; o < {outer}; ++o)")
+        self.emit(f"        for ({self.index_type} a = 0; a < s; ++a) {{")
+        self.emit(f"            {self.d.simd_pragma}")
+        self.emit(f"            for ({self.index_type} i = 0; i < {inner}; ++i)")
+        self.emit(f"                {a_at} = {self.d.combine(kind, a_at, b_at, acc_t)};")
+        self.emit("        }")
+        if r.type.is_scalar:
+            self.emit(f"{ctype} const {self.name(r)} = {tmp}[0];")
+            return
+        name = self.declare_buffer(r)
+        self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
+        self.emit(f"    for ({self.index_type} i = 0; i < {inner}; ++i) {name}[o * {inner} + i] = {tmp}[o * {P * inner} + i];")
 
     def _as_buffer(self, v: Value) -> str:
         """A contiguous buffer holding `v`: views and expressions are copied first."""

@@ -75,6 +75,10 @@ template <class T> static inline T tj_f2i(float x) {
     return (T)x;
 }
 template <> inline bool tj_f2i<bool>(float x) { return x != 0.0f; }
+template <class To, class From> static inline To tj_bitcast(From x) {
+    static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
+    To y; std::memcpy(&y, &x, sizeof(To)); return y;
+}
 // trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`
 template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
     if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;

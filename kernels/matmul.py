@@ -1,0 +1,173 @@
+"""matmul: C = act(A @ B + bias), fp32/fp16/bf16 inputs, fp32 accumulation, one rounding at the store.
+
+- any strides (transposed or sliced operands are read in place, never copied);
+- 2-D [M, K] @ [K, N] and batched 3-D [B, M, K] @ [B, K, N] (either operand may be 2-D and is
+  then shared by every batch); the batch is grid axis 2;
+- epilogue fused before the store: bias (a length-N vector) then "relu", "gelu" (tanh
+  approximation, written as x * sigmoid(2u), which equals 0.5 x (1 + tanh u)) or "silu".
+
+Numerics: one program owns a BLOCK_M x BLOCK_N tile of C and walks K in ascending BLOCK_K chunks
+(no split-K); `tl.dot(a, b, acc)` adds each product to the fp32 accumulator in ascending k, so
+every element of C is one ascending fused-multiply-add chain over k. The config depends only on
+N and K (never on M or the batch), so a row of C is bitwise the same alone or inside any batch.
+"""
+from __future__ import annotations
+
+import torch
+
+from compiler import kernel, language as tl
+
+from ._common import FLOAT_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, default_for, npow2
+
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+
+# config space: the block sizes a tuner may choose from (all powers of two, as Triton requires)
+CONFIGS = [
+    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64)
+]
+
+# default config per target, for large N and K; config_for shrinks it for small N/K
+DEFAULT_CONFIGS = {
+    "cpu": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32},
+    "kunlun": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64},
+    "gpu": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
+}
+
+
+def config_for(op: str = "matmul", target=None, *, N: int, K: int, **_batch_like) -> dict:
+    """Block sizes for `op` ("matmul") of [*, K] @ [K, N] on `target` (None: the current one).
+
+    Deterministic and batch-invariant: only N and K are read; M and the batch size may be passed
+    (so callers can hand over the whole shape) and are ignored.
+    """
+    if op != "matmul":
+        raise ValueError(f"kernels.matmul.config_for: unknown op {op!r}; this module serves 'matmul'")
+    cfg = default_for(DEFAULT_CONFIGS, target)
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(N)))
+    cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, npow2(K)))
+    return cfg
+
+
+@kernel
+def _tanh_free_gelu(x):
+    # gelu(x) ~= 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); 0.5 (1 + tanh u) = sigmoid(2u)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return x * tl.sigmoid(2.0 * u)
+
+
+@kernel
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
+                  stride_az, stride_am, stride_ak,
+                  stride_bz, stride_bk, stride_bn,
+                  stride_cz, stride_cm, stride_cn, stride_bias,
+                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    a_base = a_ptr + pid_z.to(tl.int64) * stride_az
+    b_base = b_ptr + pid_z.to(tl.int64) * stride_bz
+    c_base = c_ptr + pid_z.to(tl.int64) * stride_cz
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + rk
+        k_ok = ks < K
+        a = tl.load(a_base + rm[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_base + ks[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + rn * stride_bias, mask=n_ok, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    if ACTIVATION == 1:
+        acc = tl.maximum(acc, 0.0)
+    if ACTIVATION == 2:
+        acc = _tanh_free_gelu(acc)
+    if ACTIVATION == 3:
+        acc = acc * tl.sigmoid(acc)
+    tl.store(c_base + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _batch_view(t: torch.Tensor):
+    """(batch, stride of batch, rows, cols, row stride, col stride) of a 2-D or 3-D operand."""
+    if t.dim() == 2:
+        return 1, 0, t.shape[0], t.shape[1], t.stride(0), t.stride(1)
+    return t.shape[0], t.stride(0) if t.shape[0] > 1 else 0, t.shape[1], t.shape[2], t.stride(1), t.stride(2)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
+           out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
+    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]."""
+    op = "matmul"
+    check_tensor(op, "a", a, dims=(2, 3))
+    check_tensor(op, "b", b, dims=(2, 3))
+    check_same_dtype(op, "a", a, b=b)
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{op}: unknown activation {activation!r}; choose one of "
+                         f"{', '.join(repr(k) for k in ACTIVATIONS)}")
+    za, sza, M, K, sam, sak = _batch_view(a)
+    zb, szb, Kb, N, sbk, sbn = _batch_view(b)
+    if K != Kb:
+        raise ValueError(f"{op}: inner dimensions differ: a is {tuple(a.shape)} (K={K}) and b is "
+                         f"{tuple(b.shape)} (K={Kb})")
+    if za != zb and 1 not in (za, zb):
+        raise ValueError(f"{op}: batch sizes differ: a has {za}, b has {zb}")
+    Z = max(za, zb)
+    batched = a.dim() == 3 or b.dim() == 3
+    out_shape = (Z, M, N) if batched else (M, N)
+    if bias is not None:
+        check_tensor(op, "bias", bias, dims=1)
+        check_same_dtype(op, "a", a, bias=bias)
+        if bias.shape[0] != N:
+            raise ValueError(f"{op}: bias has {bias.shape[0]} elements, expected N={N}")
+    if out is None:
+        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+    else:
+        check_tensor(op, "out", out)
+        check_same_dtype(op, "a", a, out=out)
+        if tuple(out.shape) != out_shape:
+            raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {out_shape}")
+    check_device(op, a=a, b=b, bias=bias, out=out)
+    if M == 0 or N == 0 or Z == 0:
+        return out
+    if K == 0:
+        out.copy_(_epilogue(torch.zeros(out_shape, dtype=torch.float64, device=a.device), bias, activation))
+        return out
+    _, szc, _, _, scm, scn = _batch_view(out)
+    cfg = dict(config) if config else config_for("matmul", None, N=N, K=K)
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
+        a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
+        bias.stride(0) if bias is not None else 0,
+        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], **cfg)
+    return out
+
+
+def _epilogue(c: torch.Tensor, bias, activation):
+    if bias is not None:
+        c = c + bias.to(c.dtype)
+    if activation == "relu":
+        c = torch.relu(c)
+    elif activation == "gelu":
+        c = torch.nn.functional.gelu(c, approximate="tanh")
+    elif activation == "silu":
+        c = torch.nn.functional.silu(c)
+    return c
+
+
+def matmul_ref(a, b, bias=None, activation=None, out_dtype=None):
+    """Reference in fp64, rounded once to the input dtype (or `out_dtype`; torch.float64 keeps it)."""
+    c = _epilogue(torch.matmul(a.double(), b.double()), bias, activation)
+    return c.to(out_dtype or a.dtype)
+
+
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS", "ACTIVATIONS",
+           "FLOAT_DTYPES"]

@@ -1,0 +1,217 @@
+"""Row norms: layer_norm, rms_norm and the fused add_rms_norm (residual add + rms_norm).
+
+The last dimension is normalised; leading dimensions are flattened into rows. One program per
+row; a row longer than BLOCK is walked in ascending BLOCK-wide chunks: the first pass accumulates
+into a BLOCK-wide fp32 tile (element j of the tile sums columns j, j+BLOCK, j+2*BLOCK, ... in
+ascending order) and one `tl.sum` folds the tile at the end. BLOCK is chosen from the row length
+alone, so a row's result never depends on how many rows are normalised with it.
+
+layer_norm uses two passes over the row (mean, then the sum of squared deviations), which avoids
+the cancellation of E[x^2] - E[x]^2. Inputs fp32/fp16/bf16; statistics and arithmetic in fp32;
+the output is rounded once to the input dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+from compiler import kernel, language as tl
+
+from ._common import check_device, check_same_dtype, check_tensor, default_for, npow2
+
+CONFIGS = [{"BLOCK": b} for b in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)]
+
+# the largest chunk per target; rows shorter than it use the next power of two of their length
+DEFAULT_CONFIGS = {
+    "cpu": {"BLOCK": 1024},
+    "kunlun": {"BLOCK": 512},
+    "gpu": {"BLOCK": 4096},
+}
+
+OPS = ("layer_norm", "rms_norm", "add_rms_norm")
+
+
+def config_for(op: str = "rms_norm", target=None, *, N: int, **_batch_like) -> dict:
+    """BLOCK for a norm over rows of length N on `target`; the number of rows is ignored."""
+    if op not in OPS:
+        raise ValueError(f"kernels.norm.config_for: unknown op {op!r}; this module serves {', '.join(OPS)}")
+    cfg = default_for(DEFAULT_CONFIGS, target)
+    cfg["BLOCK"] = min(cfg["BLOCK"], max(16, npow2(N)))
+    return cfg
+
+
+@kernel
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride_y, eps,
+                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    y_row = y_ptr + row * stride_y
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+    mean = tl.sum(acc, axis=0) / N
+    acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+        d = tl.where(cols < N, x - mean, 0.0)
+        acc2 += d * d
+    rstd = 1.0 / tl.sqrt(tl.sum(acc2, axis=0) / N + eps)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < N
+        x = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if HAS_W:
+            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@kernel
+def rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, res_ptr, N, stride_x, stride_xn, stride_r, stride_rn,
+                    stride_y, eps, HAS_R: tl.constexpr, HAS_W: tl.constexpr, BLOCK: tl.constexpr):
+    """y = s * rsqrt(mean(s^2) + eps) * w with s = x, or s = round(x + r) (stored to res) when r is given."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    y_row = y_ptr + row * stride_y
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < N
+        s = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        if HAS_R:
+            r = tl.load(r_ptr + row * stride_r + cols * stride_rn, mask=mask, other=0.0).to(tl.float32)
+            s = (s + r).to(x_ptr.dtype.element_ty)
+            tl.store(res_ptr + row * stride_y + cols, s, mask=mask)
+            s = s.to(tl.float32)
+        acc += s * s
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < N
+        s = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
+        if HAS_R:
+            # recomputed rather than re-read from res: no read-after-write through memory
+            r = tl.load(r_ptr + row * stride_r + cols * stride_rn, mask=mask, other=0.0).to(tl.float32)
+            s = (s + r).to(x_ptr.dtype.element_ty).to(tl.float32)
+        y = s * rstd
+        if HAS_W:
+            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _rows(op, name, x):
+    """x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place)."""
+    check_tensor(op, name, x)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: argument '{name}' must have at least 1 dimension, got a scalar")
+    N = x.shape[-1]
+    return x.reshape(-1, N), N
+
+
+def _check_vec(op, name, t, x, N):
+    if t is None:
+        return None
+    check_tensor(op, name, t, dims=1)
+    check_same_dtype(op, "x", x, **{name: t})
+    if t.shape[0] != N:
+        raise ValueError(f"{op}: {name} has {t.shape[0]} elements, expected {N} (the last dim of x)")
+    return t.contiguous()
+
+
+def _check_eps(op, eps):
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
+        raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
+    return float(eps)
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional)."""
+    op = "layer_norm"
+    x2, N = _rows(op, "x", x)
+    weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
+    eps = _check_eps(op, eps)
+    check_device(op, x=x, weight=weight, bias=bias)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x2.shape[0]
+    if rows == 0 or N == 0:
+        return y
+    y2 = y.view(-1, N)
+    cfg = dict(config) if config else config_for(op, None, N=N)
+    layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, x2.stride(0), x2.stride(1), y2.stride(0), eps,
+                               HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
+    return y
+
+
+def _rms(op, x, residual, weight, eps, config):
+    x2, N = _rows(op, "x", x)
+    r2 = None
+    if residual is not None:
+        check_tensor(op, "residual", residual)
+        check_same_dtype(op, "x", x, residual=residual)
+        if residual.shape != x.shape:
+            raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+        r2 = residual.reshape(-1, N)
+    weight = _check_vec(op, "weight", weight, x, N)
+    eps = _check_eps(op, eps)
+    check_device(op, x=x, residual=residual, weight=weight)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
+    rows = x2.shape[0]
+    if rows and N:
+        y2 = y.view(-1, N)
+        cfg = dict(config) if config else config_for(op, None, N=N)
+        rms_norm_kernel[(rows,)](
+            x2, r2, weight, y2, res.view(-1, N) if res is not None else None, N, x2.stride(0), x2.stride(1),
+            r2.stride(0) if r2 is not None else 0, r2.stride(1) if r2 is not None else 0, y2.stride(0), eps,
+            HAS_R=r2 is not None, HAS_W=weight is not None, **cfg)
+    return y, res
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
+             config: dict | None = None) -> torch.Tensor:
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional)."""
+    return _rms("rms_norm", x, None, weight, eps, config)[0]
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+                 *, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised."""
+    if residual is None:
+        raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
+    return _rms("add_rms_norm", x, residual, weight, eps, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# references (fp64 inside, one rounding to the input dtype)
+# ---------------------------------------------------------------------------------------------
+def layer_norm_ref(x, weight=None, bias=None, eps=1e-5, out_dtype=None):
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    var = ((xd - mean) ** 2).mean(-1, keepdim=True)
+    y = (xd - mean) / torch.sqrt(var + eps)
+    if weight is not None:
+        y = y * weight.double()
+    if bias is not None:
+        y = y + bias.double()
+    return y.to(out_dtype or x.dtype)
+
+
+def rms_norm_ref(x, weight=None, eps=1e-6, out_dtype=None):
+    xd = x.double()
+    y = xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.double()
+    return y.to(out_dtype or x.dtype)
+
+
+def add_rms_norm_ref(x, residual, weight=None, eps=1e-6, out_dtype=None):
+    s = (x.double() + residual.double()).to(x.dtype)
+    return rms_norm_ref(s, weight, eps, out_dtype), s
+
+
+__all__ = ["layer_norm", "rms_norm", "add_rms_norm", "layer_norm_ref", "rms_norm_ref", "add_rms_norm_ref",
+           "layer_norm_kernel", "rms_norm_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS"]
