@@ -140,14 +140,15 @@ def main(argv=None) -> None:
 
     w = max(len("example"), *(len(r[0]) for r in rows))
     kw = max(len("kernel(s)"), *(len(r[1]) for r in rows))
-    print(f"cold compile time per kernel ({source}), target {compiler.current_target().name if not args.target else args.target}, "
-          f"goal <= {GOAL_S:.0f} s")
+    tname = args.target or compiler.current_target().name
+    print(f"cold compile time per kernel ({source}), target {tname}, goal <= {GOAL_S:.0f} s")
     print(f"{'example':<{w}}  {'kernel(s)':<{kw}}  {'compile s':>9}  {'first call s':>12}  goal")
     for name, kn, cs, wall in rows:
         print(f"{name:<{w}}  {kn:<{kw}}  {cs:9.3f}  {wall:12.3f}  {'ok' if cs <= GOAL_S else 'OVER'}")
     cs_all = [r[2] for r in rows]
     print(f"median {sorted(cs_all)[len(cs_all) // 2]:.3f} s, max {max(cs_all):.3f} s; "
-          f"one-time process setup (first compile minus a warm one not subtracted): {setup:.3f} s")
+          f"(not counted above: the process's first compile, a throwaway kernel with the "
+          f"one-time setup, took {setup:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -112,3 +112,22 @@ def test_fingerprint_names_compiler_flags_and_isa():
     fp = toolchain.fingerprint()
     assert fp["cxx"] and "-fopenmp" in fp["flags"] and fp["isa"]
     assert os.path.isfile(os.path.join(toolchain.HEADER_DIR, "tilejit_cpu.h"))
+
+
+@kernel
+def _dot_tile(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    acc = tl.full((M, N), 0.5, tl.float32)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], tl.dot(a, b, acc))
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (4, 32, 3), (6, 40, 5), (9, 70, 17), (8, 64, 16)])
+def test_dot_register_blocks_and_edges_cover_every_element(M, N, K):
+    # integer-valued inputs: every sum is exact, so any missed or doubled element shows
+    a = torch.randint(-4, 5, (M, K)).float()
+    b = torch.randint(-4, 5, (K, N)).float()
+    c = torch.full((M, N), float("nan"))
+    _dot_tile[(1,)](a, b, c, M=M, N=N, K=K)
+    assert torch.equal(c, a @ b + 0.5)

@@ -385,15 +385,45 @@ class CLowering:
         C = self.declare_buffer(r)
         nest = self.open_nest(r.shape)
         self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
-        # m-k-n order: each C[m][n] still sums k in ascending order, and the n loop vectorises
-        self.emit(f"for ({self.index_type} m = 0; m < {M}; ++m) {{")
-        self.emit(f"    for ({self.index_type} k = 0; k < {K}; ++k) {{")
-        self.emit(f"        const {self.d.reg_type(a.dtype)} a_mk = {A}[m * {K} + k];")
-        self.emit(f"        {self.d.simd_pragma}")
-        self.emit(f"        for ({self.index_type} n = 0; n < {N}; ++n)")
-        self.emit(f"            {C}[m * {N} + n] = {self.d.dot_step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', r.dtype)};")
-        self.emit("    }")
-        self.emit("}")
+        self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
+
+    # register block of the dot: MR rows x NR columns of C stay in registers across the k loop
+    dot_mr, dot_nr = 4, 32
+
+    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. The bulk runs
+        as MR x NR register blocks; edges run the same per-element order with plain loops."""
+        it, rt, at = self.index_type, self.d.reg_type(in_dt), self.d.reg_type(acc_dt)
+        step = self.d.dot_step
+        MR, NR = self.dot_mr, self.dot_nr
+        Mb, Nb = (M // MR) * MR, (N // NR) * NR
+        if Mb and Nb:
+            self.emit(f"for ({it} m0 = 0; m0 < {Mb}; m0 += {MR})")
+            self.emit(f"    for ({it} n0 = 0; n0 < {Nb}; n0 += {NR}) {{")
+            self.emit(f"        {at} acc[{MR}][{NR}];")
+            self.emit(f"        for ({it} mi = 0; mi < {MR}; ++mi)")
+            self.emit(f"            for ({it} ni = 0; ni < {NR}; ++ni) acc[mi][ni] = {C}[(m0 + mi) * {N} + n0 + ni];")
+            self.emit(f"        for ({it} k = 0; k < {K}; ++k)")
+            self.emit(f"            for ({it} mi = 0; mi < {MR}; ++mi) {{")
+            self.emit(f"                {rt} const a_mk = {A}[(m0 + mi) * {K} + k];")
+            self.emit(f"                {self.d.simd_pragma}")
+            self.emit(f"                for ({it} ni = 0; ni < {NR}; ++ni)")
+            self.emit(f"                    acc[mi][ni] = {step('a_mk', f'{B}[k * {N} + n0 + ni]', 'acc[mi][ni]', acc_dt)};")
+            self.emit("            }")
+            self.emit(f"        for ({it} mi = 0; mi < {MR}; ++mi)")
+            self.emit(f"            for ({it} ni = 0; ni < {NR}; ++ni) {C}[(m0 + mi) * {N} + n0 + ni] = acc[mi][ni];")
+            self.emit("    }")
+        # edges: rows below Mb (all columns), and columns right of Nb (rows above Mb)
+        for m_lo, m_hi, n_lo, n_hi in ((Mb if Nb else 0, M, 0, N), (0, Mb if Nb else 0, Nb, N)):
+            if m_lo >= m_hi or n_lo >= n_hi:
+                continue
+            self.emit(f"for ({it} m = {m_lo}; m < {m_hi}; ++m)")
+            self.emit(f"    for ({it} k = 0; k < {K}; ++k) {{")
+            self.emit(f"        {rt} const a_mk = {A}[m * {K} + k];")
+            self.emit(f"        {self.d.simd_pragma}")
+            self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
+            self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
+            self.emit("    }")
 
     def op_for(self, op: Op) -> None:
         body = op.blocks[0]

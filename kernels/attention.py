@@ -1,0 +1,189 @@
+"""Flash-attention forward: out = softmax(q k^T * scale [+ causal mask]) v, optional logsumexp.
+
+q: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] with Hkv dividing Hq (grouped-query attention: query
+head h reads kv head h // (Hq // Hkv)). Any strides. fp32/fp16/bf16 inputs, fp32 arithmetic,
+the output rounded once to the input dtype; the logsumexp (natural log, of the scaled scores) is
+fp32 [B, Hq, Sq]. Head dims that are not a power of two are padded to one with masks.
+
+Causal mask: query i attends key j iff j <= i + (Sk - Sq) (bottom-right aligned: the last query
+sees every key, the KV-cache / flash-attn convention). For Sq == Sk this is exactly
+torch.nn.functional.scaled_dot_product_attention(is_causal=True). For Sq != Sk torch's is_causal
+is top-left aligned (j <= i) and differs; ours equals SDPA with
+attn_mask=torch.ones(Sq, Sk).tril(Sk - Sq).bool(). Queries that see no key at all (only when
+Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there).
+
+Numerics: one program owns BLOCK_M queries of one (batch, head) and walks the keys in ascending
+BLOCK_N blocks (no split-KV) with an online softmax: running max m, running sum l and an fp32
+accumulator rescaled by exp(m_old - m_new). Scores outside the mask are -inf (tl.where); a block
+in which a row has seen only -inf so far is rescaled against 0, not -inf, so no NaN appears.
+Blocks past the causal frontier of a program are skipped; that is exact (such a block multiplies
+by exp(0) = 1 and adds 0). Each query row is computed independently of the other rows in its
+block, and BLOCK_N depends only on the head dim and Sk, so a sequence's output does not depend
+on the batch it is in, and decode (Sq = 1) reproduces the last row of a causal prefill bitwise.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compiler import kernel, language as tl
+
+from ._common import cdiv, check_device, check_same_dtype, check_tensor, default_for, npow2
+
+CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)]
+
+# per target, keyed by padded head dim class: "small" (<= 64) and "large" (> 64)
+DEFAULT_CONFIGS = {
+    "cpu": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 32, "BLOCK_N": 32}},
+    "kunlun": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 16, "BLOCK_N": 32}},
+    "gpu": {"small": {"BLOCK_M": 128, "BLOCK_N": 64}, "large": {"BLOCK_M": 64, "BLOCK_N": 64}},
+}
+
+
+def config_for(op: str = "attention", target=None, *, head_dim: int, seq_k: int, seq_q: int | None = None,
+               **_batch_like) -> dict:
+    """Block sizes for attention with `head_dim` over `seq_k` keys on `target`.
+
+    BLOCK_N (the KV block, which fixes the softmax's summation order) depends only on head_dim and
+    seq_k. BLOCK_M only groups query rows into programs (every row is computed on its own), so it
+    may shrink for short query lengths (decode: Sq = 1) without changing any result bit.
+    Batch and head counts are accepted and ignored.
+    """
+    if op != "attention":
+        raise ValueError(f"kernels.attention.config_for: unknown op {op!r}; this module serves 'attention'")
+    table = default_for(DEFAULT_CONFIGS, target)
+    cfg = dict(table["small" if npow2(head_dim) <= 64 else "large"])
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(seq_k)))
+    if seq_q is not None:
+        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], npow2(max(1, seq_q)))
+    cfg["BLOCK_D"] = npow2(head_dim)
+    return cfg
+
+
+@kernel
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+                     Hq, GROUP, Sq, Sk, D, scale,
+                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
+                     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // Hq
+    h = pid_bh % Hq
+    hk = h // GROUP
+    q_base = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
+    k_base = k_ptr + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
+    v_base = v_ptr + b.to(tl.int64) * svb + hk.to(tl.int64) * svh
+    o_base = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    m_ok = offs_m < Sq
+    d_ok = offs_d < D
+    q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                mask=m_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    # query row i sits at absolute key position i + (Sk - Sq)
+    diag = Sk - Sq
+    hi = Sk
+    if CAUSAL:
+        hi = tl.minimum(Sk, (pid_m + 1) * BLOCK_M + diag)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        n_ok = offs_n < Sk
+        kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                     mask=d_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+        s = tl.dot(q, kt) * scale
+        valid = n_ok[None, :] & m_ok[:, None]
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
+        s = tl.where(valid, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        # a row that has seen no key yet keeps m = -inf; rescale it against 0 to avoid inf - inf
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        p = tl.exp(s - m_ref[:, None])
+        alpha = tl.exp(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                    mask=n_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+        acc = tl.dot(p, v, acc * alpha[:, None])
+        m_i = m_new
+    has_keys = l_i > 0.0
+    l_safe = tl.where(has_keys, l_i, 1.0)
+    out = tl.where(has_keys[:, None], acc / l_safe[:, None], 0.0)
+    tl.store(o_base + offs_m[:, None] * som + offs_d[None, :] * sod, out.to(o_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & d_ok[None, :])
+    if STORE_LSE:
+        lse = tl.where(has_keys, m_i + tl.log(l_safe), -float("inf"))
+        tl.store(lse_ptr + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=m_ok)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
+              return_lse: bool = False, *, config: dict | None = None):
+    """Scaled dot-product attention over [batch, heads, seq, head_dim] tensors.
+
+    Returns out (q's dtype, q's shape), or (out, lse) with lse fp32 [batch, q_heads, seq_q] when
+    return_lse. scale defaults to 1/sqrt(head_dim).
+    """
+    op = "attention"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(op, name, t, dims=4)
+    check_same_dtype(op, "q", q, k=k, v=v)
+    B, Hq, Sq, D = q.shape
+    Bk, Hkv, Sk, Dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{op}: k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if Bk != B:
+        raise ValueError(f"{op}: batch sizes differ: q has {B}, k/v have {Bk}")
+    if Dk != D:
+        raise ValueError(f"{op}: head dims differ: q has {D}, k/v have {Dk}")
+    if Hkv == 0 or Hq % Hkv:
+        raise ValueError(f"{op}: the number of kv heads ({Hkv}) must divide the number of q heads ({Hq})")
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: argument 'causal' must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D) if D else 1.0
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise ValueError(f"{op}: argument 'scale' must be a finite number, got {scale!r}")
+    check_device(op, q=q, k=k, v=v)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
+    if B * Hq * Sq and D:
+        cfg = dict(config) if config else config_for(op, None, head_dim=D, seq_k=Sk, seq_q=Sq)
+        cfg.setdefault("BLOCK_D", npow2(D))
+        if cfg["BLOCK_D"] < D:
+            raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
+        attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq)](
+            q, k, v, out, lse, Hq, Hq // Hkv, Sq, Sk, D, float(scale),
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            CAUSAL=causal, STORE_LSE=return_lse, **cfg)
+    elif return_lse:
+        lse.fill_(-math.inf)
+    if return_lse:
+        return out, lse
+    return out
+
+
+def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype=None):
+    """fp64 reference with the same (bottom-right) causal convention; rows with no key give 0 / -inf."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    kd = k.double().repeat_interleave(Hq // Hkv, dim=1)
+    vd = v.double().repeat_interleave(Hq // Hkv, dim=1)
+    s = torch.matmul(q.double(), kd.transpose(-1, -2)) * scale
+    if causal:
+        allowed = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril(Sk - Sq)
+        s = s.masked_fill(~allowed, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+    out = torch.matmul(p, vd).to(out_dtype or q.dtype)
+    return (out, lse.float()) if return_lse else out
+
+
+__all__ = ["attention", "attention_ref", "attention_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS"]
