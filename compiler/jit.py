@@ -65,6 +65,19 @@ def _picker(indices):
     return operator.itemgetter(*indices)
 
 
+def _constexpr_key(v):
+    # 1, 1.0 and True compare equal but compile differently: the type is part of the key
+    return (v.__class__, v)
+
+
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
 def _spec_of(a):
     """Specialisation key part of one runtime argument: cheap, no allocation for tensors."""
     if isinstance(a, torch.Tensor):
@@ -157,8 +170,11 @@ class KernelFunction:
             args = self.bind(args, kwargs)
         target = self.target or current_target()
         key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
-               *self._constexpr_args(args))
-        ck = self.compiled.get(key)
+               *map(_constexpr_key, self._constexpr_args(args)))
+        try:
+            ck = self.compiled.get(key)
+        except TypeError:
+            raise self._unhashable(args) from None
         if ck is None:
             ck = self._compile(key, args, target, key[1])
         if callable(grid):
@@ -171,8 +187,19 @@ class KernelFunction:
         args = self.bind(args, kwargs)
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
-        key = (target.name, policy, *map(_spec_of, self._runtime_args(args)), *self._constexpr_args(args))
-        return self.compiled.get(key) or self._compile(key, args, target, policy)
+        key = (target.name, policy, *map(_spec_of, self._runtime_args(args)),
+               *map(_constexpr_key, self._constexpr_args(args)))
+        try:
+            return self.compiled.get(key) or self._compile(key, args, target, policy)
+        except TypeError as e:
+            if "unhashable" in str(e):
+                raise self._unhashable(args) from None
+            raise
+
+    def _unhashable(self, args) -> KernelArgumentError:
+        bad = [self.arg_names[i] for i in self.constexpr_idx if not _hashable(args[i])]
+        return KernelArgumentError(f"kernel '{self.__name__}': constexpr argument(s) {', '.join(bad)} must be "
+                                   "hashable (use a tuple instead of a list)")
 
     def _argspecs(self, args, target) -> tuple[list[ArgSpec], list[int]]:
         specs, runtime = [], []

@@ -168,6 +168,12 @@ class CDialect:
             return self._round(e, dt) if dt in self.round_fn else e
         return f"tj_{kind}({acc}, {x})"
 
+    def simd_reduction_pragma(self, kind: str, dt: D.dtype, var: str = "acc") -> str | None:
+        """OpenMP SIMD reduction clause for a fast-policy reduction, or None for a sequential loop."""
+        if dt.is_bool() or dt in self.round_fn:
+            return None
+        return f"#pragma omp simd reduction({'+' if kind == 'sum' else kind}:{var})"
+
     def dot_step(self, a: str, b: str, c: str, acc_dt: D.dtype) -> str:
         if acc_dt.is_floating():
             return f"fmaf({a}, {b}, {c})"

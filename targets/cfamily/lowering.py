@@ -307,11 +307,32 @@ class CLowering:
         if r.type.is_scalar:
             name = self.name(r)
             self.emit(f"{ctype} {name} = {init};")
+            pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
+            if pragma:
+                self.emit(pragma)
             nest = self.open_nest(x.shape, simd=False)
             e = self.ev(x, nest.idx, nest)
             self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
             return
         name = self.declare_buffer(r)
+        if axis == len(x.shape) - 1 and self.d.simd_reduction_pragma(kind, acc_t):
+            # innermost axis: one accumulator per output element, vectorised as a SIMD reduction
+            # (a fixed lane order for a given binary: deterministic and batch-invariant)
+            nest = self.open_nest(x.shape[:-1], simd=False)
+            self.emit(f"{ctype} acc = {init};")
+            self.emit(self.d.simd_reduction_pragma(kind, acc_t))
+            j = f"i{len(x.shape) - 1}"
+            self.emit(f"for ({self.index_type} {j} = 0; {j} < {x.shape[-1]}; ++{j}) {{")
+            self.indent += 1
+            inner = Nest(nest.idx + (j,))
+            e = self.ev(x, inner.idx, inner)
+            for st in inner.stmts:
+                self.emit(st)
+            self.emit(f"acc = {self.d.combine(kind, 'acc', e, acc_t)};")
+            self.indent -= 1
+            self.emit("}")
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, r.shape)}] = acc;"])
+            return
         self.emit(f"for ({self.index_type} j = 0; j < {r.type.numel}; ++j) {name}[j] = {init};")
         # inner loop vectorises whenever the reduced axis is not the innermost one
         nest = self.open_nest(x.shape, simd=axis != len(x.shape) - 1)

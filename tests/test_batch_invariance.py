@@ -1,0 +1,133 @@
+"""Batch invariance of the library kernels (DESIGN.md, numerics contract rule 3), bitwise:
+
+row i of an output is the same whether it was computed alone or inside batches of 2, 3, 16, 100
+and 256 rows or inside a permuted batch (matmul: rows of A; norms: rows; attention: one sequence
+alone vs inside a batch of other sequences, and decode vs the last row of a causal prefill), and
+20 repeated calls give identical bits. Run under both numerics policies.
+"""
+import pytest
+import torch
+
+from compiler import numerics
+from kernels import add_rms_norm, attention, layer_norm, matmul, rms_norm
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+BATCHES = (2, 3, 16, 100, 256)
+POLICIES = ("fast", "strict")
+
+
+@pytest.fixture(params=POLICIES)
+def policy(request):
+    with numerics(request.param):
+        yield request.param
+
+
+def randn(*shape, dtype=F32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _perm(n, seed=99):
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_rows_invariant(fn, X, n_rows=256):
+    """fn maps a batch (leading dim = rows) to an output with the same leading dim."""
+    alone = torch.cat([fn(X[i:i + 1]) for i in range(n_rows)])
+    for m in BATCHES:
+        out = fn(X[:m])
+        assert torch.equal(out, alone[:m]), f"rows differ inside a batch of {m}"
+    p = _perm(n_rows)
+    out = fn(X[p])
+    assert torch.equal(out, alone[p]), "rows differ inside a permuted batch"
+    # 20 repeated calls on the full batch: identical bits
+    first = fn(X)
+    for _ in range(20):
+        assert torch.equal(fn(X), first)
+
+
+# =============================================================================================
+# matmul: rows of A (M = 1 and M > 1 are separate specialisations; the config ignores M)
+# =============================================================================================
+@pytest.mark.parametrize("dtype,bias,activation", [(F32, False, None), (BF16, True, "gelu")], ids=str)
+def test_matmul_rows_of_a(policy, dtype, bias, activation):
+    K, N = 129, 100
+    A = randn(256, K, dtype=dtype, seed=1)
+    B = randn(K, N, dtype=dtype, seed=2)
+    b = randn(N, dtype=dtype, seed=3) if bias else None
+    assert_rows_invariant(lambda a: matmul(a, B, bias=b, activation=activation), A)
+
+
+def test_matmul_batched_3d_slices(policy):
+    # batch element z of a 3-D matmul equals the 2-D matmul of that slice
+    A, B = randn(4, 33, 129, seed=4), randn(4, 129, 20, seed=5)
+    out = matmul(A, B)
+    for z in range(4):
+        assert torch.equal(out[z], matmul(A[z], B[z]))
+
+
+# =============================================================================================
+# norms: rows (the row count is never a kernel argument; BLOCK depends on the row length only)
+# =============================================================================================
+@pytest.mark.parametrize("op,N,dtype", [("layer_norm", 3000, BF16), ("rms_norm", 3000, BF16),
+                                        ("add_rms_norm", 3000, BF16), ("rms_norm", 1000, F32)], ids=str)
+def test_norm_rows(policy, op, N, dtype):
+    X = randn(256, N, dtype=dtype, seed=10)
+    R = randn(256, N, dtype=dtype, seed=11)
+    w, b = randn(N, dtype=dtype, seed=12), randn(N, dtype=dtype, seed=13)
+    if op == "layer_norm":
+        fn = lambda x: layer_norm(x, w, b, 1e-5)  # noqa: E731
+        assert_rows_invariant(fn, X)
+    elif op == "rms_norm":
+        assert_rows_invariant(lambda x: rms_norm(x, w, 1e-6), X)
+    else:
+        # carry the residual alongside x: both outputs must be row-invariant
+        XR = torch.stack([X, R], dim=1)   # [rows, 2, N]
+
+        def fn(xr):
+            normed, res = add_rms_norm(xr[:, 0], xr[:, 1], w, 1e-6)
+            return torch.stack([normed, res], dim=1)
+        assert_rows_invariant(fn, XR)
+
+
+# =============================================================================================
+# attention: one sequence alone vs inside a batch of others; decode vs prefill
+# =============================================================================================
+@pytest.mark.parametrize("Hq,Hkv,Sq,Sk,D,dtype,causal", [
+    (4, 2, 40, 40, 64, F16, True),      # causal GQA prefill
+    (2, 2, 1, 300, 80, BF16, False),    # decode: one query over a long KV, padded head dim
+], ids=str)
+def test_attention_sequences(policy, Hq, Hkv, Sq, Sk, D, dtype, causal):
+    n = 256 if Sq == 1 else 100
+    Q = randn(n, Hq, Sq, D, dtype=dtype, seed=20)
+    K = randn(n, Hkv, Sk, D, dtype=dtype, seed=21)
+    V = randn(n, Hkv, Sk, D, dtype=dtype, seed=22)
+
+    def run(idx):
+        out, lse = attention(Q[idx], K[idx], V[idx], causal=causal, return_lse=True)
+        return out, lse
+
+    alone = [run(slice(i, i + 1)) for i in range(n)]
+    alone_out = torch.cat([a[0] for a in alone])
+    alone_lse = torch.cat([a[1] for a in alone])
+    for m in BATCHES:
+        if m > n:
+            continue
+        out, lse = run(slice(0, m))
+        assert torch.equal(out, alone_out[:m]) and torch.equal(lse, alone_lse[:m]), f"batch of {m}"
+    p = _perm(n)
+    out, lse = run(p)
+    assert torch.equal(out, alone_out[p]) and torch.equal(lse, alone_lse[p]), "permuted batch"
+    first = run(slice(None))
+    for _ in range(20):
+        again = run(slice(None))
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+
+
+def test_attention_decode_matches_prefill_last_row(policy):
+    # a causal prefill over S tokens, then decoding the last token alone against the same KV
+    S, D = 300, 64
+    q = randn(2, 4, S, D, dtype=F16, seed=30)
+    k, v = randn(2, 2, S, D, dtype=F16, seed=31), randn(2, 2, S, D, dtype=F16, seed=32)
+    pre, pre_lse = attention(q, k, v, causal=True, return_lse=True)
+    dec, dec_lse = attention(q[:, :, -1:], k, v, causal=True, return_lse=True)
+    assert torch.equal(dec, pre[:, :, -1:]) and torch.equal(dec_lse, pre_lse[:, :, -1:])

@@ -1,0 +1,287 @@
+"""Correctness of the library kernels (kernels/) against fp64 torch references and torch SDPA.
+
+Shapes are small and configs are shared between tests so that the whole file compiles only a few
+dozen specialisations (each costs ~0.5 s of g++ on a cold cache).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import (add_rms_norm, add_rms_norm_ref, attention, attention_ref, config_for, layer_norm,
+                     layer_norm_ref, matmul, matmul_ref, rms_norm, rms_norm_ref)
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, dtype=F32, seed=0, scale=1.0):
+    return (torch.randn(*shape, generator=gen(seed)) * scale).to(dtype)
+
+
+def assert_near(out, ref64, k=1):
+    """out vs an fp64 reference: 2 ulps of out's dtype (relative; 64 for fp32), plus an absolute
+    floor for fp32 accumulation over a reduction of length k (~sqrt(k) eps32 times the magnitude)."""
+    assert out.dtype in (F32, F16, BF16)
+    assert out.shape == ref64.shape
+    assert not torch.isnan(out).any()
+    eps = torch.finfo(out.dtype).eps
+    rtol = {F32: 64 * eps, F16: 2 * eps, BF16: 2 * eps}[out.dtype]
+    scale = ref64.abs().max().item() if ref64.numel() else 0.0
+    atol = 8 * torch.finfo(F32).eps * math.sqrt(k) * scale + 1e-30
+    torch.testing.assert_close(out.double(), ref64.double(), rtol=rtol, atol=atol)
+
+
+# =============================================================================================
+# matmul
+# =============================================================================================
+# (M, N, K, dtype): every size in {1, 7, 64, 129, 1000} appears as M, as N and as K
+MATMUL_CASES = [
+    (1, 7, 64, F32), (7, 1, 129, F16), (64, 129, 7, BF16), (129, 64, 1000, F32),
+    (1000, 7, 1, F32), (7, 1000, 129, BF16), (129, 1000, 64, F16), (1000, 64, 7, F16),
+    (64, 64, 1000, BF16), (1000, 129, 1, BF16), (1, 1, 1, F32), (64, 1000, 129, F32),
+]
+
+
+@pytest.mark.parametrize("M,N,K,dtype", MATMUL_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_matmul_shapes_dtypes(M, N, K, dtype):
+    a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
+    out = matmul(a, b)
+    assert out.dtype == dtype and out.shape == (M, N)
+    assert_near(out, matmul_ref(a, b, out_dtype=torch.float64), K)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_matmul_transposed_and_strided_operands(dtype):
+    a = randn(48, 70, dtype=dtype, seed=3).t()[:, ::2]    # [70, 24], strides (1, 140)
+    b = randn(40, 72, dtype=dtype, seed=4)[:, ::3].t()    # [24, 40], strides (3, 72)
+    assert not a.is_contiguous() and not b.is_contiguous()
+    out = matmul(a, b)
+    assert_near(out, matmul_ref(a, b, out_dtype=torch.float64), a.shape[1])
+    # the same through an explicit, non-contiguous out tensor
+    holder = torch.zeros(out.shape[1], out.shape[0], dtype=dtype)
+    res = matmul(a, b, out=holder.t())
+    assert res.data_ptr() == holder.data_ptr()
+    assert torch.equal(holder.t(), out)
+
+
+def test_matmul_batched_3d():
+    a = randn(3, 129, 64, seed=5)
+    b = randn(3, 64, 7, seed=6)
+    out = matmul(a, b)
+    assert out.shape == (3, 129, 7)
+    assert_near(out, matmul_ref(a, b, out_dtype=torch.float64), 64)
+    # batch-strided views (batch not outermost in memory) and a 2-D b shared by every batch
+    a2 = randn(129, 3, 64, seed=7).transpose(0, 1)
+    b2 = randn(64, 7, seed=8)
+    assert_near(matmul(a2, b2), matmul_ref(a2, b2, out_dtype=torch.float64), 64)
+    # a 2-D a shared by every batch of b
+    b3 = randn(3, 64, 7, seed=9)
+    a3 = randn(129, 64, seed=10)
+    assert_near(matmul(a3, b3), matmul_ref(a3, b3, out_dtype=torch.float64), 64)
+
+
+@pytest.mark.parametrize("activation,dtype", [(None, F32), ("relu", F32), ("gelu", F32), ("silu", F32),
+                                              ("gelu", BF16), ("silu", F16)], ids=str)
+def test_matmul_bias_activation(activation, dtype):
+    a, b = randn(64, 129, dtype=dtype, seed=11), randn(129, 7, dtype=dtype, seed=12)
+    bias = randn(7, dtype=dtype, seed=13)
+    out = matmul(a, b, bias=bias, activation=activation)
+    assert_near(out, matmul_ref(a, b, bias, activation, out_dtype=torch.float64), 129)
+    # gelu is the tanh approximation: compare with torch's own too
+    if activation == "gelu" and dtype == F32:
+        ref = F.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_errors():
+    a, b = randn(4, 5), randn(5, 6)
+    with pytest.raises(ValueError, match=r"matmul.*inner dimensions"):
+        matmul(a, randn(4, 6))
+    with pytest.raises(TypeError, match=r"matmul.*'b'.*float16.*'a'"):
+        matmul(a, b.half())
+    with pytest.raises(TypeError, match=r"matmul.*'a'.*float64"):
+        matmul(a.double(), b.double())
+    with pytest.raises(TypeError, match=r"matmul.*'a'.*torch.Tensor"):
+        matmul([[1.0]], b)
+    with pytest.raises(ValueError, match=r"matmul.*'a'.*2-D or 3-D"):
+        matmul(randn(5), b)
+    with pytest.raises(ValueError, match=r"matmul.*bias.*N=6"):
+        matmul(a, b, bias=randn(5))
+    with pytest.raises(ValueError, match=r"matmul.*activation.*'tanh'"):
+        matmul(a, b, activation="tanh")
+    with pytest.raises(ValueError, match=r"matmul.*out.*shape"):
+        matmul(a, b, out=torch.empty(6, 4))
+    with pytest.raises(ValueError, match=r"matmul.*batch sizes"):
+        matmul(randn(2, 4, 5), randn(3, 5, 6))
+    with pytest.raises(ValueError, match=r"matmul.*'a'.*meta"):
+        matmul(torch.empty(4, 5, device="meta"), torch.empty(5, 6, device="meta"))
+
+
+# =============================================================================================
+# norms
+# =============================================================================================
+# (shape, dtype, config): rows of length 1 and 7, a row walked in 16-wide chunks (100 > 16) and a
+# row longer than the default cpu BLOCK (3000 > 1024)
+NORM_CASES = [
+    ((5, 1), F32, None), ((2, 3, 7), F16, None), ((4, 100), F32, {"BLOCK": 16}),
+    ((3, 3000), BF16, None), ((2, 3000), F32, None),
+]
+
+
+def _norm_inputs(shape, dtype):
+    N = shape[-1]
+    x = randn(*shape, dtype=dtype, seed=20, scale=2.0) + torch.tensor(0.5, dtype=dtype)
+    return x, randn(N, dtype=dtype, seed=21), randn(N, dtype=dtype, seed=22), randn(*shape, dtype=dtype, seed=23)
+
+
+@pytest.mark.parametrize("shape,dtype,config", NORM_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_layer_norm(shape, dtype, config):
+    x, w, b, _ = _norm_inputs(shape, dtype)
+    out = layer_norm(x, w, b, 1e-5, config=config)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert_near(out, layer_norm_ref(x, w, b, 1e-5, out_dtype=torch.float64), shape[-1])
+    if dtype == F32:  # torch's own layer_norm agrees too
+        ref = F.layer_norm(x, (shape[-1],), w, b, 1e-5)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,dtype,config", NORM_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_rms_norm(shape, dtype, config):
+    x, w, _, _ = _norm_inputs(shape, dtype)
+    out = rms_norm(x, w, 1e-6, config=config)
+    assert_near(out, rms_norm_ref(x, w, 1e-6, out_dtype=torch.float64), shape[-1])
+
+
+@pytest.mark.parametrize("shape,dtype,config", NORM_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_add_rms_norm(shape, dtype, config):
+    x, w, _, r = _norm_inputs(shape, dtype)
+    normed, new_res = add_rms_norm(x, r, w, 1e-6, config=config)
+    # the new residual is x + residual rounded once to the input dtype: exactly torch's add
+    assert torch.equal(new_res, x + r)
+    ref, ref_res = add_rms_norm_ref(x, r, w, 1e-6, out_dtype=torch.float64)
+    assert torch.equal(ref_res, new_res)
+    assert_near(normed, ref, shape[-1])
+
+
+def test_norms_without_affine_and_non_contiguous_rows():
+    x = randn(7, 40, seed=24).t()            # [40, 7], rows strided
+    assert_near(layer_norm(x), layer_norm_ref(x, out_dtype=torch.float64), 7)
+    assert_near(rms_norm(x), rms_norm_ref(x, out_dtype=torch.float64), 7)
+
+
+def test_norm_errors():
+    x, w = randn(4, 8), randn(8)
+    with pytest.raises(ValueError, match=r"rms_norm.*weight.*8"):
+        rms_norm(x, randn(7))
+    with pytest.raises(TypeError, match=r"layer_norm.*'bias'.*float16"):
+        layer_norm(x, w, randn(8).half())
+    with pytest.raises(TypeError, match=r"rms_norm.*'x'.*int64"):
+        rms_norm(torch.ones(4, 8, dtype=torch.int64), w)
+    with pytest.raises(ValueError, match=r"add_rms_norm.*residual.*shape"):
+        add_rms_norm(x, randn(4, 7), w)
+    with pytest.raises(ValueError, match=r"layer_norm.*eps"):
+        layer_norm(x, w, None, -1.0)
+    with pytest.raises(ValueError, match=r"rms_norm.*'x'.*meta"):
+        rms_norm(torch.empty(4, 8, device="meta"), torch.empty(8, device="meta"))
+
+
+# =============================================================================================
+# attention
+# =============================================================================================
+def _qkv(B, Hq, Hkv, Sq, Sk, D, dtype, seed=30):
+    return (randn(B, Hq, Sq, D, dtype=dtype, seed=seed), randn(B, Hkv, Sk, D, dtype=dtype, seed=seed + 1),
+            randn(B, Hkv, Sk, D, dtype=dtype, seed=seed + 2))
+
+
+def _sdpa(q, k, v, causal, scale=None):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=scale)
+
+
+# (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
+ATTN_CASES = [
+    (2, 2, 2, 50, 50, 64, F32, False),
+    (2, 2, 2, 50, 50, 64, F32, True),
+    (1, 8, 2, 40, 40, 64, F16, True),          # grouped-query: 8 q heads over 2 kv heads
+    (1, 2, 2, 33, 33, 128, BF16, False),
+    (1, 2, 1, 37, 37, 80, F32, True),           # head_dim 80, padded to 128 with masks
+    (2, 4, 2, 1, 1000, 64, F16, False),         # decode: one query, long KV
+]
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk,D,dtype,causal", ATTN_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_attention_vs_sdpa(B, Hq, Hkv, Sq, Sk, D, dtype, causal):
+    q, k, v = _qkv(B, Hq, Hkv, Sq, Sk, D, dtype)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert lse.shape == (B, Hq, Sq) and lse.dtype == F32
+    assert_near(out, _sdpa(q, k, v, causal), Sk)
+    # lse against torch.logsumexp of the (masked) scaled scores
+    group = Hq // Hkv
+    s = q.double() @ k.double().repeat_interleave(group, 1).transpose(-1, -2) / math.sqrt(D)
+    if causal:
+        s = s.masked_fill(~torch.ones(Sq, Sk, dtype=torch.bool).tril(Sk - Sq), -math.inf)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_custom_scale_and_strided_inputs():
+    # [B, S, H, D] storage viewed as [B, H, S, D]: non-contiguous q/k/v
+    q = randn(2, 50, 2, 64, seed=40).transpose(1, 2)
+    k = randn(2, 50, 2, 64, seed=41).transpose(1, 2)
+    v = randn(2, 50, 2, 64, seed=42).transpose(1, 2)
+    out = attention(q, k, v, causal=True, scale=0.3)
+    assert_near(out, _sdpa(q, k, v, True, scale=0.3), 50)
+
+
+def test_attention_causal_rectangular_is_bottom_right_aligned():
+    # seq_q < seq_k: query i sees keys j <= i + (seq_k - seq_q) (KV-cache convention)
+    q, k, v = _qkv(1, 2, 2, 20, 50, 64, F32, seed=43)
+    out = attention(q, k, v, causal=True)
+    mask = torch.ones(20, 50, dtype=torch.bool).tril(30)
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    assert_near(out, ref, 50)
+    # seq_q > seq_k: the first seq_q - seq_k queries see no key: output 0 and lse -inf, no NaN
+    q, k, v = _qkv(1, 2, 2, 50, 20, 64, F32, seed=44)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert torch.equal(out[:, :, :30], torch.zeros_like(out[:, :, :30]))
+    assert torch.isneginf(lse[:, :, :30]).all() and torch.isfinite(lse[:, :, 30:]).all()
+    ref, ref_lse = attention_ref(q, k, v, causal=True, return_lse=True, out_dtype=torch.float64)
+    assert_near(out, ref, 20)
+
+
+def test_attention_errors():
+    q, k, v = _qkv(1, 4, 2, 8, 8, 16, F32)
+    with pytest.raises(ValueError, match=r"attention.*kv heads \(3\).*q heads \(4\)"):
+        attention(q, randn(1, 3, 8, 16), randn(1, 3, 8, 16))
+    with pytest.raises(ValueError, match=r"attention.*k and v.*same shape"):
+        attention(q, k, randn(1, 2, 9, 16))
+    with pytest.raises(ValueError, match=r"attention.*head dims"):
+        attention(q, randn(1, 2, 8, 32), randn(1, 2, 8, 32))
+    with pytest.raises(ValueError, match=r"attention.*'q'.*4-D"):
+        attention(q[0], k, v)
+    with pytest.raises(TypeError, match=r"attention.*'k'.*bfloat16"):
+        attention(q, k.bfloat16(), v)
+    with pytest.raises(ValueError, match=r"attention.*'q'.*meta"):
+        attention(*(torch.empty(1, 2, 4, 16, device="meta") for _ in range(3)))
+
+
+# =============================================================================================
+# configs
+# =============================================================================================
+def test_config_for_ignores_batch_like_dims():
+    assert config_for("matmul", "cpu", M=1, N=1000, K=129) == config_for("matmul", "cpu", M=4096, N=1000, K=129)
+    assert config_for("rms_norm", "cpu", N=3000, rows=1) == config_for("rms_norm", "cpu", N=3000, rows=999)
+    a = config_for("attention", "cpu", head_dim=80, seq_k=1000, seq_q=1, batch=1)
+    b = config_for("attention", "cpu", head_dim=80, seq_k=1000, seq_q=1000, batch=64)
+    assert a["BLOCK_N"] == b["BLOCK_N"] and a["BLOCK_D"] == b["BLOCK_D"] == 128
+    assert config_for("matmul", "cpu", N=4096, K=4096) == {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}
+    assert config_for("matmul", "kunlun:xpu2", N=4096, K=4096)["BLOCK_K"] == 64
+    with pytest.raises(ValueError, match="unknown op"):
+        config_for("conv", "cpu")
