@@ -249,7 +249,7 @@ class KernelFunction:
         verify(fn_ir)
         ir_before = print_function(fn_ir)
         optimize(fn_ir)
-        lower_numerics(fn_ir, policy)
+        lower_numerics(fn_ir, policy, target)
         verify(fn_ir)
         return ir_before, fn_ir, target.render(fn_ir)
 

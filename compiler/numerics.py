@@ -44,9 +44,12 @@ def numerics(policy: str):
         _override.reset(token)
 
 
-def lower_numerics(fn: Function, policy: str) -> None:
-    """Rewrites ops whose numerics the policy defines. `fast` keeps the IR as it is."""
+def lower_numerics(fn: Function, policy: str, target=None) -> None:
+    """Rewrites ops whose numerics the policy defines. `fast` keeps the IR as it is, except on
+    targets that ask for the software math sequences (`fast_software_math = True`)."""
+    from .strict import lower_software_math, lower_strict  # noqa: PLC0415
     validate_policy(policy)
     if policy == "strict":
-        from .strict import lower_strict  # noqa: PLC0415
         lower_strict(fn)
+    elif getattr(target, "fast_software_math", False):
+        lower_software_math(fn)

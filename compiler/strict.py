@@ -126,20 +126,26 @@ _REWRITES = ("exp", "exp2", "log", "log2", "rsqrt", "sigmoid")
 
 
 def lower_strict(fn: Function) -> None:
-    _lower_block(fn, fn.body)
+    _lower_block(fn, fn.body, math_only=False)
 
 
-def _lower_block(fn: Function, block: Block) -> None:
+def lower_software_math(fn: Function) -> None:
+    """Only the math sequences, for targets whose fast policy prefers them to their C library
+    (on cpu they vectorise; the C library's expf does not)."""
+    _lower_block(fn, fn.body, math_only=True)
+
+
+def _lower_block(fn: Function, block: Block, math_only: bool) -> None:
     out: list[Op] = []
     for op in block.ops:
         for sub in op.blocks:
-            _lower_block(fn, sub)
-        if op.name in ("sin", "cos"):
+            _lower_block(fn, sub, math_only)
+        if op.name in ("sin", "cos") and not math_only:
             loc = op.loc
             raise CompilationError(f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the fast "
                                    "numerics policy for this kernel", kernel=fn.name,
                                    filename=loc.filename if loc else None, lineno=loc.lineno if loc else None)
-        if op.name == "reduce":
+        if op.name == "reduce" and not math_only:
             op.attrs["order"] = "pairwise"
         if op.name not in _REWRITES:
             out.append(op)

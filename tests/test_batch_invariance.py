@@ -131,3 +131,9 @@ def test_attention_decode_matches_prefill_last_row(policy):
     pre, pre_lse = attention(q, k, v, causal=True, return_lse=True)
     dec, dec_lse = attention(q[:, :, -1:], k, v, causal=True, return_lse=True)
     assert torch.equal(dec, pre[:, :, -1:]) and torch.equal(dec_lse, pre_lse[:, :, -1:])
+
+
+def test_policy_reaches_the_compiled_kernels(policy):
+    from kernels.matmul import matmul_kernel
+    matmul(randn(3, 5), randn(5, 4))
+    assert any(key[1] == policy for key in matmul_kernel.compiled)

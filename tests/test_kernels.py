@@ -254,6 +254,7 @@ def test_attention_causal_rectangular_is_bottom_right_aligned():
     assert torch.isneginf(lse[:, :, :30]).all() and torch.isfinite(lse[:, :, 30:]).all()
     ref, ref_lse = attention_ref(q, k, v, causal=True, return_lse=True, out_dtype=torch.float64)
     assert_near(out, ref, 20)
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_errors():

@@ -61,6 +61,9 @@ class CLowering:
         self.def_block: dict[int, int] = {}
         self.use_blocks: dict[int, set[int]] = {}
         self._analyse(fn.body)
+        self.materialized: set[int] = set()
+        self.roots: dict[int, set[int]] = {}
+        self._decide(fn.body)
         for p in fn.params:
             self.names[id(p.value)] = dialect.safe_name(p.name)
 
@@ -77,7 +80,32 @@ class CLowering:
                     self.def_block[id(a)] = id(b)
                 self._analyse(b)
 
-    def _materialize(self, v: Value) -> bool:
+    def _decide(self, block: Block) -> None:
+        """Which tile values become buffers. Walks each block backwards so a value's consumers are
+        decided first: an elementwise value whose uses all end up in one consumer's loop nest is
+        computed once per element there (the nest memoises it) and needs no buffer."""
+        for op in reversed(block.ops):
+            for b in op.blocks:
+                self._decide(b)
+            for v in op.results:
+                if self._must_materialize(v):
+                    self.materialized.add(id(v))
+                    self.roots[id(v)] = {id(v.owner)}
+                else:
+                    self.roots[id(v)] = self._roots_of_uses(v)
+
+    def _roots_of_uses(self, v: Value) -> set[int]:
+        """The ops whose loop nests evaluate `v` (through inlined elementwise/view consumers)."""
+        out: set[int] = set()
+        for u in self.uses.get(id(v), []):
+            if u.results and id(u.results[0]) in self.roots and id(u.results[0]) not in self.materialized \
+                    and OPS[u.name].kind in ("elementwise", "view") and not u.results[0].type.is_scalar:
+                out |= self.roots[id(u.results[0])]
+            else:
+                out.add(id(u))
+        return out
+
+    def _must_materialize(self, v: Value) -> bool:
         op = v.owner
         if op is None or v.type.is_scalar:
             return True
@@ -86,9 +114,14 @@ class CLowering:
         if _is_cheap(op):
             return False
         uses = self.uses.get(id(v), [])
-        if len(uses) > 1 or any(u.name in ("broadcast", "dot") for u in uses):
+        if any(u.name in ("broadcast", "dot") for u in uses):
             return True
-        return bool(self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))})
+        if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
+            return True   # used inside a loop it is defined outside of: compute once, not per iteration
+        return len(self._roots_of_uses(v)) > 1
+
+    def _materialize(self, v: Value) -> bool:
+        return id(v) in self.materialized
 
     # -- naming and output ----------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:

@@ -12,9 +12,10 @@ import subprocess
 from compiler.errors import TargetError
 
 HEADER_DIR = os.path.dirname(__file__)
-# -fwrapv: Triton's integers wrap; -fno-math-errno lets sqrt vectorise; contraction stays off so
+# -fwrapv: Triton's integers wrap; -fno-math-errno and -fno-trapping-math (no FP traps are ever enabled)
+# let sqrt and floor vectorise without changing any result; contraction stays off so
 # a*b+c rounds twice, as written (explicit fma where the kernel or the dot asks for one).
-BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno",
+BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
               "-ffp-contract=off", "-fno-strict-aliasing"]
 
 
