@@ -444,6 +444,8 @@ class FunctionVisitor(ast.NodeVisitor):
         a, b = self.visit(node.left), self.visit(node.comparators[0])
         if name in ("is", "is not"):
             if isinstance(a, Tile) or isinstance(b, Tile):
+                if a is None or b is None:   # a run-time value is never None (None args are constexprs)
+                    return name == "is not"
                 raise self.error(node, "'is' applies to constexprs only")
             return (a is b) if name == "is" else (a is not b)
         return self._binary(name, a, b)

@@ -489,3 +489,20 @@ def test_constexprs_that_compare_equal_but_differ_in_type_compile_separately():
     assert o[2].item() == 2.0 ** 31
     with pytest.raises(KernelArgumentError, match="hashable"):
         scale[(1,)](o, [1])
+
+
+def test_optional_pointer_idiom_is_not_none():
+    """Triton's idiom: a pointer argument may be None (a constexpr) and is tested with `is not None`."""
+    @kernel
+    def scale(x_ptr, w_ptr, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs)
+        if w_ptr is not None:
+            x = x * tl.load(w_ptr + offs)
+        tl.store(x_ptr + offs, x)
+
+    x = torch.full((16,), 2.0)
+    scale[(1,)](x, torch.full((16,), 3.0), BLOCK=16)
+    assert torch.equal(x, torch.full((16,), 6.0))
+    scale[(1,)](x, None, BLOCK=16)
+    assert torch.equal(x, torch.full((16,), 6.0))

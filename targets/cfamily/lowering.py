@@ -436,41 +436,49 @@ class CLowering:
         M, K = a.shape
         N = b.shape[1]
         A, B = self._as_buffer(a), self._as_buffer(b)
-        C = self.declare_buffer(r)
-        nest = self.open_nest(r.shape)
-        self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
+        if self._accumulates_in_place(op):
+            # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself
+            C = self.name(acc)
+            self.names[id(r)] = C
+            self.buffers.add(id(r))
+        else:
+            C = self.declare_buffer(r)
+            nest = self.open_nest(r.shape)
+            self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
         self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
 
-    # register block of the dot: MR rows x NR columns of C stay in registers across the k loop
-    dot_mr, dot_nr = 4, 32
+    def _accumulates_in_place(self, op: Op) -> bool:
+        """True when the dot's accumulator is a carried value of the innermost loop, read only by
+        this dot, and the dot's result is yielded back into the same carried slot."""
+        acc, r = op.operands[2], op.results[0]
+        if not self.loop_stack or len(self.uses.get(id(acc), [])) != 1:
+            return False
+        args = self.loop_stack[-1]
+        if acc not in args:
+            return False
+        slot = args.index(acc)
+        yields = [u for u in self.uses.get(id(r), []) if u.name == "yield"]
+        return len(yields) == 1 and yields[0].operands.index(r) == slot and yields[0].operands.count(r) == 1
 
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
-        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. The bulk runs
-        as MR x NR register blocks; edges run the same per-element order with plain loops."""
-        it, rt, at = self.index_type, self.d.reg_type(in_dt), self.d.reg_type(acc_dt)
+        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. Where the
+        dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
+        the same per-element order as plain loops (vectorised over n)."""
+        it, rt = self.index_type, self.d.reg_type(in_dt)
         step = self.d.dot_step
-        MR, NR = self.dot_mr, self.dot_nr
-        Mb, Nb = (M // MR) * MR, (N // NR) * NR
-        if Mb and Nb:
-            self.emit(f"for ({it} m0 = 0; m0 < {Mb}; m0 += {MR})")
-            self.emit(f"    for ({it} n0 = 0; n0 < {Nb}; n0 += {NR}) {{")
-            self.emit(f"        {at} acc[{MR}][{NR}];")
-            self.emit(f"        for ({it} mi = 0; mi < {MR}; ++mi)")
-            self.emit(f"            for ({it} ni = 0; ni < {NR}; ++ni) acc[mi][ni] = {C}[(m0 + mi) * {N} + n0 + ni];")
-            self.emit(f"        for ({it} k = 0; k < {K}; ++k)")
-            self.emit(f"            for ({it} mi = 0; mi < {MR}; ++mi) {{")
-            self.emit(f"                {rt} const a_mk = {A}[(m0 + mi) * {K} + k];")
-            self.emit(f"                {self.d.simd_pragma}")
-            self.emit(f"                for ({it} ni = 0; ni < {NR}; ++ni)")
-            self.emit(f"                    acc[mi][ni] = {step('a_mk', f'{B}[k * {N} + n0 + ni]', 'acc[mi][ni]', acc_dt)};")
-            self.emit("            }")
-            self.emit(f"        for ({it} mi = 0; mi < {MR}; ++mi)")
-            self.emit(f"            for ({it} ni = 0; ni < {NR}; ++ni) {C}[(m0 + mi) * {N} + n0 + ni] = acc[mi][ni];")
-            self.emit("    }")
-        # edges: rows below Mb (all columns), and columns right of Nb (rows above Mb)
-        for m_lo, m_hi, n_lo, n_hi in ((Mb if Nb else 0, M, 0, N), (0, Mb if Nb else 0, Nb, N)):
-            if m_lo >= m_hi or n_lo >= n_hi:
-                continue
+        kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
+        if kernel:
+            mr, nr = self.d.dot_mr, self.d.dot_nr
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"constexpr {it} MR = {mr}, NR = {nr}, Mb = ({M} / MR) * MR, Nb = ({N} / NR) * NR;")
+            self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
+            self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
+            self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {N}, {C} + m0 * {N} + n0, {N}, {K});")
+            edges = (("Mb", str(M), "0", str(N)), ("0", "Mb", "Nb", str(N)))
+        else:
+            edges = (("0", str(M), "0", str(N)),)
+        for m_lo, m_hi, n_lo, n_hi in edges:
             self.emit(f"for ({it} m = {m_lo}; m < {m_hi}; ++m)")
             self.emit(f"    for ({it} k = 0; k < {K}; ++k) {{")
             self.emit(f"        {rt} const a_mk = {A}[m * {K} + k];")
@@ -478,6 +486,9 @@ class CLowering:
             self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
             self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
             self.emit("    }")
+        if kernel:
+            self.indent -= 1
+            self.emit("}")
 
     def op_for(self, op: Op) -> None:
         body = op.blocks[0]
@@ -531,7 +542,7 @@ class CLowering:
             else:
                 staged.append(self._as_buffer(val))
         for src, arg in zip(staged, loop_args):
-            if src is None:
+            if src is None or src == self.name(arg):   # unchanged, or updated in place
                 continue
             dst = self.name(arg)
             if arg.type.is_scalar:

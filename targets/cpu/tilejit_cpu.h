@@ -85,3 +85,57 @@ template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
     if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
     return 0;
 }
+
+// ---- dot micro-kernel ------------------------------------------------------------------------
+// C[MR][NR] (row stride ldc) = fused multiply-adds over k = 0..K-1 of A[m][k] * B[k][n], in ascending k
+// for every element: exactly the order of the plain loops, with the C block held in vector registers.
+#if defined(__AVX512F__)
+#include <immintrin.h>
+typedef __m512 tj_vf;
+#define TJ_LANES 16
+static inline tj_vf tj_vload(const float* p) { return _mm512_loadu_ps(p); }
+static inline void tj_vstore(float* p, tj_vf v) { _mm512_storeu_ps(p, v); }
+static inline tj_vf tj_vfma(tj_vf a, tj_vf b, tj_vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline tj_vf tj_vset1(float a) { return _mm512_set1_ps(a); }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+typedef __m256 tj_vf;
+#define TJ_LANES 8
+static inline tj_vf tj_vload(const float* p) { return _mm256_loadu_ps(p); }
+static inline void tj_vstore(float* p, tj_vf v) { _mm256_storeu_ps(p, v); }
+static inline tj_vf tj_vfma(tj_vf a, tj_vf b, tj_vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline tj_vf tj_vset1(float a) { return _mm256_set1_ps(a); }
+#else
+typedef float tj_vf;
+#define TJ_LANES 1
+static inline tj_vf tj_vload(const float* p) { return *p; }
+static inline void tj_vstore(float* p, tj_vf v) { *p = v; }
+static inline tj_vf tj_vfma(tj_vf a, tj_vf b, tj_vf c) { return std::fma(a, b, c); }
+static inline tj_vf tj_vset1(float a) { return a; }
+#endif
+
+template <int MR, int NR>
+static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int K) {
+    static_assert(NR % TJ_LANES == 0, "NR must be a multiple of the vector width");
+    constexpr int NV = NR / TJ_LANES;
+    tj_vf acc[MR][NV];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[m][v] = tj_vload(C + m * ldc + TJ_LANES * v);
+    for (int k = 0; k < K; ++k) {
+        tj_vf b[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) b[v] = tj_vload(B + k * ldb + TJ_LANES * v);
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; ++m) {
+            const tj_vf a = tj_vset1(A[m * lda + k]);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; ++v) acc[m][v] = tj_vfma(a, b[v], acc[m][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
+}
