@@ -217,7 +217,7 @@ def main(argv=None) -> None:
           "ref = the fp64 reference, unrounded.")
     print("shapes: matmul MxNxK; norms rows x N; attention B, q heads/kv heads, seq_q, seq_k, head_dim. "
           "'(x+r)': the residual sum returned by add_rms_norm.")
-    print(f"elapsed {elapsed:.1f} s (includes kernel compilation on a cold cache)")
+    print(f"elapsed {elapsed:.1f} s (includes kernel compilation where the kernel cache was cold)")
     if any(r[4] is None for r in rows):
         raise SystemExit(1)
 

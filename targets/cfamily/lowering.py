@@ -24,6 +24,12 @@ from .dialect import CDialect
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
 
 
+def _writes_memory(op: Op) -> bool:
+    if op.name == "store":
+        return True
+    return any(_writes_memory(o) for b in op.blocks for o in b.ops)
+
+
 def _is_cheap(op: Op) -> bool:
     if op.name in _CHEAP:
         return True
@@ -60,6 +66,8 @@ class CLowering:
         self.uses: dict[int, list[Op]] = {}
         self.def_block: dict[int, int] = {}
         self.use_blocks: dict[int, set[int]] = {}
+        self.position: dict[int, tuple[Block, int]] = {}
+        self.op_by_id: dict[int, Op] = {}
         self._analyse(fn.body)
         self.materialized: set[int] = set()
         self.roots: dict[int, set[int]] = {}
@@ -69,7 +77,9 @@ class CLowering:
 
     # -- analysis -----------------------------------------------------------------------------
     def _analyse(self, block: Block) -> None:
-        for op in block.ops:
+        for i, op in enumerate(block.ops):
+            self.position[id(op)] = (block, i)
+            self.op_by_id[id(op)] = op
             for v in op.operands:
                 self.uses.setdefault(id(v), []).append(op)
                 self.use_blocks.setdefault(id(v), set()).add(id(block))
@@ -109,7 +119,9 @@ class CLowering:
         op = v.owner
         if op is None or v.type.is_scalar:
             return True
-        if op.name in ("load", "reduce", "dot", "for"):
+        if op.name == "load":
+            return not self._load_fuses(v)
+        if op.name in ("reduce", "dot", "for"):
             return True
         if _is_cheap(op):
             return False
@@ -119,6 +131,31 @@ class CLowering:
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return True   # used inside a loop it is defined outside of: compute once, not per iteration
         return len(self._roots_of_uses(v)) > 1
+
+    def _load_fuses(self, v: Value) -> bool:
+        """A tile load is read inside its consumer's loop nest (no buffer, no extra pass) when it
+        has one consumer nest in the same block and no op between the two writes memory.
+
+        The consumer may be a store: each element is still loaded before it is stored, so an
+        in-place op on one tensor is exact. Only a program that stores to element i of a tensor
+        it loads at element j != i in the same statement would see a difference; on a GPU the
+        threads owning i and j race there too, so the tile language leaves that order undefined."""
+        uses = self.uses.get(id(v), [])
+        if not uses or any(u.name in ("broadcast", "dot") for u in uses):
+            return False
+        if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
+            return False
+        roots = self._roots_of_uses(v)
+        if len(roots) != 1:
+            return False
+        root = self.op_by_id.get(next(iter(roots)))
+        if root is None or root.name == "for" or id(root) not in self.position:
+            return False
+        block, start = self.position[id(v.owner)]
+        rblock, end = self.position[id(root)]
+        if rblock is not block:
+            return False
+        return not any(_writes_memory(o) for o in block.ops[start + 1:end])
 
     def _materialize(self, v: Value) -> bool:
         return id(v) in self.materialized
@@ -189,7 +226,7 @@ class CLowering:
         if op is None:
             raise CompilationError(f"internal: value {v} has no definition in kernel '{self.fn.name}'")
         e = self._ev_op(op, v, idx, nest)
-        if nest is not None and OPS[op.name].kind == "elementwise" and not e.isidentifier():
+        if nest is not None and (OPS[op.name].kind == "elementwise" or op.name == "load") and not e.isidentifier():
             tmp = self.fresh("t")
             nest.stmts.append(f"{self.d.reg_type(v.dtype)} const {tmp} = {e};")
             e = tmp
@@ -220,6 +257,11 @@ class CLowering:
         if OPS[name].kind == "elementwise":
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
+        if name == "load":   # a load fused into its consumer (see _load_fuses)
+            val = self.d.load_elem(v.dtype, self.ev(op.operands[0], idx, nest))
+            if len(op.operands) > 1:
+                val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
+            return val
         raise CompilationError(f"internal: op '{name}' cannot be evaluated per element")
 
     # -- statements -----------------------------------------------------------------------------
@@ -268,12 +310,16 @@ class CLowering:
         self.flag_scopes[-1][id(mask)] = flag
         self.emit(f"int {flag} = 1;")
         nest = self.open_nest(mask.shape, simd=False)
+        # the innermost loop is a vectorised AND-reduction: the check costs a few vector ops a row
+        self.lines.insert(len(self.lines) - 1, "    " * (self.indent - 1) + f"#pragma omp simd reduction(&:{flag})")
         m = self.ev(mask, nest.idx, nest)
         self.close_nest(nest, [f"{flag} &= (int)({m});"])
         return flag
 
     def emit_load(self, op: Op) -> None:
         v = op.results[0]
+        if not v.type.is_scalar and not self._materialize(v):
+            return   # fused into its consumer's loop nest
         ptr, mask, other = (op.operands + [None, None])[:3]
         ld = self.d.load_elem
         if v.type.is_scalar:
@@ -526,12 +572,26 @@ class CLowering:
 
     def op_yield(self, op: Op) -> None:
         loop_args = self.loop_stack[-1]
-        # phase 1: everything that is not a stable buffer is computed into a temporary, so no
+        arg_ids = {id(a) for a in loop_args}
+        reads = [self._carried_reads(v, arg_ids) if not v.type.is_scalar else {} for v in op.operands]
+        # a tile expression that reads no carried value but its own slot, element by element, is
+        # written straight into that slot, if no other yielded value reads the slot
+        in_place = []
+        for i, (val, arg) in enumerate(zip(op.operands, loop_args)):
+            ok = not val.type.is_scalar and id(val) not in self.buffers and val is not arg \
+                and set(reads[i]) <= {id(arg)} and all(reads[i].values()) \
+                and not any(id(arg) in r for j, r in enumerate(reads) if j != i)
+            in_place.append(ok)
+        for val, arg, ok in zip(op.operands, loop_args, in_place):
+            if ok:
+                nest = self.open_nest(arg.shape)
+                e = self.ev(val, nest.idx, nest)
+                self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
+        # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
         # carried value is overwritten while another yielded value still reads it
         staged = []
-        arg_ids = {id(a) for a in loop_args}
-        for val, arg in zip(op.operands, loop_args):
-            if val is arg:
+        for val, arg, ok in zip(op.operands, loop_args, in_place):
+            if val is arg or ok:
                 staged.append(None)
             elif val.type.is_scalar:
                 t = self.fresh("y")
@@ -541,6 +601,7 @@ class CLowering:
                 staged.append(self.name(val))
             else:
                 staged.append(self._as_buffer(val))
+        # phase 2: copy into the carried slots
         for src, arg in zip(staged, loop_args):
             if src is None or src == self.name(arg):   # unchanged, or updated in place
                 continue
@@ -549,3 +610,25 @@ class CLowering:
                 self.emit(f"{dst} = {src};")
             else:
                 self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
+
+    def _carried_reads(self, v: Value, arg_ids: set[int]) -> dict[int, bool]:
+        """Carried values that evaluating `v` per element reads: id -> read only at the same index.
+        Stops at buffers already computed; any view on the way makes the access non-identity."""
+        out: dict[int, bool] = {}
+        stack = [(v, True)]
+        seen = set()
+        while stack:
+            x, ident = stack.pop()
+            if (id(x), ident) in seen:
+                continue
+            seen.add((id(x), ident))
+            if id(x) in arg_ids:
+                out[id(x)] = out.get(id(x), True) and ident
+                continue
+            if x.type.is_scalar or id(x) in self.buffers or x.owner is None:
+                continue
+            kind = OPS[x.owner.name].kind
+            if kind in ("elementwise", "view") or x.owner.name == "load":   # fused loads read their pointers
+                for o in x.owner.operands:
+                    stack.append((o, ident and kind != "view"))
+        return out
