@@ -28,7 +28,7 @@ class CDialect:
     simd_pragma = "#pragma omp simd"
     # register-blocked dot micro-kernel (a C++ template taking MR, NR), or None for plain loops
     dot_microkernel: str | None = None
-    dot_mr, dot_nr = 6, "2 * TJ_LANES"
+    dot_mr_choices, dot_nr = (6, 8, 4), "2 * TJ_LANES"
     # op -> format over operand expressions; "{r}" wraps a result that needs rounding to fp16/bf16
     binary_ops = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
                   "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",

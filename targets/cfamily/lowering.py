@@ -514,7 +514,9 @@ class CLowering:
         step = self.d.dot_step
         kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
         if kernel:
-            mr, nr = self.d.dot_mr, self.d.dot_nr
+            # the largest register-block height that tiles M exactly, so no row runs the edge loop
+            mr = next((m for m in self.d.dot_mr_choices if M % m == 0), self.d.dot_mr_choices[0])
+            nr = self.d.dot_nr
             self.emit("{")
             self.indent += 1
             self.emit(f"constexpr {it} MR = {mr}, NR = {nr}, Mb = ({M} / MR) * MR, Nb = ({N} / NR) * NR;")
