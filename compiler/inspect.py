@@ -5,7 +5,8 @@ Example:
     python -m compiler.inspect examples.kernels:add_kernel \\
         --signature '*fp32,*fp32,*fp32,i32' --constexpr BLOCK=1024 --target cpu
 The signature lists the run-time parameters in order: `*fp32` (a tensor of fp32), `i32`, `i64`,
-`fp32`, `i1`; constexprs are given by name.
+`fp32`, `i1`; constexprs are given by name. A run-time parameter given with --constexpr is
+specialised to that value (e.g. `-c stride=1`, as a launch does for ints equal to 1).
 """
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def load_kernel(ref: str) -> KernelFunction:
 
 
 def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -> list[ArgSpec]:
-    cnames = constexpr_params(kfn.fn)
+    # a run-time parameter given with --constexpr is specialised to that value (as an int equal to
+    # 1 is at a launch)
+    cnames = constexpr_params(kfn.fn) | set(constexprs)
     runtime_names = [n for n in kfn.arg_names if n not in cnames]
     if len(signature) != len(runtime_names):
         raise SystemExit(f"kernel '{kfn.__name__}' has {len(runtime_names)} run-time parameters "

@@ -115,6 +115,23 @@ def fold_constants(fn: Function) -> None:
         op.attrs = {"value": new, "type": rt}
 
 
+def simplify_identities(fn: Function) -> None:
+    """x * 1 -> x (any dtype) and x + 0, x - 0 -> x (integers and pointers: for floats -0.0 + 0.0
+    is +0.0, so that one is no identity)."""
+    for op in list(fn.walk()):
+        if op.name not in ("mul", "add", "sub") or len(op.operands) != 2:
+            continue
+        r = op.results[0]
+        for i in ((0, 1) if op.name != "sub" else (1,)):
+            c, other = _const_value(op.operands[i]), op.operands[1 - i]
+            if c is None or other.type != r.type:
+                continue
+            if (op.name == "mul" and c == 1 and not isinstance(c, bool)) or \
+                    (op.name != "mul" and c == 0 and not r.dtype.is_floating()):
+                replace_all_uses(fn, r, other)
+                break
+
+
 def fold_dot_accumulate(fn: Function) -> None:
     """add(x, dot(a, b, 0)) -> dot(a, b, x): products accumulate into x in ascending k, as on
     GPU tensor cores. Both policies do this, so every target sums in the same order."""
@@ -155,6 +172,7 @@ def _available_at(fn: Function, target: Op) -> set[int]:
 
 def optimize(fn: Function) -> Function:
     fold_constants(fn)
+    simplify_identities(fn)
     cse(fn)
     fold_dot_accumulate(fn)
     dce(fn)

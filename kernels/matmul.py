@@ -24,7 +24,7 @@ ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 # config space: the block sizes a tuner may choose from (all powers of two, as Triton requires)
 CONFIGS = [
     {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-    for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64)
+    for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64, 128)
 ]
 
 # default config per target, for large N and K; config_for shrinks it for small N/K

@@ -62,7 +62,8 @@ class CLowering:
         self.indent = 1
         self.stack_bytes = 0
         self.loop_stack: list[list[Value]] = []
-        self.flag_scopes: list[dict[int, str]] = [{}]   # in-bounds flags visible in the current block
+        self.flag_scopes: list[dict[int, str]] = [{}]
+        self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
         self.uses: dict[int, list[Op]] = {}
         self.def_block: dict[int, int] = {}
         self.use_blocks: dict[int, set[int]] = {}
@@ -219,6 +220,8 @@ class CLowering:
             return self.name(v)
         if id(v) in self.buffers:
             return f"{self.name(v)}[{self.linear(idx, v.shape)}]"
+        if id(v) in self.known_true:
+            return "true"
         key = (id(v), idx)
         if nest is not None and key in nest.memo:
             return nest.memo[key]
@@ -365,7 +368,9 @@ class CLowering:
         flag = self._all_true(mask)
         self.emit(f"if ({flag}) {{")
         self.indent += 1
+        self.known_true.add(id(mask))   # loads fused into the fast path drop this mask too
         fill(False)
+        self.known_true.discard(id(mask))
         self.indent -= 1
         self.emit("} else {")
         self.indent += 1
