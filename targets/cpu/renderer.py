@@ -37,7 +37,9 @@ class CPURenderer:
                 f"kernel '{fn.name}': this specialisation keeps {low.stack_bytes / 1024:.0f} KiB of tiles live per "
                 f"program, over the cpu target's {MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype)} for p in fn.params]
-        return _ENV.get_template("kernel.cpp.j2").render(name=fn.name, params=params, body=body, policy=policy)
+        uses_dot = any(op.name == "dot" for op in fn.walk())
+        return _ENV.get_template("kernel.cpp.j2").render(name=fn.name, params=params, body=body, policy=policy,
+                                                         uses_dot=uses_dot)
 
     def param_ctype(self, dt) -> str:
         return self.dialect.reg_type(dt)

@@ -87,6 +87,8 @@ template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
 }
 
 // ---- dot micro-kernel ------------------------------------------------------------------------
+// Only kernels with a dot define TILEJIT_DOT_KERNEL: immintrin.h alone costs ~0.2 s of compile time.
+#ifdef TILEJIT_DOT_KERNEL
 // C[MR][NR] (row stride ldc) = fused multiply-adds over k = 0..K-1 of A[m][k] * B[k][n], in ascending k
 // for every element: exactly the order of the plain loops, with the C block held in vector registers.
 #if defined(__AVX512F__)
@@ -139,3 +141,4 @@ static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
 }
+#endif  // TILEJIT_DOT_KERNEL
