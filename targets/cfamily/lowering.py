@@ -61,6 +61,8 @@ class CLowering:
         self.lines: list[str] = []
         self.indent = 1
         self.stack_bytes = 0
+        self.static_work = 0      # elements touched by one program's loop nests, loops not counted
+        self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
         self.flag_scopes: list[dict[int, str]] = [{}]
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
@@ -195,6 +197,10 @@ class CLowering:
         return " + ".join(reversed(terms)) or "0"
 
     def open_nest(self, shape: tuple[int, ...], simd: bool = True) -> Nest:
+        n = 1
+        for d in shape:
+            n *= d
+        self.static_work += n
         idx = tuple(f"i{k}" for k in range(len(shape)))
         for k, s in enumerate(shape):
             if simd and k == len(shape) - 1:
@@ -544,6 +550,7 @@ class CLowering:
             self.emit("}")
 
     def op_for(self, op: Op) -> None:
+        self.has_loops = True
         body = op.blocks[0]
         lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
         iv = body.args[0]

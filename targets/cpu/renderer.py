@@ -17,6 +17,10 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 # Tiles live on the program's stack; OpenMP worker threads get the default thread stack (8 MiB
 # on Linux), so one program's buffers must stay well inside it.
 MAX_STACK_BYTES = 4 << 20
+# Below this many elements of work in a whole launch, programs run on the calling thread: waking
+# the OpenMP team costs more than such a launch, and on a busy machine a wake-up can wait a
+# scheduler time slice (milliseconds).
+MIN_PARALLEL_WORK = 1 << 16
 
 
 class CPUDialect(CDialect):
@@ -38,8 +42,10 @@ class CPURenderer:
                 f"program, over the cpu target's {MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype)} for p in fn.params]
         uses_dot = any(op.name == "dot" for op in fn.walk())
+        work = MIN_PARALLEL_WORK if low.has_loops else max(low.static_work, 1)
         return _ENV.get_template("kernel.cpp.j2").render(name=fn.name, params=params, body=body, policy=policy,
-                                                         uses_dot=uses_dot)
+                                                         uses_dot=uses_dot, work_per_program=work,
+                                                         min_parallel_work=MIN_PARALLEL_WORK)
 
     def param_ctype(self, dt) -> str:
         return self.dialect.reg_type(dt)

@@ -1,0 +1,144 @@
+"""The `gpu` target: Tile IR -> Triton source (one `@triton.jit` function per kernel) -> Triton.
+
+Target names:
+- `gpu`            the CUDA/ROCm device torch sees; the arch comes from the device;
+- `gpu:sm_80`, `gpu:sm_90` (any `sm_NN`), `gpu:gfx942` (any `gfxNNN`): compile-only builds for that
+  arch, no device needed; artifacts (PTX/cubin or AMDGCN/hsaco, IRs, metadata json) are stored in
+  the tilejit cache and the launcher refuses to run;
+- `gpu:interpret`  Triton's interpreter on CPU tensors (numerics checks without a GPU).
+A `+tf32` suffix (`gpu+tf32` is spelled `gpu:+tf32`, or `gpu:sm_90+tf32`) lets fast-policy fp32
+dots use tf32; the default is IEEE fp32.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from compiler.errors import KernelArgumentError, TargetError
+from compiler.ir import Function
+from compiler.version import package_source_hash
+
+from . import toolchain
+from .launcher import CompileOnlyLauncher, DeviceLauncher, InterpretLauncher
+from .renderer import TritonRenderer
+
+_HERE = os.path.dirname(__file__)
+DEFAULT_NUM_WARPS = 4
+
+
+class GPUTarget:
+    source_suffix = ".py"
+    fast_software_math = False   # fast policy: Triton's native exp/log/...
+
+    def __init__(self, mode: str, backend: str | None, arch: str | None, tf32: bool = False,
+                 num_warps: int = DEFAULT_NUM_WARPS, name: str = "gpu"):
+        self.mode = mode              # "device" | "compile" | "interpret"
+        self.backend = backend        # "cuda" | "hip" | None (interpret)
+        self.arch = arch              # "sm_90", "gfx942", None
+        self.tf32 = tf32
+        self.num_warps = num_warps
+        self.name = name
+        self.device_type = "cpu" if mode == "interpret" else "cuda"   # torch calls ROCm devices "cuda" too
+        self.renderer = TritonRenderer(tf32=tf32, interpret=mode == "interpret")
+        self._fingerprint = None
+
+    def __repr__(self) -> str:
+        return f"<gpu target {self.name} mode={self.mode} arch={self.arch}>"
+
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = {"target": "gpu", "mode": "interpret" if self.mode == "interpret" else "binary",
+                                 "backend": self.backend, "arch": self.arch, "triton": toolchain.triton_version(),
+                                 "options": {"num_warps": self.num_warps, "tf32": self.tf32,
+                                             "pointer_divisibility": 16},
+                                 "source": package_source_hash(_HERE)}
+        return self._fingerprint
+
+    def check_tensor(self, kernel_name, arg_name, t) -> None:
+        # compile-only: tensors only describe dtypes (there is no device to put them on); the
+        # launcher refuses to run anyway
+        if self.mode != "compile" and t.device.type != self.device_type:
+            raise KernelArgumentError(
+                f"kernel '{kernel_name}': argument '{arg_name}' is on device '{t.device}', but target "
+                f"'{self.name}' runs on '{self.device_type}' tensors. Move it with .to('{self.device_type}') "
+                "or choose the matching target (TILEJIT_TARGET / use_target).")
+
+    def render(self, fn: Function) -> str:
+        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+
+    def build(self, fn: Function, source: str, out_dir) -> dict:
+        src = os.path.join(str(out_dir), "kernel.py")
+        with open(src, "w") as f:
+            f.write(source)
+        policy = fn.specialization.get("numerics", "fast")
+        meta = {"kernel": fn.name, "target": self.name, "backend": self.backend, "arch": self.arch,
+                "policy": policy, "triton": toolchain.triton_version(),
+                "params": [(p.name, p.type.dtype.name) for p in fn.params], "artifacts": ["kernel.py"]}
+        if self.mode != "interpret":
+            info = toolchain.compile_kernel(fn, src, str(out_dir), self.backend, self.arch, policy, self.num_warps)
+            meta.update(info)
+            meta["artifacts"] = ["kernel.py"] + info["artifacts"]
+        return meta
+
+    def load(self, fn: Function, entry, arg_indices: list[int]):
+        if self.mode == "compile":
+            return CompileOnlyLauncher(self.name, fn.name, str(entry.path), entry.meta.get("artifacts", []))
+        jit_fn = getattr(toolchain.load_module(str(entry.file("kernel.py"))), fn.name)
+        if self.mode == "interpret":
+            return InterpretLauncher(jit_fn, fn.name, arg_indices)
+        policy = fn.specialization.get("numerics", "fast")
+        return DeviceLauncher(jit_fn, fn.name, arg_indices, toolchain.compile_options(policy, self.num_warps))
+
+
+_ARCH_RE = re.compile(r"^(sm_\d+a?|gfx[0-9a-f]+)$")
+
+
+def _device_arch():
+    """(backend, arch) of torch's current CUDA/ROCm device, or None."""
+    try:
+        import torch  # noqa: PLC0415
+        if not torch.cuda.is_available():
+            return None
+        if getattr(torch.version, "hip", None):
+            return "hip", torch.cuda.get_device_properties(torch.cuda.current_device()).gcnArchName.split(":")[0]
+        major, minor = torch.cuda.get_device_capability()
+        return "cuda", f"sm_{major}{minor}"
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class GPUPlugin:
+    """Entry-point object for `tilejit.targets`: metadata plus a factory."""
+
+    name = "gpu"
+    version = "0.1.0"
+    device_kinds = ("cuda", "hip")
+    capabilities = ("compile", "interpret", "run", "strict", "fast")
+
+    def available(self) -> tuple[bool, str]:
+        if toolchain.triton_version() is None:
+            return False, "triton is not installed (pip install triton)"
+        return True, ""
+
+    def create(self, variant: str | None) -> GPUTarget:
+        spec = variant or ""
+        tf32 = spec.endswith("+tf32")
+        spec = spec.removesuffix("+tf32")
+        full = "gpu" + (f":{variant}" if variant else "")
+        if spec == "interpret":
+            return GPUTarget("interpret", None, None, tf32, name=full)
+        if spec == "":
+            dev = _device_arch()
+            if dev is None:
+                raise TargetError("target 'gpu' needs a CUDA or ROCm device visible to torch, and there is none "
+                                  "here. Use 'gpu:sm_90' / 'gpu:gfx942' to compile without a device, or "
+                                  "'gpu:interpret' to run through Triton's interpreter on CPU tensors")
+            return GPUTarget("device", dev[0], dev[1], tf32, name=full)
+        if not _ARCH_RE.match(spec):
+            raise TargetError(f"the gpu target has no variant '{variant}'; use 'gpu', 'gpu:interpret', "
+                              "'gpu:sm_80', 'gpu:sm_90' or 'gpu:gfx942' (optionally with '+tf32')")
+        backend = "cuda" if spec.startswith("sm_") else "hip"
+        return GPUTarget("compile", backend, spec, tf32, name=full)
+
+
+TARGET = GPUPlugin()
