@@ -194,3 +194,41 @@ def test_sin_has_no_strict_lowering():
 
     with numerics("strict"), pytest.raises(CompilationError, match="no strict"):
         sine[(1,)](torch.zeros(8), BLOCK=8)
+
+
+def test_strict_matmul_with_bias_relu_equals_emulation():
+    import kernels
+    g = torch.Generator().manual_seed(11)
+    M, N, K = 7, 33, 130   # K not a multiple of BLOCK_K: padded products are fma(0, 0, acc)
+    a, b, bias = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g), torch.randn(N, generator=g)
+    with numerics("strict"):
+        out = kernels.matmul(a, b, bias=bias, activation="relu")
+    an, bn = a.numpy(), b.numpy()
+    acc = np.zeros((M, N), F)
+    for k in range(K):
+        acc = fma(an[:, k:k + 1], bn[k:k + 1, :], acc)
+    acc = np.maximum((acc + bias.numpy()[None, :]).astype(F), F(0))
+    np.testing.assert_array_equal(out.numpy().view(np.int32), acc.view(np.int32))
+
+
+@pytest.mark.parametrize("N", [100, 3000])
+def test_strict_rms_norm_equals_emulation(N):
+    import kernels
+    g = torch.Generator().manual_seed(N)
+    x, w = torch.randn(3, N, generator=g), torch.randn(N, generator=g)
+    eps = 1e-6
+    with numerics("strict"):
+        y = kernels.rms_norm(x, w, eps)
+    block = kernels.config_for("rms_norm", "cpu", N=N)["BLOCK"]
+    for row in range(3):
+        s = x[row].numpy()
+        acc = np.zeros(block, F)
+        for start in range(0, N, block):   # chunks in ascending order, element j of the tile
+            chunk = np.zeros(block, F)
+            part = s[start:start + block]
+            chunk[:len(part)] = part
+            acc = (acc + (chunk * chunk).astype(F)).astype(F)
+        total = emu_pairwise(acc[None, :], 1)[0]
+        rstd = F(1) / np.sqrt((total / F(N)).astype(F) + F(eps)).astype(F)
+        want = ((s * rstd).astype(F) * w.numpy()).astype(F)
+        np.testing.assert_array_equal(y[row].numpy().view(np.int32), want.view(np.int32))
