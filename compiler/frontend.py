@@ -31,7 +31,6 @@ _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq
 _PY_BUILTINS = {name: getattr(builtins, name) for name in (
     "range", "len", "min", "max", "float", "int", "bool", "abs", "isinstance", "print", "tuple",
     "list", "str", "round", "enumerate", "zip", "getattr", "hasattr", "type")}
-_PY_BUILTINS.update(True_=True)
 
 
 @dataclass
@@ -76,27 +75,10 @@ def python_function(obj):
     return None
 
 
-def _is_constexpr_annotation(ann) -> bool:
-    return ann is lang.constexpr or getattr(ann, "__name__", None) == "constexpr" or ann == "constexpr" \
-        or (isinstance(ann, str) and ann.endswith("constexpr"))
-
-
 def constexpr_params(fn) -> set[str]:
     """Parameter names annotated `tl.constexpr` (ours or Triton's, or the string form)."""
     fdef = _parse(fn)[0]
-    out = set()
-    for a in fdef.args.args:
-        if a.annotation is None:
-            continue
-        ann = a.annotation
-        text = ast.unparse(ann)
-        if text.endswith("constexpr"):
-            out.add(a.arg)
-    return out
-
-
-class _Scope(dict):
-    pass
+    return {a.arg for a in fdef.args.args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
 
 
 class FunctionVisitor(ast.NodeVisitor):
