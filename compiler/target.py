@@ -15,9 +15,10 @@ import os
 import threading
 from importlib import metadata
 
+from . import plugins
 from .errors import TargetError
 
-_BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET"}
+_BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET", "gpu": "targets.gpu:TARGET"}
 _plugins: dict[str, object] = {}        # name -> plugin object (has .create(variant))
 _plugin_refs: dict[str, str] = {}       # name -> "module:attr" not yet loaded
 _instances: dict[str, object] = {}
@@ -92,6 +93,7 @@ def get_target(spec: str | object):
     if not ok:
         raise TargetError(f"target '{spec}' is not available here: {why}. "
                           f"Available targets: {', '.join(available_targets())}.")
+    plugins.check(name, plugin)   # declared toolchain/driver versions, once per plugin, before first use
     inst = plugin.create(variant or None)
     _instances[spec] = inst
     return inst
@@ -104,7 +106,7 @@ def available_targets() -> list[str]:
             p = _load_plugin(n)
         except TargetError:
             continue
-        if p is not None and (not hasattr(p, "available") or p.available()[0]):
+        if p is not None and plugins.availability(n, p)[0]:
             out.append(n)
     return out
 
