@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from compiler.ir import Function
+from compiler.plugins import Requirement, command_version
 from compiler.version import package_source_hash
 
 from . import toolchain
@@ -59,6 +60,11 @@ class CPUPlugin:
     version = "0.1.0"
     device_kinds = ("cpu",)
     capabilities = ("run", "strict", "fast")
+    # C++17, OpenMP and -ffp-contract=off: g++ 9 / clang 9 are the oldest releases tested for all three
+    requirements = (Requirement("C++ compiler", "9.0", lambda: command_version(toolchain.find_compiler()),
+                                hint="install g++ >= 9 or clang++ >= 9, or point CXX at one"),)
+    # the host device of runtime.device; a string so that importing the compiler does not import runtime
+    device_backend = "runtime.device:CPUDevice"
 
     def available(self) -> tuple[bool, str]:
         if toolchain.find_compiler() is None:

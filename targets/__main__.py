@@ -1,0 +1,73 @@
+"""`python -m targets`: the targets the registry knows (built-in and entry points), whether each
+is usable here and, if not, why; with `-v`, each plugin's metadata and requirement checks;
+with `--json`, the same as JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import metadata
+
+from compiler import plugins, target
+from compiler.errors import TargetError
+
+
+def _origins() -> dict[str, str]:
+    """Where each entry point comes from ("entry point of <dist> <version>")."""
+    out = {}
+    try:
+        for ep in metadata.entry_points(group="tilejit.targets"):
+            dist = getattr(ep, "dist", None)
+            out[ep.name] = f"entry point {ep.value} of {dist.name} {dist.version}" if dist else f"entry point {ep.value}"
+    except Exception:  # noqa: BLE001 - listing must work in a broken environment too
+        pass
+    return out
+
+
+def describe(name: str) -> dict:
+    origins = _origins()
+    row = {"name": name, "origin": origins.get(name, f"built-in {target._BUILTIN_PLUGINS.get(name, '')}".strip())}
+    try:
+        plugin = plugins.load_plugin(name)
+        meta = plugins.info(name, plugin)
+    except TargetError as e:
+        return {**row, "available": False, "why": str(e)}
+    ok, why = plugins.availability(name, plugin)
+    row.update(available=ok, why=why, version=meta.version, device_kinds=list(meta.device_kinds),
+               capabilities=list(meta.capabilities),
+               requirements=[{"what": r.what, "minimum": r.minimum, "found": found, "ok": sat}
+                             for r, sat, found in plugins.requirement_report(plugin)],
+               device_backend=meta.device_backend if isinstance(meta.device_backend, str) or meta.device_backend is None
+               else f"{meta.device_backend.__module__}:{meta.device_backend.__qualname__}")
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m targets", description=__doc__.splitlines()[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="metadata and requirement checks of each target")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    args = ap.parse_args(argv)
+    rows = [describe(n) for n in target.target_names()]
+    if args.json:
+        json.dump(rows, sys.stdout, indent=2)
+        print()
+        return 0
+    width = max(len(r["name"]) for r in rows) if rows else 4
+    for r in rows:
+        state = "available" if r["available"] else f"not available: {r['why']}"
+        print(f"{r['name']:<{width}}  {r.get('version', '?'):<8} {state}")
+        if args.verbose:
+            print(f"    from          {r['origin']}")
+            for key in ("device_kinds", "capabilities"):
+                if key in r:
+                    print(f"    {key:<13} {', '.join(r[key]) or '-'}")
+            if "device_backend" in r:
+                print(f"    device        {r['device_backend'] or '-'}")
+            for q in r.get("requirements", []):
+                mark = "ok" if q["ok"] else "TOO OLD" if q["found"] else "MISSING"
+                print(f"    requires      {q['what']} >= {q['minimum']}: {mark} (found {q['found'] or 'none'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
