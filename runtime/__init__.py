@@ -14,6 +14,11 @@ _LAZY = {
     "get_device": "device", "register_device_backend": "device",
     "MemoryPool": "memory", "Block": "memory", "PoolStats": "memory", "KVCachePlan": "memory",
     "plan_kv_cache": "memory", "free_memory_now": "memory",
+    "Stream": "stream", "CudaStream": "stream", "Event": "stream", "Handle": "stream", "use": "stream",
+    "current_stream": "stream", "launch": "stream",
+    "ParallelLayout": "layout", "LayoutError": "layout",
+    "Communicator": "collectives", "CommHandle": "collectives", "CollectiveError": "collectives",
+    "CollectiveTimeout": "collectives", "BackendUnavailable": "collectives", "run_ranks": "collectives",
 }
 
 __all__ = ["DeviceError", "InvalidFreeError", "KVCachePlanError", "OutOfMemoryError", *_LAZY]

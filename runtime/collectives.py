@@ -1,0 +1,394 @@
+"""Collective communication over `torch.distributed`, asynchronous, with named-rank timeouts.
+
+    comm = init(rank, world, port=port, timeout=30)           # gloo on cpu, nccl on CUDA
+    groups = comm.split(ParallelLayout(world, tp=2, pp=2))    # {"tp": Communicator, "dp": ..., "pp": ...}
+    h = groups["tp"].all_reduce(x)                             # returns at once
+    h.wait()                                                   # x now holds the sum over the tp group
+
+Every op returns a handle whose `wait()` finishes the op (and any follow-up: the divide of "avg",
+the trim of padded sizes) and returns its result. With `stream=s` the whole op (issue and wait)
+runs on a `runtime.stream.Stream` instead, ordered after what `s` waits on (events), and the
+returned handle is the stream's. Per group, issue collectives in the same order on every rank
+(all from one thread or from one stream): that order is what pairs them across ranks.
+
+Ranks in the API (`src`, `dst`, `sizes[i]`) are ranks *within the communicator's group*; errors
+name global ranks.
+
+Sizes not divisible by the group size: `reduce_scatter` splits dim 0 as `torch.tensor_split`
+does (the first N % size ranks get one row more), padding each chunk to ceil(N/size) rows for the
+collective and trimming after; `all_gather(t, sizes=[...])` takes every rank's dim-0 count
+(known to all), pads to the largest and trims. Padding costs at most size-1 rows of traffic.
+
+Timeouts: before each op a rank writes `tj/arrive/<group>/<rank> = <op seq>` to the store, a
+side channel that outlives the collective. A wait that does not finish by `timeout` seconds after
+the op was issued (or that fails because a peer went away) raises `CollectiveTimeout` /
+`CollectiveError` naming the ranks whose key is behind: the ranks that never arrived. The store
+is hosted by rank 0, so if rank 0 itself is gone the error says the arrivals could not be read.
+After such an error the process group is broken; tear it down (`close()`) and re-initialise.
+"""
+from __future__ import annotations
+
+import ctypes.util, datetime, importlib.util, queue, socket, threading, time, traceback  # noqa: E401
+
+import torch
+import torch.distributed as dist
+
+from compiler.errors import TilejitError
+
+__all__ = ["init", "run_ranks", "free_port", "Communicator", "CommHandle", "CollectiveError",
+           "CollectiveTimeout", "BackendUnavailable", "split_counts", "resolve_backend"]
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+        "avg": dist.ReduceOp.SUM}      # avg = sum, then a divide in wait(): gloo/BKCL have no AVG for ints
+_RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class CollectiveError(TilejitError, RuntimeError):
+    """A collective failed. `op`, `group`, `seq`, `missing` (global ranks that had not arrived)."""
+
+    def __init__(self, message, *, op=None, group=None, seq=None, missing=()):
+        self.op, self.group, self.seq, self.missing = op, group, seq, tuple(missing)
+        super().__init__(message)
+
+
+class CollectiveTimeout(CollectiveError, TimeoutError):
+    """A collective did not finish within the communicator's timeout."""
+
+
+class BackendUnavailable(CollectiveError):
+    """The requested backend cannot run here; the message names what is missing."""
+
+
+def resolve_backend(name: str | None) -> str:
+    """The torch.distributed backend for `name` ("gloo", "nccl", "xccl"; None: nccl if CUDA is
+    usable, else gloo), or BackendUnavailable saying what is missing."""
+    if name is None:
+        name = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if name == "gloo":
+        if not dist.is_gloo_available():
+            raise BackendUnavailable("backend 'gloo': this torch build has no gloo")
+        return "gloo"
+    if name == "nccl":
+        missing = [w for w, ok in (("a CUDA device (torch.cuda.is_available())", torch.cuda.is_available()),
+                                   ("NCCL in this torch build (torch.distributed.is_nccl_available())",
+                                    dist.is_nccl_available())) if not ok]
+        if missing:
+            raise BackendUnavailable(f"backend 'nccl' is not available here: missing "
+                                     f"{' and '.join(missing)}; use 'gloo' on cpu")
+        return "nccl"
+    if name in ("xccl", "bkcl"):
+        # BKCL reaches torch.distributed through the Kunlun torch binding, which registers it as
+        # a c10d backend; both the binding and the BKCL library must be installed
+        missing = []
+        if importlib.util.find_spec("torch_xmlir") is None:
+            missing.append("the Kunlun torch binding (python module 'torch_xmlir', which registers BKCL "
+                           "as a torch.distributed backend)")
+        if ctypes.util.find_library("bkcl") is None:
+            missing.append("the BKCL library (libbkcl.so from the Kunlun XPU runtime)")
+        if missing:
+            raise BackendUnavailable(f"backend 'xccl' (BKCL on Kunlun XPUs) is not available here: missing "
+                                     f"{'; and '.join(missing)}. Use 'gloo' on cpu or 'nccl' on CUDA GPUs.")
+        importlib.import_module("torch_xmlir")       # registers the backend (unverified: no Kunlun here)
+        return "bkcl"
+    raise BackendUnavailable(f"unknown backend {name!r}; choose gloo, nccl or xccl")
+
+
+def split_counts(n: int, parts: int) -> list[int]:
+    """Rows per rank when n rows are split over `parts` ranks (torch.tensor_split's rule)."""
+    q, r = divmod(n, parts)
+    return [q + (i < r) for i in range(parts)]
+
+
+def init(rank: int, world: int, *, backend: str | None = None, host: str = "127.0.0.1", port: int = 29500,
+         store=None, timeout: float = 120.0) -> "Communicator":
+    """Joins the world: a TCPStore on host:port (rank 0 serves it) unless `store` is given, then
+    torch.distributed.init_process_group with `timeout` (the backend's own deadline too)."""
+    be = resolve_backend(backend)
+    td = datetime.timedelta(seconds=timeout)
+    if store is None:
+        store = dist.TCPStore(host, port, world, rank == 0, timeout=td)
+    dist.init_process_group(be, store=dist.PrefixStore("pg", store), rank=rank, world_size=world, timeout=td)
+    return Communicator(store, None, tuple(range(world)), "world", timeout)
+
+
+class CommHandle:
+    """One in-flight collective. `wait()` finishes it and returns its result; `done()` polls."""
+
+    def __init__(self, comm: "Communicator", work, op: str, seq: int, peers, finish=None, result=None):
+        self._comm, self._work, self.op, self.seq, self._peers = comm, work, op, seq, peers
+        self._finish, self._result = finish, result
+        self._deadline = time.monotonic() + comm.timeout
+        self._waited = False
+
+    def done(self) -> bool:
+        return self._waited or self._work.is_completed()
+
+    def wait(self):
+        if not self._waited:
+            remaining = max(self._deadline - time.monotonic(), 0.001)   # timedelta(0) would mean "forever"
+            try:
+                self._work.wait(datetime.timedelta(seconds=remaining))
+            except Exception as e:            # noqa: BLE001 - turned into an error that names ranks
+                raise self._comm._diagnose(self.op, self.seq, self._peers, e) from e
+            if self._finish is not None:
+                self._result = self._finish()
+            self._waited = True
+        return self._result
+
+
+class Communicator:
+    """Collectives over one group of ranks (the world, or a group from `split`)."""
+
+    def __init__(self, store, group, ranks: tuple[int, ...], name: str, timeout: float):
+        self.store, self.group, self.ranks, self.name, self.timeout = store, group, ranks, name, timeout
+        self.global_rank = dist.get_rank()
+        self.rank = ranks.index(self.global_rank)       # rank within this group
+        self.size = len(ranks)
+        self._seq = 0
+        self._p2p_seq: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _arrive(self, channel: str, seq: int) -> None:
+        self.store.set(f"tj/arrive/{channel}/{self.global_rank}", str(seq))
+
+    def _next(self) -> int:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        self._arrive(self.name, seq)
+        return seq
+
+    def _diagnose(self, op: str, seq: int, peers, cause: BaseException) -> CollectiveError:
+        """Which ranks of `peers` ((channel, global rank) pairs) had not reached op `seq`."""
+        missing, unread = [], None
+        try:
+            for channel, r in peers:
+                key = f"tj/arrive/{channel}/{r}"
+                if not self.store.check([key]) or int(self.store.get(key)) < seq:
+                    missing.append(r)
+        except Exception as e:                # noqa: BLE001 - the store's host may be the dead rank
+            unread = e
+        timed_out = "timed out" in str(cause).lower() or "timeout" in str(cause).lower()
+        what = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), "
+                f"seen from rank {self.global_rank}")
+        if unread is not None:
+            msg = (f"{what} failed and the arrivals could not be read from the store (hosted by rank 0, "
+                   f"which may be the rank that went away): {unread}. Cause: {cause}")
+        elif missing:
+            msg = (f"{what} {'timed out after ' + str(self.timeout) + ' s' if timed_out else 'failed'}: "
+                   f"rank(s) {missing} did not arrive. Cause: {str(cause).splitlines()[0]}")
+        else:
+            msg = f"{what} failed after every rank arrived: {cause}"
+        cls = CollectiveTimeout if timed_out or missing else CollectiveError
+        return cls(msg, op=op, group=self.name, seq=seq, missing=missing)
+
+    def _peers(self):
+        return [(self.name, r) for r in self.ranks]
+
+    def _run(self, stream, fn, *args):
+        """Without a stream: fn's CommHandle. With one: issue + wait on the stream (a stream Handle)."""
+        if stream is None:
+            return fn(*args)
+        return stream.submit(lambda: fn(*args).wait())
+
+    def _global(self, local: int) -> int:
+        if not 0 <= local < self.size:
+            raise ValueError(f"rank {local} is outside group '{self.name}' of size {self.size}")
+        return self.ranks[local]
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_reduce(self, t: torch.Tensor, op: str = "sum", *, stream=None):
+        """In place: t becomes the reduction ("sum", "max", "min", "avg") over the group. Integer
+        "avg" truncates toward zero. Returns a handle; wait() returns t."""
+        return self._run(stream, self._all_reduce, t, op)
+
+    def _all_reduce(self, t, op):
+        rop = _reduce_op(op)
+        seq = self._next()
+        work = dist.all_reduce(t, op=rop, group=self.group, async_op=True)
+        return CommHandle(self, work, "all_reduce", seq, self._peers(),
+                          finish=(lambda: _divide(t, self.size)) if op == "avg" else None, result=t)
+
+    def all_gather(self, t: torch.Tensor, sizes: list[int] | None = None, *, stream=None):
+        """Concatenation along dim 0 of every rank's t, in group-rank order. Ranks may hold
+        different row counts if `sizes` (every rank's t.shape[0], the same list on all ranks) is given."""
+        return self._run(stream, self._all_gather, t, sizes)
+
+    def _all_gather(self, t, sizes):
+        t = t.contiguous()
+        if sizes is None:
+            out = torch.empty((self.size * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
+            seq = self._next()
+            return CommHandle(self, _AG(out, t, group=self.group, async_op=True), "all_gather", seq,
+                              self._peers(), result=out)
+        if len(sizes) != self.size or sizes[self.rank] != t.shape[0]:
+            raise ValueError(f"all_gather: sizes={sizes} must list {self.size} row counts with "
+                             f"sizes[{self.rank}] == {t.shape[0]} (this rank's rows)")
+        m = max(sizes)
+        padded = t if t.shape[0] == m else torch.cat([t, t.new_zeros((m - t.shape[0], *t.shape[1:]))])
+        buf = torch.empty((self.size * m, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        seq = self._next()
+        work = _AG(buf, padded, group=self.group, async_op=True)
+        return CommHandle(self, work, "all_gather", seq, self._peers(),
+                          finish=lambda: torch.cat([buf[i * m:i * m + n] for i, n in enumerate(sizes)]))
+
+    def reduce_scatter(self, t: torch.Tensor, op: str = "sum", *, stream=None):
+        """This rank's chunk of the reduction of t over the group: rows split along dim 0 by
+        split_counts(t.shape[0], size) (the first N % size ranks get one more)."""
+        return self._run(stream, self._reduce_scatter, t, op)
+
+    def _reduce_scatter(self, t, op):
+        rop = _reduce_op(op)
+        n, p = t.shape[0], self.size
+        counts = split_counts(n, p)
+        c = counts[0]                          # the largest chunk
+        if n == c * p:
+            src = t.contiguous()
+        else:                                  # pad every chunk to c rows
+            src = t.new_zeros((c * p, *t.shape[1:]))
+            start = 0
+            for i, k in enumerate(counts):
+                src[i * c:i * c + k] = t[start:start + k]
+                start += k
+        out = torch.empty((c, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        seq = self._next()
+        work = _RS(out, src, op=rop, group=self.group, async_op=True)
+        mine = counts[self.rank]
+
+        def finish():
+            r = out[:mine]
+            return _divide(r, p) if op == "avg" else r
+        return CommHandle(self, work, "reduce_scatter", seq, self._peers(), finish=finish)
+
+    def broadcast(self, t: torch.Tensor, src: int = 0, *, stream=None):
+        """In place: every rank's t becomes group-rank src's t."""
+        return self._run(stream, self._broadcast, t, src)
+
+    def _broadcast(self, t, src):
+        g = self._global(src)
+        seq = self._next()
+        work = dist.broadcast(t, src=g, group=self.group, async_op=True)
+        return CommHandle(self, work, "broadcast", seq, self._peers(), result=t)
+
+    def barrier(self, *, stream=None):
+        return self._run(stream, self._barrier)
+
+    def _barrier(self):
+        seq = self._next()
+        return CommHandle(self, dist.barrier(group=self.group, async_op=True), "barrier", seq, self._peers())
+
+    def send(self, t: torch.Tensor, dst: int, *, stream=None):
+        return self._run(stream, self._p2p, t, dst, True)
+
+    def recv(self, t: torch.Tensor, src: int, *, stream=None):
+        """Receives into t from group-rank src; wait() returns t."""
+        return self._run(stream, self._p2p, t, src, False)
+
+    def _p2p(self, t, peer, sending):
+        g = self._global(peer)
+        pair = (self.global_rank, g) if sending else (g, self.global_rank)
+        with self._lock:                       # one counter per (src, dst) pair, shared by both ends
+            seq = self._p2p_seq[pair] = self._p2p_seq.get(pair, 0) + 1
+        channel = f"p2p/{pair[0]}-{pair[1]}"
+        self._arrive(channel, seq)
+        fn = dist.isend if sending else dist.irecv
+        work = fn(t, g, group=self.group)
+        return CommHandle(self, work, "send" if sending else "recv", seq, [(channel, g)], result=t)
+
+    # -- groups and lifetime -----------------------------------------------------------------
+    def split(self, layout) -> dict[str, "Communicator"]:
+        """Communicators for this rank's tp, dp and pp groups of `layout` (a ParallelLayout).
+        Collective over the world: every rank must call it, with the same layout."""
+        if layout.world != self.size or self.group is not None:
+            raise ValueError(f"split: the layout is for world={layout.world}, but this communicator is "
+                             f"group '{self.name}' of {self.size} ranks; split the world communicator")
+        td = datetime.timedelta(seconds=self.timeout)
+        mine = {}
+        for kind, groups in layout.all_groups().items():
+            for ranks in groups:               # every rank creates every group, in the same order
+                pg = dist.new_group(list(ranks), timeout=td)
+                if self.global_rank in ranks:
+                    idx = groups.index(ranks)
+                    mine[kind] = Communicator(self.store, pg, ranks, f"{kind}{idx}", self.timeout)
+        return mine
+
+    def close(self) -> None:
+        """Tears the process group down (call on the world communicator, on every rank)."""
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def __repr__(self):
+        return f"<Communicator {self.name} rank {self.rank}/{self.size} (global {self.global_rank})>"
+
+
+def _reduce_op(op: str):
+    try:
+        return _OPS[op]
+    except KeyError:
+        raise ValueError(f"unknown reduction {op!r}; choose one of {', '.join(_OPS)}") from None
+
+
+def _divide(t: torch.Tensor, n: int) -> torch.Tensor:
+    if t.dtype.is_floating_point:
+        return t.div_(n)
+    return t.copy_(torch.div(t, n, rounding_mode="trunc"))
+
+
+# -- launching ranks on localhost (tests, examples, benchmarks) ---------------------------------
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the store binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(fn, rank, world, port, backend, timeout, args, q):
+    comm = None
+    try:
+        comm = init(rank, world, backend=backend, port=port, timeout=timeout)
+        q.put((rank, True, fn(comm, *args)))
+    except BaseException:                     # noqa: BLE001 - reported to the parent as text
+        q.put((rank, False, traceback.format_exc()))
+    finally:
+        if comm is not None:
+            comm.close()
+
+
+def run_ranks(fn, world: int, *args, backend: str | None = "gloo", timeout: float = 60.0,
+              deadline: float = 120.0) -> list:
+    """Runs fn(comm, *args) on `world` spawned processes on 127.0.0.1; returns each rank's return
+    value (None for a rank that exited without one). fn must be importable (module level).
+    A rank that raised makes this raise with its traceback; ranks still alive after `deadline`
+    seconds are killed."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, port, backend, timeout, args, q), daemon=True)
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results, errors = [None] * world, {}
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:                                  # drain while waiting: a full pipe would block a child
+            rank, ok, value = q.get(timeout=0.1)
+            (results.__setitem__ if ok else errors.__setitem__)(rank, value)
+            continue
+        except queue.Empty:
+            pass
+        if not any(p.is_alive() for p in procs):
+            break
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join()
+    if errors or hung:
+        text = "".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
+        late = f"ranks {hung} still running after {deadline} s; " if hung else ""
+        raise RuntimeError(f"run_ranks({getattr(fn, '__name__', fn)}, world={world}): {late}"
+                           f"{len(errors)} rank(s) failed\n{text}")
+    return results

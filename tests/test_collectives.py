@@ -1,0 +1,203 @@
+"""Parallel layout (pure) and collectives on real ranks: spawned processes on 127.0.0.1 (gloo).
+
+Two spawns keep this file fast: world 4 (laid out tp 2 x pp 2) checks every collective on the
+world and on its tp/pp groups, for several dtypes and sizes (including sizes not divisible by the
+group size); world 3 checks that a rank that exits early makes the others fail with the timeout
+error naming it, within the timeout.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from runtime.collectives import (BackendUnavailable, CollectiveTimeout, resolve_backend, run_ranks,
+                                 split_counts)
+from runtime.layout import LayoutError, ParallelLayout
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+# -- layout -------------------------------------------------------------------------------------
+def test_layout_tp2_pp2():
+    lay = ParallelLayout(4, tp=2, pp=2)
+    assert lay.dp == 1
+    assert [lay.tp_group(r) for r in range(4)] == [(0, 1), (0, 1), (2, 3), (2, 3)]
+    assert [lay.pp_group(r) for r in range(4)] == [(0, 2), (1, 3), (0, 2), (1, 3)]
+    assert lay.groups("tp") == [(0, 1), (2, 3)] and lay.groups("pp") == [(0, 2), (1, 3)]
+    assert lay.groups("dp") == [(0,), (1,), (2,), (3,)]
+
+
+def test_layout_with_dp_and_nodes():
+    lay = ParallelLayout(16, tp=4, pp=2, ranks_per_node=8)
+    assert lay.dp == 2
+    assert lay.tp_group(5) == (4, 5, 6, 7)           # consecutive, inside node 0
+    assert lay.dp_group(5) == (1, 5)
+    assert lay.pp_group(5) == (5, 13)                # across nodes
+    assert lay.node_of(13) == 1
+    for r in range(16):                               # every rank appears once per kind
+        assert sum(r in g for g in lay.groups("tp")) == 1
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(world=6, tp=4), "not divisible"),
+    (dict(world=0), "positive"),
+    (dict(world=8, tp=4, ranks_per_node=2), "straddle"),
+    (dict(world=6, tp=2, ranks_per_node=4), "whole number of nodes"),
+])
+def test_layout_errors(kw, msg):
+    with pytest.raises(LayoutError, match=msg):
+        ParallelLayout(**kw)
+
+
+def test_layout_rank_out_of_range():
+    with pytest.raises(LayoutError, match="outside 0..3"):
+        ParallelLayout(4, tp=2).tp_group(4)
+
+
+def test_split_counts():
+    assert split_counts(10, 4) == [3, 3, 2, 2] and split_counts(3, 4) == [1, 1, 1, 0]
+
+
+def test_xccl_unavailable_names_what_is_missing():
+    with pytest.raises(BackendUnavailable, match="torch_xmlir.*libbkcl|libbkcl|torch_xmlir"):
+        resolve_backend("xccl")
+
+
+# -- collectives on 4 ranks ---------------------------------------------------------------------
+def _data(shape, dtype, rank):
+    """Small integers (exact in every dtype and in any summation order), different per rank."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randint(-8, 8, shape, generator=g).to(dtype)
+
+
+def _check_group(comm, ranks, tag):
+    """Every collective on `comm` (whose members are global `ranks`) against a local reference
+    built from every member's data (each rank can regenerate any rank's data from the seed)."""
+    size, me = len(ranks), comm.rank
+    for dtype in DTYPES:
+        for n in (1, 7, 2 * size + 1, 16):            # 1 and 7 are not divisible by 2 or 4
+            everyone = [_data((n, 3), dtype, r) for r in ranks]
+            stack = torch.stack(everyone)
+            for op, ref in (("sum", stack.sum(0)), ("max", stack.amax(0)), ("min", stack.amin(0)),
+                            ("avg", _avg(stack, size))):
+                x = everyone[me].clone()
+                assert comm.all_reduce(x, op).wait() is x
+                assert torch.equal(x, ref.to(dtype)), (tag, "all_reduce", op, dtype, n)
+            got = comm.all_gather(everyone[me]).wait()
+            assert torch.equal(got, torch.cat(everyone)), (tag, "all_gather", dtype, n)
+            # uneven all_gather: rank i contributes n + i rows
+            sizes = [n + i for i in range(size)]
+            parts = [_data((n + i, 3), dtype, r) for i, r in enumerate(ranks)]
+            got = comm.all_gather(parts[me], sizes=sizes).wait()
+            assert torch.equal(got, torch.cat(parts)), (tag, "all_gather uneven", dtype, n)
+            for op, ref in (("sum", stack.sum(0)), ("max", stack.amax(0)), ("avg", _avg(stack, size))):
+                got = comm.reduce_scatter(everyone[me].clone(), op).wait()
+                want = torch.tensor_split(ref.to(dtype), size)[me]
+                assert torch.equal(got, want), (tag, "reduce_scatter", op, dtype, n)
+            y = everyone[me].clone()
+            comm.broadcast(y, src=size - 1).wait()
+            assert torch.equal(y, everyone[-1]), (tag, "broadcast", dtype, n)
+    # send/recv around a ring, both directions posted before either wait (no deadlock)
+    x = _data((5,), torch.float32, ranks[me])
+    buf = torch.empty(5)
+    hs = comm.send(x, (me + 1) % size)
+    hr = comm.recv(buf, (me - 1) % size)
+    hs.wait()
+    assert torch.equal(hr.wait(), _data((5,), torch.float32, ranks[(me - 1) % size])), (tag, "send/recv")
+    comm.barrier().wait()
+
+
+def _avg(stack, size):
+    if stack.dtype.is_floating_point:
+        return stack.double().sum(0) / size
+    return torch.div(stack.sum(0), size, rounding_mode="trunc")
+
+
+def _world4(comm):
+    from runtime.layout import ParallelLayout
+    from runtime.stream import Stream
+    lay = ParallelLayout(comm.size, tp=2, pp=2)
+    groups = comm.split(lay)
+    me = comm.global_rank
+    assert groups["tp"].ranks == lay.tp_group(me) and groups["pp"].ranks == lay.pp_group(me)
+    _check_group(comm, comm.ranks, "world")
+    _check_group(groups["tp"], groups["tp"].ranks, "tp")
+    _check_group(groups["pp"], groups["pp"].ranks, "pp")
+    # a tp all_reduce really stays inside the tp group: sum of global ranks of the group
+    x = torch.tensor([float(me)])
+    groups["tp"].all_reduce(x).wait()
+    # issued on a stream: the stream's handle yields the op's result
+    s = Stream("comm")
+    y = torch.tensor([1.0])
+    assert torch.equal(groups["pp"].all_reduce(y, stream=s).wait(), torch.tensor([2.0]))
+    s.close()
+    return {"tp": groups["tp"].ranks, "pp": groups["pp"].ranks, "dp": groups["dp"].ranks,
+            "tp_sum": x.item()}
+
+
+def test_collectives_world4_tp2_pp2():
+    res = run_ranks(_world4, 4, timeout=30, deadline=90)
+    assert [r["tp"] for r in res] == [(0, 1), (0, 1), (2, 3), (2, 3)]
+    assert [r["pp"] for r in res] == [(0, 2), (1, 3), (0, 2), (1, 3)]
+    assert [r["dp"] for r in res] == [(0,), (1,), (2,), (3,)]
+    assert [r["tp_sum"] for r in res] == [1.0, 1.0, 5.0, 5.0]
+
+
+# -- a rank that exits early --------------------------------------------------------------------
+TIMEOUT_S = 3.0
+
+
+def _early_exit(comm):
+    x = torch.ones(4)
+    comm.all_reduce(x).wait()                         # everyone is connected and in step
+    if comm.rank == 1:
+        os._exit(0)                                   # leaves without a word
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(torch.ones(4)).wait()
+        out = {"error": None}
+    except CollectiveTimeout as e:
+        out = {"error": str(e), "missing": list(e.missing), "type": type(e).__name__}
+    out["elapsed"] = time.monotonic() - t0
+    if comm.rank == 0:                                # rank 0 hosts the store: stay until rank 2 read it
+        comm.store.set("test/done/0", "1")
+        comm.store.wait(["test/done/2"])
+    else:
+        comm.store.set("test/done/2", "1")
+    return out
+
+
+def test_rank_exiting_early_is_named_within_timeout():
+    res = run_ranks(_early_exit, 3, timeout=TIMEOUT_S, deadline=60)
+    assert res[1] is None
+    for r in (0, 2):
+        assert res[r]["error"] is not None, f"rank {r}: the collective succeeded without rank 1"
+        assert res[r]["missing"] == [1], res[r]
+        assert "rank(s) [1] did not arrive" in res[r]["error"]
+        assert res[r]["elapsed"] < TIMEOUT_S + 1.0, res[r]
+
+
+def _hung_rank(comm):
+    if comm.rank == 1:                                # alive, but never reaches the collective
+        comm.store.wait(["test/hung/done"], __import__("datetime").timedelta(seconds=30))
+        return None
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(torch.ones(4)).wait()
+        out = {"error": None}
+    except CollectiveTimeout as e:
+        out = {"error": str(e), "missing": list(e.missing)}
+    out["elapsed"] = time.monotonic() - t0
+    comm.store.set("test/hung/done", "1")
+    return out
+
+
+def test_hung_rank_times_out_naming_it():
+    res = run_ranks(_hung_rank, 2, timeout=TIMEOUT_S, deadline=60)
+    r0 = res[0]
+    assert r0["error"] is not None and r0["missing"] == [1], r0
+    assert "timed out after 3.0 s: rank(s) [1] did not arrive" in r0["error"], r0
+    assert TIMEOUT_S - 0.5 < r0["elapsed"] < TIMEOUT_S + 1.0, r0
