@@ -598,9 +598,11 @@ class CLowering:
             in_place.append(ok)
         for val, arg, ok in zip(op.operands, loop_args, in_place):
             if ok:
-                nest = self.open_nest(arg.shape)
-                e = self.ev(val, nest.idx, nest)
-                self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
+                def fill(masked: bool, val=val, arg=arg):
+                    nest = self.open_nest(arg.shape)
+                    e = self.ev(val, nest.idx, nest)
+                    self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
+                self._masked_or_fast(self._fused_load_mask(val), fill)
         # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
         # carried value is overwritten while another yielded value still reads it
         staged = []
@@ -624,6 +626,28 @@ class CLowering:
                 self.emit(f"{dst} = {src};")
             else:
                 self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
+
+    def _fused_load_mask(self, v: Value) -> Value | None:
+        """The mask shared by every masked load fused into `v`'s per-element expression (at the
+        same index as `v`), or None. A nest evaluating `v` can then take an unmasked fast path."""
+        masks: set[int] = set()
+        found = None
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or x.type.is_scalar or id(x) in self.buffers or x.owner is None:
+                continue
+            seen.add(id(x))
+            op = x.owner
+            if op.name == "load":   # its pointer and mask expressions do not matter here
+                if len(op.operands) > 1:
+                    masks.add(id(op.operands[1]))
+                    found = op.operands[1]
+            elif OPS[op.name].kind == "elementwise":
+                stack.extend(op.operands)
+            elif OPS[op.name].kind == "view":
+                return None   # a view changes the index: the load's mask is not at v's index
+        return found if len(masks) == 1 and found.shape == v.shape else None
 
     def _carried_reads(self, v: Value, arg_ids: set[int]) -> dict[int, bool]:
         """Carried values that evaluating `v` per element reads: id -> read only at the same index.
