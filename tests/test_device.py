@@ -128,3 +128,22 @@ def test_backend_registry():
     with pytest.raises(DeviceError) as e:
         get_device("no_such_target")
     assert e.value.code == errno.ENODEV and "unknown target 'no_such_target'" in str(e.value)
+
+
+def test_gpu_target_has_a_device_backend_that_reports_missing_devices_clearly():
+    """Without a GPU the gpu target's device backend exists, counts 0 devices, and refuses work
+    with DeviceError(ENODEV) naming the target (the CUDA paths themselves need a GPU)."""
+    import errno
+
+    import torch
+
+    from runtime import DeviceError, get_device
+
+    dev = get_device("gpu")
+    assert dev.kind == "cuda"
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: this test covers the no-device path")
+    assert dev.device_count() == 0
+    with pytest.raises(DeviceError) as ei:
+        dev.malloc(16, device=0)
+    assert ei.value.code == errno.ENODEV and "gpu" in str(ei.value)

@@ -16,6 +16,7 @@ import re
 
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.ir import Function
+from compiler.plugins import Requirement
 from compiler.version import package_source_hash
 
 from . import toolchain
@@ -114,6 +115,10 @@ class GPUPlugin:
     version = "0.1.0"
     device_kinds = ("cuda", "hip")
     capabilities = ("compile", "interpret", "run", "strict", "fast")
+    # Triton 3.0 is the first release with the ASTSource/GPUTarget compile API used here
+    requirements = (Requirement("triton", "3.0", lambda: toolchain.triton_version(),
+                                hint="pip install 'triton>=3.0'"),)
+    device_backend = "runtime.cuda_device:CUDADevice"
 
     def available(self) -> tuple[bool, str]:
         if toolchain.triton_version() is None:
