@@ -127,6 +127,7 @@ class KernelFunction:
         self._binder = self._make_binder()
         self._runtime_args = _picker(self.runtime_idx)
         self._constexpr_args = _picker(self.constexpr_idx)
+        self._nargs = len(self.arg_names)   # from now on a full positional call skips bind()
 
     def _make_binder(self):
         # A generated function binds positional/keyword/default arguments at C speed.
@@ -147,7 +148,6 @@ class KernelFunction:
     def bind(self, args, kwargs):
         if self._binder is None:
             self._prepare()
-            self._nargs = len(self.arg_names)
         if not kwargs and len(args) == len(self.arg_names):
             return args
         try:
@@ -243,7 +243,6 @@ class KernelFunction:
         """Frontend, passes and rendering for one specialisation: (IR before passes, IR, source)."""
         if self._binder is None:
             self._prepare()
-            self._nargs = len(self.arg_names)
         spec_desc = tuple((s.name, repr(s.value) if s.kind == "constexpr" else str(s.dtype)) for s in specs)
         fn_ir = build_function(self.fn, self.__name__, specs, {"numerics": policy, "args": spec_desc})
         verify(fn_ir)
