@@ -44,7 +44,7 @@ class CPUTarget:
         with open(src, "w") as f:
             f.write(source)
         toolchain.build(src, os.path.join(out_dir, "kernel.so"))
-        return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu",
+        return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu", "fingerprint": self.fingerprint(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params]}
 
     def load(self, fn: Function, entry, arg_indices: list[int]) -> CPULauncher:

@@ -72,7 +72,8 @@ class GPUTarget:
         with open(src, "w") as f:
             f.write(source)
         policy = fn.specialization.get("numerics", "fast")
-        meta = {"kernel": fn.name, "target": self.name, "backend": self.backend, "arch": self.arch,
+        meta = {"kernel": fn.name, "target": self.name, "fingerprint": self.fingerprint(),
+                "backend": self.backend, "arch": self.arch,
                 "policy": policy, "triton": toolchain.triton_version(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params], "artifacts": ["kernel.py"]}
         if self.mode != "interpret":

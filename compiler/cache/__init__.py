@@ -30,12 +30,14 @@ import stat
 import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
-__all__ = ["KernelCache", "CacheEntry", "CacheError", "STATS", "stable_hash", "default_cache_dir"]
+__all__ = ["KernelCache", "CacheEntry", "CacheError", "STATS", "stable_hash", "default_cache_dir",
+           "strict_mode", "check_dir_safety"]
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,50 @@ def _sha256_file(path: pathlib.Path) -> str:
         return h.hexdigest()
 
 
+def strict_mode() -> bool:
+    """True when ``TILEJIT_CACHE_STRICT`` is set to a true value: any cache miss that would compile is an error."""
+    return os.environ.get("TILEJIT_CACHE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_warned_dirs: set[tuple[str, str]] = set()
+
+
+def check_dir_safety(*dirs: pathlib.Path) -> None:
+    """Refuse (CacheError) to load artifacts - executable code - from a directory other users can
+    write to: world-writable without the sticky bit, or owned by another user (not root). A
+    group-writable directory is only warned about, loudly and once per directory: umask 002 (user
+    private groups) makes every directory group-writable by default, and a shared team cache is
+    deliberately so. ``TILEJIT_CACHE_ALLOW_UNSAFE=1`` turns the refusal into a warning as well.
+    Missing directories are skipped (nothing to load from them)."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for d in dirs:
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        mode = st.st_mode
+        problem = None
+        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+            problem = "is world-writable (no sticky bit)"
+        elif uid is not None and st.st_uid not in (uid, 0):
+            problem = f"is owned by another user (uid {st.st_uid})"
+        if problem is not None:
+            msg = (f"kernel cache directory {d} {problem}: other users could plant executable code in it. "
+                   f"Refusing to load artifacts from it; fix its permissions (chmod go-w, chown), point "
+                   f"TILEJIT_CACHE_DIR elsewhere, or set TILEJIT_CACHE_ALLOW_UNSAFE=1 to load anyway.")
+            if os.environ.get("TILEJIT_CACHE_ALLOW_UNSAFE", "") != "1":
+                raise CacheError(msg)
+        elif mode & stat.S_IWGRP:
+            msg = (f"kernel cache directory {d} is group-writable: members of its group can change "
+                   f"executable kernel code loaded from it (chmod g-w if that is not intended)")
+        else:
+            continue
+        if (str(d), msg) not in _warned_dirs:  # once per directory and problem
+            _warned_dirs.add((str(d), msg))
+            log.warning("tilejit cache: WARNING: %s", msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
 @dataclass(frozen=True)
 class CacheEntry:
     """A verified entry. ``meta`` is the builder's dict; treat it as read-only (it is shared)."""
@@ -211,6 +257,12 @@ class KernelCache:
         entry = self.lookup(key)
         if entry is not None:
             return entry
+        if strict_mode():
+            raise CacheError(
+                f"TILEJIT_CACHE_STRICT=1: kernel cache {self.root} has no valid entry for key {key}, and "
+                f"strict-cache mode forbids compiling. Populate the cache first: run the workload once "
+                f"without TILEJIT_CACHE_STRICT (or run autotune) and then `python -m compiler.cache export "
+                f"ARCHIVE`, and `python -m compiler.cache import ARCHIVE --cache-dir {self.root}` here.")
         with self._locked(key, blocking=True):
             entry = self._load(key)  # someone may have published while we waited for the lock
             if entry is not None:
@@ -265,6 +317,7 @@ class KernelCache:
     def _verify(self, key: str) -> CacheEntry | None:
         """Load and fully check the disk entry. None if absent; raises _BadEntry if invalid."""
         d = self._entry_dir(key)
+        check_dir_safety(self.root, d.parent, d)
         try:
             raw = (d / MANIFEST).read_bytes()
         except (FileNotFoundError, NotADirectoryError):

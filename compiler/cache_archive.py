@@ -1,0 +1,273 @@
+"""Export / import of kernel-cache entries as one ``.tar.gz`` with a top-level manifest.
+
+Archive layout::
+
+    manifest.json                 {"format", "tilejit_version", "targets": {name: fingerprint},
+                                   "entries": {key: {"target", "kernel", "files": {name: sha256}}}}
+    entries/<key>/<file>          every file of the entry, including the entry's own manifest.json
+
+Import is all-or-nothing and never writes outside the cache directory:
+
+* members are read by hand (``tarfile.extract`` is never used); only regular files at
+  ``manifest.json`` or ``entries/<key>/<safe name>`` are accepted - absolute paths, ``..``,
+  symlinks, hard links, devices, FIFOs and anything else are refused before a byte is written;
+* every file's sha256 is checked against the archive manifest, and the tilejit version and the
+  target fingerprints against this machine, before anything is published;
+* entries are staged under ``<cache>/tmp`` and renamed into place, so a reader sees whole
+  entries; each entry is then re-verified by ``KernelCache`` (its own manifest) before use.
+
+Target fingerprints: an entry's ``meta["fingerprint"]`` when the builder stored one; otherwise the
+exporting machine's ``get_target(meta["target"]).fingerprint()``. Cache keys already include the
+fingerprint, so a mismatched entry could never be *used* - the import check exists to tell the user
+clearly, at import time, that the archive was built for another toolchain/host.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pathlib
+import shutil
+import tarfile
+import tempfile
+import time
+import zlib
+
+from .cache import _KEY_RE, _SHA_RE, MANIFEST, CacheError, KernelCache, _check_name, _sha256_file
+
+__all__ = ["ArchiveError", "export_cache", "import_cache"]
+
+ARCHIVE_FORMAT = 1
+_MAX_MEMBER = 1 << 30  # a single artifact larger than 1 GiB is not a kernel
+
+
+class ArchiveError(CacheError):
+    """The archive is malformed, tampered with, unsafe, or built for another version/target."""
+
+
+def _json(obj) -> object:
+    """Normalise through JSON (tuples -> lists) so fingerprints compare by value."""
+    return json.loads(json.dumps(obj, sort_keys=True))
+
+
+def _current_fingerprint(target_name: str):
+    from .target import get_target  # noqa: PLC0415 - keep `compiler.cache` importable alone
+    return _json(get_target(target_name).fingerprint())
+
+
+def _version() -> str:
+    from .version import __version__  # noqa: PLC0415
+    return __version__
+
+
+def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
+    """Write every valid entry of ``cache`` into ``archive`` (atomically). Returns the manifest."""
+    archive = pathlib.Path(archive)
+    targets: dict[str, object] = {}
+    entries: dict[str, dict] = {}
+    blobs: list[tuple[str, bytes]] = []
+    for entry in cache.entries():
+        meta = entry.meta
+        tname = meta.get("target") if isinstance(meta.get("target"), str) else None
+        if tname is not None and tname not in targets:
+            fp = meta.get("fingerprint")
+            if fp is None:
+                try:
+                    fp = _current_fingerprint(tname)
+                except Exception:  # noqa: BLE001 - a target unavailable here: record that we do not know
+                    fp = None
+            targets[tname] = _json(fp)
+        files = {}
+        names = sorted(p.name for p in entry.path.iterdir())
+        for name in names:
+            if name != MANIFEST and not _check_name(name):
+                continue  # not part of the entry (e.g. a stray temp file); never exported
+            fd = os.open(entry.path / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+            files[name] = hashlib.sha256(data).hexdigest()
+            blobs.append((f"entries/{entry.key}/{name}", data))
+        # re-check against the entry's own manifest: the archive must carry exactly what was verified
+        own = json.loads((entry.path / MANIFEST).read_bytes())["files"]
+        for name, digest in own.items():
+            if files.get(name) != digest:
+                raise CacheError(f"entry {entry.key} changed while exporting ({name}); run `verify` and retry")
+        entries[entry.key] = {"target": tname, "kernel": meta.get("kernel"), "files": files}
+    manifest = {"format": ARCHIVE_FORMAT, "tilejit_version": _version(), "created": time.time(),
+                "targets": targets, "entries": entries}
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, part = tempfile.mkstemp(prefix=f".{archive.name}.", suffix=".part", dir=archive.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in [(MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode()), *blobs]:
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, int(manifest["created"])
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(part, archive)
+    except BaseException:
+        if os.path.exists(part):
+            os.unlink(part)
+        raise
+    return manifest
+
+
+def _member_path(info: tarfile.TarInfo) -> tuple[str, str] | None:
+    """(key, file) for an entry member, None for the top-level manifest; ArchiveError if unsafe."""
+    name = info.name
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
+        raise ArchiveError(f"archive member {name!r} has an absolute path: refusing the archive")
+    parts = name.split("/")
+    if any(p in ("..", ".") for p in parts) or "\\" in name or "\0" in name:
+        raise ArchiveError(f"archive member {name!r} contains '..' or an unsafe path: refusing the archive")
+    if not info.isreg():
+        kind = ("symlink" if info.issym() else "hard link" if info.islnk() else
+                "device" if info.ischr() or info.isblk() else "FIFO" if info.isfifo() else
+                "directory" if info.isdir() else "special file")
+        raise ArchiveError(f"archive member {name!r} is a {kind}: only regular files are accepted")
+    if info.size > _MAX_MEMBER:
+        raise ArchiveError(f"archive member {name!r} is implausibly large ({info.size} bytes)")
+    if name == MANIFEST:
+        return None
+    if (len(parts) == 3 and parts[0] == "entries" and _KEY_RE.fullmatch(parts[1])
+            and (parts[2] == MANIFEST or _check_name(parts[2]))):
+        return parts[1], parts[2]
+    raise ArchiveError(f"unexpected archive member {name!r} (expected manifest.json or entries/<key>/<file>)")
+
+
+def _read_archive(archive: pathlib.Path) -> tuple[dict, dict[str, dict[str, bytes]]]:
+    """Every member checked for safety, read into memory; returns (manifest, {key: {file: bytes}})."""
+    manifest = None
+    data: dict[str, dict[str, bytes]] = {}
+    try:
+        with tarfile.open(archive, mode="r:gz") as tar:
+            for info in tar:
+                where = _member_path(info)
+                f = tar.extractfile(info)
+                blob = f.read() if f is not None else b""
+                if len(blob) != info.size:
+                    raise ArchiveError(f"archive member {info.name!r} is truncated")
+                if where is None:
+                    if manifest is not None:
+                        raise ArchiveError("archive has two manifest.json members")
+                    try:
+                        manifest = json.loads(blob)
+                    except ValueError as exc:
+                        raise ArchiveError(f"archive manifest is not valid JSON: {exc}") from None
+                else:
+                    key, fname = where
+                    if fname in data.setdefault(key, {}):
+                        raise ArchiveError(f"archive member {info.name!r} appears twice")
+                    data[key][fname] = blob
+    except ArchiveError:
+        raise
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
+        raise ArchiveError(f"{archive} is corrupt or not a tilejit cache archive: "
+                           f"{type(exc).__name__}: {exc}; nothing was imported") from None
+    if not isinstance(manifest, dict):
+        raise ArchiveError(f"{archive} has no manifest.json: not a tilejit cache archive")
+    return manifest, data
+
+
+def _check_contents(manifest: dict, data: dict[str, dict[str, bytes]]) -> dict[str, dict]:
+    if manifest.get("format") != ARCHIVE_FORMAT:
+        raise ArchiveError(f"unknown archive format {manifest.get('format')!r}")
+    entries = manifest.get("entries")
+    if not isinstance(entries, dict) or not isinstance(manifest.get("targets"), dict):
+        raise ArchiveError("archive manifest lacks 'entries' or 'targets'")
+    if set(data) - set(entries):
+        raise ArchiveError(f"archive holds files of entries its manifest does not list: {sorted(set(data) - set(entries))}")
+    for key, ent in entries.items():
+        files = ent.get("files") if isinstance(ent, dict) else None
+        if not _KEY_RE.fullmatch(str(key)) or not isinstance(files, dict) or MANIFEST not in files:
+            raise ArchiveError(f"archive manifest entry {key!r} is malformed")
+        got = data.get(key, {})
+        if set(got) != set(files):
+            raise ArchiveError(f"entry {key}: files in the archive {sorted(got)} differ from its manifest {sorted(files)}")
+        for fname, digest in files.items():
+            if not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
+                raise ArchiveError(f"entry {key}: bad sha256 for {fname!r} in the archive manifest")
+            if hashlib.sha256(got[fname]).hexdigest() != digest:
+                raise ArchiveError(f"entry {key}: {fname!r} does not match its sha256 in the archive manifest "
+                                   f"(corrupted or tampered with); nothing was imported")
+    return entries
+
+
+def _check_compat(manifest: dict) -> list[str]:
+    """Problems that make this archive unusable here (version, target fingerprints)."""
+    problems = []
+    if manifest.get("tilejit_version") != _version():
+        problems.append(f"archive was exported by tilejit {manifest.get('tilejit_version')!r}, "
+                        f"this is tilejit {_version()!r}")
+    for tname, fp in sorted(manifest["targets"].items()):
+        try:
+            here = _current_fingerprint(tname)
+        except Exception as exc:  # noqa: BLE001 - unknown / unavailable target
+            problems.append(f"target {tname!r} of the archive is not available here ({exc})")
+            continue
+        if fp is None:
+            problems.append(f"target {tname!r}: the archive does not record its fingerprint")
+        elif _json(fp) != here:
+            diff = sorted(k for k in set(fp) | set(here) if fp.get(k) != here.get(k)) if isinstance(fp, dict) else []
+            problems.append(f"target {tname!r} fingerprint differs from this machine's"
+                            + (f" (fields: {', '.join(diff)})" if diff else ""))
+    return problems
+
+
+def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool = False) -> dict:
+    """Verify ``archive`` completely, then publish its entries into ``cache``.
+
+    Returns {"imported": [...], "skipped": [...]} (skipped: a valid entry with that key exists).
+    Raises ArchiveError (nothing written) on a corrupt/unsafe archive, or on a version/target
+    mismatch unless ``force``.
+    """
+    archive = pathlib.Path(archive)
+    manifest, data = _read_archive(archive)
+    entries = _check_contents(manifest, data)
+    problems = _check_compat(manifest)
+    if problems and not force:
+        raise ArchiveError("refusing to import " + str(archive) + ": " + "; ".join(problems)
+                           + ". Re-export on a machine matching this one, or pass --force to import anyway "
+                           "(mismatched entries are then simply never used).")
+    root = cache.root
+    imported, skipped = [], []
+    try:
+        (root / "tmp").mkdir(parents=True, exist_ok=True)
+        stage = pathlib.Path(tempfile.mkdtemp(prefix="import.", suffix=".staging", dir=root / "tmp"))
+    except OSError as exc:
+        raise CacheError(f"cannot write to the kernel cache {root} ({exc})") from exc
+    try:
+        staged = {}
+        for key in sorted(entries):
+            d = stage / key
+            d.mkdir()
+            for fname, blob in data[key].items():
+                # O_EXCL|O_NOFOLLOW: a fresh private directory, but never follow anything anyway
+                fd = os.open(d / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(blob)
+                if _sha256_file(d / fname) != entries[key]["files"][fname]:
+                    raise ArchiveError(f"entry {key}: {fname!r} changed while staging")
+            man = json.loads(data[key][MANIFEST])
+            if not isinstance(man, dict) or man.get("key") != key or set(man.get("files", {})) | {MANIFEST} != set(data[key]):
+                raise ArchiveError(f"entry {key}: its own manifest does not describe the archived files")
+            os.chmod(d, 0o755)
+            staged[key] = d
+        for key, d in staged.items():
+            with cache._locked(key, blocking=True):
+                if cache._load(key) is not None:
+                    skipped.append(key)
+                    continue
+                cache._move_aside(key)  # a bad entry, if any
+                final = cache._entry_dir(key)
+                final.parent.mkdir(exist_ok=True)
+                os.rename(d, final)
+                if cache._load(key) is None:  # verified by the cache itself, as any load would be
+                    cache._move_aside(key)
+                    raise ArchiveError(f"entry {key} failed the cache's own verification after import")
+                imported.append(key)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return {"imported": imported, "skipped": skipped, "problems": problems}

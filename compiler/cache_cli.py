@@ -1,0 +1,217 @@
+"""`python -m compiler.cache {ls, stats, export, import, verify, prune, clear} [--cache-dir DIR]`.
+
+The default directory is ``$TILEJIT_CACHE_DIR``, else the platform default (see
+``compiler.cache.default_cache_dir``). Exit status: 0 on success, 1 when ``verify`` found bad
+entries (even if ``--delete`` removed them), 2 on an error (message on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Iterator
+
+from .cache import _KEY_RE, MANIFEST, CacheError, KernelCache, _BadEntry
+
+__all__ = ["main"]
+
+
+def _entry_dirs(cache: KernelCache) -> Iterator[tuple[str, pathlib.Path]]:
+    """(key, dir) of everything laid out like an entry, valid or not."""
+    for d in sorted(cache.root.glob("[0-9a-f][0-9a-f]/*")):
+        if _KEY_RE.fullmatch(d.name) and d.name[:2] == d.parent.name:
+            yield d.name, d
+
+
+def _size(path: pathlib.Path) -> int:
+    total = 0
+    for p in path.iterdir():
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        total += st.st_size
+    return total
+
+
+def _created(path: pathlib.Path) -> float:
+    try:
+        return os.stat(path / MANIFEST).st_mtime
+    except OSError:
+        return os.lstat(path).st_mtime
+
+
+def _rows(cache: KernelCache) -> list[dict]:
+    rows = []
+    for e in cache.entries():
+        rows.append({"key": e.key, "kernel": e.meta.get("kernel"), "target": e.meta.get("target"),
+                     "size": _size(e.path), "created": _created(e.path)})
+    return rows
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _remove(cache: KernelCache, key: str) -> bool:
+    """Unpublish and delete one entry under its lock; False if someone else holds the lock."""
+    from filelock import Timeout  # noqa: PLC0415
+    try:
+        with cache._locked(key, blocking=False):
+            cache._move_aside(key)
+            cache._mem.pop(key, None)
+            return True
+    except Timeout:
+        return False
+
+
+def cmd_ls(cache: KernelCache, args) -> int:
+    rows = _rows(cache)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'KEY':<14} {'KERNEL':<28} {'TARGET':<12} {'SIZE':>10}  CREATED")
+    for r in sorted(rows, key=lambda r: r["created"]):
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
+        print(f"{r['key'][:12]:<14} {str(r['kernel'] or '-'):<28} {str(r['target'] or '-'):<12} "
+              f"{_human(r['size']):>10}  {created}")
+    print(f"{len(rows)} entries in {cache.root}")
+    return 0
+
+
+def cmd_stats(cache: KernelCache, args) -> int:
+    rows = _rows(cache)
+    per: dict[str, dict] = {}
+    for r in rows:
+        t = per.setdefault(str(r["target"] or "-"), {"count": 0, "bytes": 0})
+        t["count"] += 1
+        t["bytes"] += r["size"]
+    bad = sum(1 for _ in _entry_dirs(cache)) - len(rows)
+    out = {"cache_dir": str(cache.root), "count": len(rows), "bytes": sum(r["size"] for r in rows),
+           "bad": bad, "targets": per}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"cache dir: {cache.root}")
+    print(f"entries:   {out['count']} ({_human(out['bytes'])}), {bad} invalid")
+    for name, t in sorted(per.items()):
+        print(f"  {name:<12} {t['count']:>6} entries  {_human(t['bytes']):>10}")
+    return 0
+
+
+def cmd_export(cache: KernelCache, args) -> int:
+    from .cache_archive import export_cache  # noqa: PLC0415
+    man = export_cache(cache, args.archive)
+    print(f"exported {len(man['entries'])} entries ({', '.join(sorted(man['targets'])) or 'no targets'}) "
+          f"to {args.archive}")
+    return 0
+
+
+def cmd_import(cache: KernelCache, args) -> int:
+    from .cache_archive import import_cache  # noqa: PLC0415
+    res = import_cache(cache, args.archive, force=args.force)
+    for p in res["problems"]:
+        print(f"warning (--force): {p}", file=sys.stderr)
+    print(f"imported {len(res['imported'])} entries into {cache.root} "
+          f"({len(res['skipped'])} already present)")
+    return 0
+
+
+def cmd_verify(cache: KernelCache, args) -> int:
+    good = bad = 0
+    for key, _d in _entry_dirs(cache):
+        try:
+            cache._verify(key)
+        except (_BadEntry, CacheError) as exc:
+            bad += 1
+            action = ""
+            if args.delete:
+                action = " (deleted)" if _remove(cache, key) else " (busy, not deleted)"
+            print(f"BAD  {key}: {exc}{action}")
+        else:
+            good += 1
+    print(f"{good} ok, {bad} bad in {cache.root}")
+    return 1 if bad else 0
+
+
+def cmd_prune(cache: KernelCache, args) -> int:
+    if args.older_than is None and args.max_bytes is None:
+        raise CacheError("prune needs --older-than DAYS and/or --max-bytes N")
+    rows = sorted(_rows(cache), key=lambda r: r["created"])  # oldest first
+    doomed = []
+    if args.older_than is not None:
+        cutoff = time.time() - args.older_than * 86400
+        doomed = [r for r in rows if r["created"] < cutoff]
+        rows = [r for r in rows if r["created"] >= cutoff]
+    if args.max_bytes is not None:
+        total = sum(r["size"] for r in rows)
+        while rows and total > args.max_bytes:
+            r = rows.pop(0)
+            total -= r["size"]
+            doomed.append(r)
+    removed = freed = 0
+    for r in doomed:
+        if _remove(cache, r["key"]):
+            removed += 1
+            freed += r["size"]
+    print(f"pruned {removed} entries ({_human(freed)}) from {cache.root}")
+    return 0
+
+
+def cmd_clear(cache: KernelCache, args) -> int:
+    n = sum(1 for _ in _entry_dirs(cache))
+    cache.clear()
+    print(f"cleared {n} entries from {cache.root}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cache-dir", default=None,
+                        help="cache directory (default: $TILEJIT_CACHE_DIR, else ~/.cache/tilejit)")
+    p = argparse.ArgumentParser(prog="python -m compiler.cache", description="Inspect and ship the tilejit kernel cache.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("ls", parents=[common], help="list entries")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_ls)
+    s = sub.add_parser("stats", parents=[common], help="count and size, per target")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+    s = sub.add_parser("export", parents=[common], help="write all valid entries to one .tar.gz")
+    s.add_argument("archive")
+    s.set_defaults(func=cmd_export)
+    s = sub.add_parser("import", parents=[common], help="verify an archive and add its entries")
+    s.add_argument("archive")
+    s.add_argument("--force", action="store_true", help="import despite a version/target mismatch")
+    s.set_defaults(func=cmd_import)
+    s = sub.add_parser("verify", parents=[common], help="re-hash every entry")
+    s.add_argument("--delete", action="store_true", help="delete bad entries")
+    s.set_defaults(func=cmd_verify)
+    s = sub.add_parser("prune", parents=[common], help="delete old entries / shrink to a size")
+    s.add_argument("--older-than", type=float, metavar="DAYS")
+    s.add_argument("--max-bytes", type=int, metavar="N")
+    s.set_defaults(func=cmd_prune)
+    s = sub.add_parser("clear", parents=[common], help="delete every entry")
+    s.set_defaults(func=cmd_clear)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cache = KernelCache(args.cache_dir)
+    try:
+        return args.func(cache, args)
+    except CacheError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
