@@ -18,7 +18,7 @@ from importlib import metadata
 from . import plugins
 from .errors import TargetError
 
-_BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET", "gpu": "targets.gpu:TARGET"}
+_BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET", "gpu": "targets.gpu:TARGET", "kunlun": "targets.kunlun:TARGET"}
 _plugins: dict[str, object] = {}        # name -> plugin object (has .create(variant))
 _plugin_refs: dict[str, str] = {}       # name -> "module:attr" not yet loaded
 _instances: dict[str, object] = {}

@@ -1,0 +1,87 @@
+"""The `kunlun` target (`kunlun:xpu2`, `kunlun:xpu3`; `kunlun` alone = xpu3): Kunlun XPU C++
+(`.xpu`) from the C-family lowering, built with XTDK when present, otherwise the same source
+built for the host against xpu_emulation.h. See docs/kunlun.md for what is verified here."""
+from __future__ import annotations
+
+import os
+
+from compiler.ir import Function
+from compiler.plugins import Requirement, command_version
+from compiler.version import package_source_hash
+
+from . import toolchain
+from .arch import ARCHS, DEFAULT_ARCH, get_arch
+from .launcher import KunlunLauncher, check_tensor
+from .renderer import KunlunRenderer, LMBudgetError
+
+_HERE = os.path.dirname(__file__)
+
+__all__ = ["ARCHS", "KunlunTarget", "KunlunPlugin", "LMBudgetError", "TARGET"]
+
+
+class KunlunTarget:
+    device_type = "cpu"          # host emulation: tensors live on the host
+    source_suffix = ".xpu"
+    fast_software_math = False   # fast policy: the target's own math library
+
+    def __init__(self, arch: str | None = None):
+        self.arch = get_arch(arch)
+        self.name = f"kunlun:{self.arch.name}"
+        self.renderer = KunlunRenderer(self.arch)
+        self._fingerprint = None
+        self.last_lm_bytes = None
+
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = {"target": self.name, **toolchain.fingerprint(self.arch),
+                                 "source": package_source_hash(_HERE),
+                                 "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+        return self._fingerprint
+
+    def check_tensor(self, kernel_name, arg_name, t) -> None:
+        check_tensor(kernel_name, arg_name, t)
+
+    def lm_footprint(self, fn: Function) -> int:
+        """Bytes of LM tile buffers one program of `fn` declares (raises LMBudgetError over budget)."""
+        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))[1]
+
+    def render(self, fn: Function) -> str:
+        src, self.last_lm_bytes = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        return src
+
+    def build(self, fn: Function, source: str, out_dir) -> dict:
+        src = os.path.join(out_dir, "kernel.xpu")
+        with open(src, "w") as f:
+            f.write(source)
+        mode = toolchain.build(self.arch, src, str(out_dir))
+        return {"kernel": fn.name, "entry": "tj_launch", "target": self.name, "mode": mode,
+                "fingerprint": self.fingerprint(), "params": [(p.name, p.type.dtype.name) for p in fn.params]}
+
+    def load(self, fn: Function, entry, arg_indices: list[int]) -> KunlunLauncher:
+        return KunlunLauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
+                              [p.name for p in fn.params], arg_indices,
+                              emulation=self.fingerprint()["mode"] == "emulation")
+
+
+class KunlunPlugin:
+    """Entry-point object for `tilejit.targets`."""
+
+    name = "kunlun"
+    version = "0.1.0"
+    device_kinds = ("xpu2", "xpu3")
+    capabilities = ("run-emulated", "strict", "fast")
+    requirements = (Requirement("C++ compiler (host emulation)", "9.0",
+                                lambda: command_version(toolchain.cpu_toolchain.find_compiler()),
+                                hint="install g++ >= 9, or XTDK (set XTDK_DIR)"),)
+    device_backend = "runtime.device:CPUDevice"   # host emulation: the host device
+
+    def available(self) -> tuple[bool, str]:
+        if toolchain.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:
+            return False, "neither XTDK (XTDK_DIR) nor a host C++ compiler for the emulation was found"
+        return True, ""
+
+    def create(self, variant: str | None) -> KunlunTarget:
+        return KunlunTarget(variant or DEFAULT_ARCH)
+
+
+TARGET = KunlunPlugin()

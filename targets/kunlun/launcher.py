@@ -1,0 +1,84 @@
+"""Loads a built kunlun kernel with ctypes. Under host emulation tensors are host tensors; the
+launcher registers their byte ranges for the DMA bounds check and turns an emulation error
+(out-of-bounds GM2LM/LM2GM, LM overflow) into a Python exception."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from compiler import dtypes as D
+from compiler.errors import KernelArgumentError, TargetError
+
+_CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
+           D.float32: ctypes.c_float}
+INT32_MAX = 2 ** 31 - 1
+
+
+class KunlunLaunchError(TargetError):
+    pass
+
+
+def ctype_of(dt: D.dtype):
+    return ctypes.c_void_p if dt.is_ptr() else _CTYPES[dt]
+
+
+class KunlunLauncher:
+    def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, emulation: bool):
+        self.lib = ctypes.CDLL(lib_path)
+        self.entry = self.lib.tj_launch
+        self.entry.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types]
+        self.entry.restype = ctypes.c_int
+        self.emulation = emulation
+        if emulation:
+            self.lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                                    ctypes.POINTER(ctypes.c_uint64)]
+            self.lib.tj_emu_error.restype = ctypes.c_char_p
+        self.name = fn_name
+        self.plan = [(i, t.is_ptr()) for i, t in zip(arg_indices, param_types)]
+        self._lock = threading.Lock()   # the emulation's region table is per library
+
+    def __call__(self, grid, args) -> None:
+        g = tuple(grid) + (1,) * (3 - len(grid))
+        if len(grid) not in (1, 2, 3):
+            raise KernelArgumentError(f"kernel '{self.name}': grid must have 1 to 3 dimensions, got {grid!r}")
+        if any(x < 0 for x in g):
+            raise KernelArgumentError(f"kernel '{self.name}': grid sizes must be >= 0, got {grid!r}")
+        if 0 in g:
+            return
+        if g[0] * g[1] * g[2] > INT32_MAX:
+            raise KernelArgumentError(f"kernel '{self.name}': {g[0] * g[1] * g[2]} programs do not fit the "
+                                      "kunlun target's 32-bit program ids")
+        vals = [args[i].data_ptr() if ptr else args[i] for i, ptr in self.plan]
+        with self._lock:
+            if self.emulation:
+                tensors = [args[i] for i, ptr in self.plan if ptr]
+                n = len(tensors)
+                st = [t.untyped_storage() for t in tensors]
+                lo = (ctypes.c_uint64 * max(n, 1))(*[s.data_ptr() for s in st])
+                hi = (ctypes.c_uint64 * max(n, 1))(*[s.data_ptr() + s.nbytes() for s in st])
+                self.lib.tj_emu_set_regions(n, lo, hi)
+            rc = self.entry(None, *g, *vals)
+            if rc != 0:
+                msg = self.lib.tj_emu_error().decode() if self.emulation else f"launch returned {rc}"
+                raise KunlunLaunchError(f"kernel '{self.name}' on kunlun (host emulation): {msg}")
+
+
+def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
+    if t.device.type != "cpu":
+        raise KernelArgumentError(
+            f"kernel '{kernel_name}': argument '{arg_name}' is on device '{t.device}'; the kunlun target runs "
+            "under host emulation here and takes host tensors")
+    if t.dtype is torch.float64:
+        raise KernelArgumentError(f"kernel '{kernel_name}': argument '{arg_name}' is float64; the kunlun target "
+                                  "has no fp64 (convert with .float())")
+    if t.dtype is torch.int64:
+        raise KernelArgumentError(f"kernel '{kernel_name}': argument '{arg_name}' is int64; the kunlun target "
+                                  "uses 32-bit data and indices (convert with .to(torch.int32))")
+    nbytes = t.untyped_storage().nbytes()
+    if nbytes > INT32_MAX:
+        raise KernelArgumentError(
+            f"kernel '{kernel_name}': argument '{arg_name}' spans {nbytes} bytes; the kunlun target's 32-bit "
+            "index arithmetic (device `long`/`void*` are 4 bytes) addresses at most 2**31-1 bytes per tensor. "
+            "Split the tensor or launch on slices.")

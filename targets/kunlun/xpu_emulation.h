@@ -1,0 +1,113 @@
+// Host emulation of the Kunlun XPU kernel dialect, force-included (-include xpu_emulation.h) when
+// no XTDK is installed, so the very same .xpu text builds with the system C++ compiler.
+//  - qualifiers (__global__, __device__, __global_ptr__, __local__, __shared__, __simd__) expand to
+//    host C++; ids (cluster_id/core_id/cluster_num/core_num) are thread-local, set by the launch;
+//  - GM2LM/LM2GM (and GM2SM/SM2GM) are memcpy with a bounds check against the tensors the
+//    launcher registered: a copy outside them is skipped and sets an error the launcher raises;
+//  - TJ_LM_USE(buf) accounts each live __local__ buffer per core against TJ_EMU_LM_BUDGET bytes;
+//  - tj_emu_launch runs clusters x cores programs in parallel (OpenMP over the flat core id).
+#pragma once
+#define TJ_XPU_EMULATION 1
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <atomic>
+#include <functional>
+
+#define __global__
+#define __device__
+#define __global_ptr__
+#define __local__
+#define __shared__ static thread_local   /* per-cluster in hardware; never emitted by this slice */
+#define __simd__ alignas(64)
+
+#ifndef TJ_EMU_LM_BUDGET
+#define TJ_EMU_LM_BUDGET 7168
+#endif
+
+static thread_local int tj_emu_cluster_id = 0, tj_emu_core_id = 0, tj_emu_lm_live = 0;
+static int tj_emu_cluster_num = 1, tj_emu_core_num = 1;
+static inline int cluster_id() { return tj_emu_cluster_id; }
+static inline int core_id() { return tj_emu_core_id; }
+static inline int cluster_num() { return tj_emu_cluster_num; }
+static inline int core_num() { return tj_emu_core_num; }
+static inline void mfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static inline void mfence_lm() { mfence(); }
+static inline void sync_cluster() {}   // this slice emits no cluster-level sync
+
+// ---- error flag: the first error wins, the launcher turns it into a Python exception ---------
+static std::atomic<int> tj_emu_err(0);
+static char tj_emu_msg[512];
+static void tj_emu_fail(const char* fmt, const char* what, uint64_t a, uint64_t b) {
+    int expected = 0;
+    if (tj_emu_err.compare_exchange_strong(expected, 1))
+        snprintf(tj_emu_msg, sizeof tj_emu_msg, fmt, what, (unsigned long long)a, (unsigned long long)b,
+                 tj_emu_cluster_id, tj_emu_core_id);
+}
+
+// ---- global-memory regions registered by the launcher ---------------------------------------
+#define TJ_EMU_MAX_REGIONS 64
+static int tj_emu_nregions = 0;
+static uint64_t tj_emu_lo[TJ_EMU_MAX_REGIONS], tj_emu_hi[TJ_EMU_MAX_REGIONS];
+static inline bool tj_emu_in_gm(const void* p, int bytes) {
+    uint64_t a = (uint64_t)(uintptr_t)p, b = a + (uint64_t)(bytes < 0 ? 0 : bytes);
+    for (int i = 0; i < tj_emu_nregions; ++i)
+        if (a >= tj_emu_lo[i] && b <= tj_emu_hi[i]) return true;
+    return false;
+}
+static inline void GM2LM(const void* src, void* dst, int bytes) {
+    if (!tj_emu_in_gm(src, bytes)) {
+        tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
+                    "(cluster %d, core %d)", "GM2LM", (uint64_t)(uintptr_t)src, (uint64_t)bytes);
+        return;
+    }
+    memcpy(dst, src, bytes);
+}
+static inline void LM2GM(const void* src, void* dst, int bytes) {
+    if (!tj_emu_in_gm(dst, bytes)) {
+        tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
+                    "(cluster %d, core %d)", "LM2GM", (uint64_t)(uintptr_t)dst, (uint64_t)bytes);
+        return;
+    }
+    memcpy(dst, src, bytes);
+}
+#define GM2SM GM2LM
+#define SM2GM LM2GM
+#define GM2LM_ASYNC GM2LM
+#define LM2GM_ASYNC LM2GM
+
+// ---- run-time LM budget: live __local__ buffers of one core -------------------------------
+struct tj_emu_lm_guard {
+    int bytes;
+    explicit tj_emu_lm_guard(int b, const char* name) : bytes(b) {
+        tj_emu_lm_live += b;
+        if (tj_emu_lm_live > TJ_EMU_LM_BUDGET)
+            tj_emu_fail("%s: local memory overflow: %llu bytes of __local__ buffers live on one core, budget %llu "
+                        "(cluster %d, core %d)", name, (uint64_t)tj_emu_lm_live, (uint64_t)TJ_EMU_LM_BUDGET);
+    }
+    ~tj_emu_lm_guard() { tj_emu_lm_live -= bytes; }
+};
+#define TJ_LM_USE(buf) tj_emu_lm_guard tj_lm_guard_##buf((int)sizeof(buf), #buf)
+
+// ---- launch -----------------------------------------------------------------------------------
+static int tj_emu_launch(int clusters, int cores, const std::function<void()>& kernel) {
+    tj_emu_cluster_num = clusters;
+    tj_emu_core_num = cores;
+    const int total = clusters * cores;
+#pragma omp parallel for schedule(static)
+    for (int flat = 0; flat < total; ++flat) {
+        tj_emu_cluster_id = flat / cores;
+        tj_emu_core_id = flat % cores;
+        tj_emu_lm_live = 0;
+        if (!tj_emu_err.load(std::memory_order_relaxed)) kernel();
+    }
+    return tj_emu_err.load() ? -1 : 0;
+}
+
+extern "C" void tj_emu_set_regions(int n, const uint64_t* lo, const uint64_t* hi) {
+    tj_emu_nregions = n < TJ_EMU_MAX_REGIONS ? n : TJ_EMU_MAX_REGIONS;
+    for (int i = 0; i < tj_emu_nregions; ++i) { tj_emu_lo[i] = lo[i]; tj_emu_hi[i] = hi[i]; }
+    tj_emu_err.store(0);
+    tj_emu_msg[0] = 0;
+}
+extern "C" const char* tj_emu_error() { return tj_emu_msg; }

@@ -1,0 +1,297 @@
+"""kunlun target (host emulation): the example kernels render for xpu2 and xpu3 in the XPU
+dialect, build against xpu_emulation.h and match the cpu target (bitwise in strict, within
+tolerance in fast); the LM budget refuses configs that do not fit; a dialect lint over every
+generated source; the emulation's DMA bounds check and run-time LM check."""
+import os
+import re
+import subprocess
+
+import pytest
+import torch
+
+import targets.kunlun
+from compiler import CompilationError, numerics, use_target
+from compiler.target import register_target
+from examples import kernels as K
+from targets.kunlun import ARCHS, LMBudgetError, toolchain
+from targets.kunlun.launcher import KunlunLaunchError
+
+register_target("kunlun", targets.kunlun.TARGET)
+
+SOURCES: list[str] = []   # every generated .xpu source, for the lint
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+# each case: make inputs, launch (returns output tensors); configs sized for ~7 KB of LM per core
+def case_add():
+    x, y = torch.randn(1000 + 17, generator=_g(1)), torch.randn(1000 + 17, generator=_g(2))
+
+    def run():
+        out = torch.empty_like(x)
+        ck = K.add_kernel[(_cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
+        return [out], ck
+    return run
+
+
+def case_softmax():
+    x = torch.randn((16, 100), generator=_g(3)) * 2
+
+    def run():
+        out = torch.empty_like(x)
+        ck = K.softmax_kernel[(16,)](x, out, 100, x.stride(0), out.stride(0), BLOCK=128)
+        return [out], ck
+    return run
+
+
+def case_softmax_fp16():
+    x = (torch.randn((8, 60), generator=_g(4)) * 2).half()
+
+    def run():
+        out = torch.empty_like(x)
+        ck = K.softmax_kernel[(8,)](x, out, 60, x.stride(0), out.stride(0), BLOCK=64)
+        return [out], ck
+    return run
+
+
+def case_layernorm():
+    x, w, b = (torch.randn((6, 300), generator=_g(5)) * 2 + 1, torch.randn(300, generator=_g(6)),
+               torch.randn(300, generator=_g(7)))
+
+    def run():
+        y = torch.empty_like(x)
+        ck = K.layernorm_kernel[(6,)](x, w, b, y, 300, x.stride(0), 1e-5, BLOCK=128)
+        return [y], ck
+    return run
+
+
+def case_matmul(dtype):
+    def make():
+        a = torch.randn((17, 45), generator=_g(8)).to(dtype)
+        b = torch.randn((45, 33), generator=_g(9)).to(dtype)
+
+        def run():
+            c = torch.empty((17, 33), dtype=dtype)
+            ck = K.matmul_kernel[(_cdiv(17, 16), _cdiv(33, 16))](
+                a, b, c, 17, 33, 45, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+            return [c], ck
+        return run
+    return make
+
+
+def case_row_sum_max():
+    x = torch.randn((5, 700), generator=_g(10))
+
+    def run():
+        s, m = torch.empty(5), torch.empty(5)
+        ck = K.row_sum_max_kernel[(5,)](x, s, m, 700, x.stride(0), BLOCK=256)
+        return [s, m], ck
+    return run
+
+
+def case_gelu():
+    x = torch.randn(999, generator=_g(11)) * 3
+
+    def run():
+        out = torch.empty_like(x)
+        ck = K.gelu_kernel[(_cdiv(999, 256),)](x, out, 999, BLOCK=256)
+        return [out], ck
+    return run
+
+
+def case_silu_bf16():
+    x = (torch.randn(777, generator=_g(12)) * 3).bfloat16()
+
+    def run():
+        out = torch.empty_like(x)
+        ck = K.silu_kernel[(_cdiv(777, 256),)](x, out, 777, BLOCK=256)
+        return [out], ck
+    return run
+
+
+def case_embedding():
+    idx = torch.randint(0, 50, (10,), generator=_g(13)).to(torch.int32)
+    table = torch.randn((50, 100), generator=_g(14))
+
+    def run():
+        out = torch.empty((10, 100))
+        ck = K.embedding_kernel[(10,)](idx, table, out, 100, table.stride(0), BLOCK_D=64)
+        return [out], ck
+    return run
+
+
+def case_transpose():
+    x = torch.randn((37, 2 * 21), generator=_g(15))[:, ::2]
+
+    def run():
+        out = torch.empty((21, 37))
+        ck = K.copy2d_kernel[(_cdiv(37, 16), _cdiv(21, 16))](x, out, 37, 21, x.stride(0), x.stride(1),
+                                                              out.stride(1), out.stride(0), BM=16, BN=16)
+        return [out], ck
+    return run
+
+
+CASES = {"add": case_add, "softmax": case_softmax, "softmax_fp16": case_softmax_fp16, "layernorm": case_layernorm,
+         "matmul_fp32": case_matmul(torch.float32), "matmul_fp16": case_matmul(torch.float16),
+         "row_sum_max": case_row_sum_max, "gelu": case_gelu, "silu_bf16": case_silu_bf16,
+         "embedding": case_embedding, "transpose": case_transpose}
+
+
+def _run(target, policy, run):
+    with use_target(target), numerics(policy):
+        outs, ck = run()
+    return outs, ck
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("policy", ["strict", "fast"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_example_kernels_match_cpu(case, policy, arch):
+    run = CASES[case]()
+    ref, _ = _run("cpu", policy, run)
+    got, ck = _run(f"kunlun:{arch}", policy, run)
+    assert ck.source.startswith(f"// Generated by tilejit: kernel '{ck.name}', target kunlun:{arch}")
+    SOURCES.append(ck.source)
+    for r, g in zip(ref, got):
+        if policy == "strict":
+            assert torch.equal(r.view(torch.uint8) if r.dtype.is_floating_point else r,
+                               g.view(torch.uint8) if g.dtype.is_floating_point else g), case
+        else:
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5) if r.dtype == torch.float32 else \
+                torch.testing.assert_close(g, r)
+
+
+def test_grid_larger_than_the_machine_runs_through_the_stride_loop():
+    # 3000 programs > 8 clusters x 64 cores: each core walks several programs
+    x, y = torch.randn(3000 * 16), torch.randn(3000 * 16)
+    out = torch.empty_like(x)
+    with use_target("kunlun:xpu2"):
+        K.add_kernel[(3000,)](x, y, out, x.numel(), BLOCK=16)
+    assert torch.equal(out, x + y)
+
+
+def test_lm_overflow_is_refused_with_the_buffer_listing_and_a_fitting_config_runs():
+    x, y = torch.randn(4096), torch.randn(4096)
+    out = torch.empty_like(x)
+    with use_target("kunlun:xpu2"):
+        with pytest.raises(LMBudgetError) as ei:
+            K.add_kernel[(4,)](x, y, out, 4096, BLOCK=1024)   # two 4 KB fp32 tiles > 8 KB - 1 KB stack
+        msg = str(ei.value)
+        assert "8192 bytes of local memory per core" in msg and "1024 bytes stack reserve" in msg
+        assert re.search(r"__local__ v\d+: 4096 bytes", msg), msg
+        K.add_kernel[(16,)](x, y, out, 4096, BLOCK=256)
+    assert torch.equal(out, x + y)
+
+
+def test_rejects_64bit_offsets_and_fp64():
+    with use_target("kunlun:xpu3"):
+        x = torch.randn(8)
+        with pytest.raises(CompilationError, match="32-bit index"):
+            K.add_kernel[(1,)](x, x, torch.empty(8), 2 ** 31 + 5, BLOCK=8)   # an int64 size
+        with pytest.raises(Exception, match="fp64|float64"):
+            K.add_kernel[(1,)](x.double(), x.double(), torch.empty(8, dtype=torch.float64), 8, BLOCK=8)
+
+
+def test_zz_dialect_lint_over_all_generated_sources():
+    """Runs after the parity tests (name order): every .xpu source they generated."""
+    assert len(SOURCES) >= len(CASES), "parity tests must run first"
+    for src in SOURCES:
+        program = src.split("_program(", 1)[1].split("__global__ void", 1)[0]
+        kernel_fn = src.split("__global__ void", 1)[1].split('extern "C"', 1)[0]
+        # global pointers: kernel params and temporaries declared `__global_ptr__`
+        gptrs = set(re.findall(r"__global_ptr__ \w+\* (?:const )?(\w+)", program))
+        assert gptrs
+        for line in program.splitlines():
+            if "GM2LM(" in line or "LM2GM(" in line:
+                continue
+            assert "*(" not in line, line      # no dereference of any pointer expression
+            line = re.sub(r"__global_ptr__ \w+\*", "", line)   # declarations are not dereferences
+            for g in gptrs:
+                assert not re.search(rf"\b{g}\s*\[", line) and not re.search(rf"\*\s*{g}\b", line), line
+        for line in program.splitlines():   # DMA lines: GM only as source of GM2LM / destination of LM2GM
+            for m in re.finditer(r"GM2LM\(([^,]+),\s*&?([^,]+),", line):
+                assert m.group(1).strip() in gptrs and m.group(2).strip() not in gptrs, line
+            for m in re.finditer(r"LM2GM\(&?([^,]+),\s*([^,]+),", line):
+                assert m.group(2).strip() in gptrs and m.group(1).strip() not in gptrs, line
+        assert not re.search(r"\bint64_t\b|\blong\b|\bsize_t\b", src), "64-bit index type"
+        assert not re.search(r"\bdouble\b", src)
+        assert re.search(r"for \(int p = cluster_id\(\) \* core_num\(\) \+ core_id\(\); p < total; "
+                         r"p \+= cluster_num\(\) \* core_num\(\)\)", kernel_fn)
+        assert re.search(r"<<<(8|12), 64, \(XPUStream\)stream>>>", src)
+        assert all(re.search(r"__local__ \w+ (\w+)\[\d+\]; TJ_LM_USE\(\1\)", d)
+                   for d in re.findall(r"__local__ .*", program))
+
+
+# ---- the emulation header itself ------------------------------------------------------------
+_EMU_SRC = r'''
+#include "tilejit_xpu.h"
+__global__ void k(__global_ptr__ float* x, int n, int lm_floats) {
+    __simd__ __local__ float buf[1024]; TJ_LM_USE(buf);
+    if (lm_floats > 1024) { __simd__ __local__ float more[1024]; TJ_LM_USE(more); more[0] = 0; }
+    int id = cluster_id() * core_num() + core_id();
+    if (id < n) { GM2LM(x + id, &buf[0], sizeof(float)); buf[0] += 1.0f; LM2GM(&buf[0], x + id, sizeof(float)); }
+    mfence();
+}
+extern "C" int run(float* x, int n, int lm_floats) { return tj_emu_launch(8, 64, [=]() { k(x, n, lm_floats); }); }
+'''
+
+
+@pytest.fixture(scope="module")
+def emu_lib(tmp_path_factory):
+    import ctypes
+    d = tmp_path_factory.mktemp("emu")
+    (d / "k.xpu").write_text(_EMU_SRC)
+    subprocess.run(toolchain.emulation_command(ARCHS["xpu2"], str(d / "k.xpu"), str(d / "k.so")), check=True)
+    lib = ctypes.CDLL(str(d / "k.so"))
+    lib.run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.tj_emu_error.restype = ctypes.c_char_p
+    lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def _regions(lib, t):
+    import ctypes
+    lo = (ctypes.c_uint64 * 1)(t.data_ptr())
+    hi = (ctypes.c_uint64 * 1)(t.data_ptr() + t.numel() * 4)
+    lib.tj_emu_set_regions(1, lo, hi)
+
+
+def test_emulation_runs_every_core_once_and_checks_dma_bounds(emu_lib):
+    x = torch.zeros(8 * 64)
+    _regions(emu_lib, x)
+    assert emu_lib.run(x.data_ptr(), 8 * 64, 0) == 0
+    assert torch.equal(x, torch.ones(8 * 64))          # 8 clusters x 64 cores, each once
+    small = torch.zeros(100)
+    _regions(emu_lib, small)
+    assert emu_lib.run(small.data_ptr(), 8 * 64, 0) == -1   # ids >= 100 copy past the tensor
+    assert b"outside every tensor" in emu_lib.tj_emu_error()
+
+
+def test_emulation_checks_live_lm_at_run_time(emu_lib):
+    x = torch.zeros(8 * 64)
+    _regions(emu_lib, x)
+    assert emu_lib.run(x.data_ptr(), 0, 4096) == -1      # 4 KB + 4 KB live > xpu2's 7 KB budget
+    assert b"local memory overflow" in emu_lib.tj_emu_error()
+
+
+def test_kernel_launch_reports_an_emulation_error_as_an_exception():
+    import compiler
+    from targets.kunlun.launcher import KunlunLauncher
+    assert issubclass(KunlunLaunchError, compiler.errors.TilejitError)
+    assert KunlunLauncher   # errors surface through KunlunLaunchError (see the header tests above)
+
+
+def test_toolchain_falls_back_to_emulation_without_xtdk(monkeypatch):
+    monkeypatch.delenv("XTDK_DIR", raising=False)
+    if toolchain.find_xtdk() is None:
+        fp = toolchain.fingerprint(ARCHS["xpu3"])
+        assert fp["mode"] == "emulation" and fp["arch"] == "xpu3" and fp["cxx"]
+        assert "-DTJ_EMU_LM_BUDGET=7168" in fp["flags"]
+    assert toolchain.fingerprint(ARCHS["xpu2"]) != toolchain.fingerprint(ARCHS["xpu3"])
