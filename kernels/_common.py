@@ -1,6 +1,9 @@
 """Helpers shared by the library kernels: argument checks, target lookup and config tables."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 
 from compiler import current_target, get_target
@@ -33,8 +36,45 @@ def target_key(target=None) -> str:
     return resolve_target(target).name.split(":")[0]
 
 
-def default_for(table: dict, target) -> dict:
-    """`table[target]`, falling back to the target family and then to "cpu"."""
+_TUNED = contextvars.ContextVar("tilejit_tuned_decisions", default=True)
+
+
+@contextlib.contextmanager
+def tuned_decisions(enabled: bool):
+    """`with tuned_decisions(False):` makes config_for ignore the autotuner's stored decisions."""
+    token = _TUNED.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _TUNED.reset(token)
+
+
+def _tuned(table: dict, target, op: str, dims: dict):
+    """The autotuner's decision for `op` and its non-batch `dims`, shaped like `table`'s entries;
+    None on a miss (CacheError on a miss in strict-cache mode)."""
+    try:
+        tgt = resolve_target(target)
+    except Exception:  # noqa: BLE001 - an unknown target (e.g. "kunlun:xpu2" here) has no decisions
+        return None
+    from compiler.autotune.shapes import shape_key  # noqa: PLC0415
+    from compiler.autotune.store import lookup_or_default  # noqa: PLC0415
+    from compiler.numerics import current_policy  # noqa: PLC0415
+    cfg = lookup_or_default(op, tgt, current_policy(), shape_key(op, **dims))
+    if cfg is None:
+        return None
+    sample = next(iter(table.values()))
+    if isinstance(sample, dict) and sample and isinstance(next(iter(sample.values())), dict):
+        return {k: dict(cfg) for k in sample}   # attention's {"small": cfg, "large": cfg}
+    return cfg
+
+
+def default_for(table: dict, target, op: str | None = None, dims: dict | None = None) -> dict:
+    """The autotuner's stored decision for `op` and its non-batch `dims`, when one exists (see
+    compiler.autotune); else `table[target]`, falling back to the target family and then to "cpu"."""
+    if op is not None and _TUNED.get():
+        tuned = _tuned(table, target, op, dims or {})
+        if tuned is not None:
+            return tuned
     if isinstance(target, str) and target in table:
         return dict(table[target])
     key = target_key(target)

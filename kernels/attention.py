@@ -52,7 +52,7 @@ def config_for(op: str = "attention", target=None, *, head_dim: int, seq_k: int,
     """
     if op != "attention":
         raise ValueError(f"kernels.attention.config_for: unknown op {op!r}; this module serves 'attention'")
-    table = default_for(DEFAULT_CONFIGS, target)
+    table = default_for(DEFAULT_CONFIGS, target, op, {"head_dim": head_dim, "seq_k": seq_k})
     cfg = dict(table["small" if npow2(head_dim) <= 64 else "large"])
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(seq_k)))
     if seq_q is not None:

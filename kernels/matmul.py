@@ -43,7 +43,7 @@ def config_for(op: str = "matmul", target=None, *, N: int, K: int, **_batch_like
     """
     if op != "matmul":
         raise ValueError(f"kernels.matmul.config_for: unknown op {op!r}; this module serves 'matmul'")
-    cfg = default_for(DEFAULT_CONFIGS, target)
+    cfg = default_for(DEFAULT_CONFIGS, target, op, {"N": N, "K": K})
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(N)))
     cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, npow2(K)))
     return cfg

@@ -34,7 +34,7 @@ def config_for(op: str = "rms_norm", target=None, *, N: int, **_batch_like) -> d
     """BLOCK for a norm over rows of length N on `target`; the number of rows is ignored."""
     if op not in OPS:
         raise ValueError(f"kernels.norm.config_for: unknown op {op!r}; this module serves {', '.join(OPS)}")
-    cfg = default_for(DEFAULT_CONFIGS, target)
+    cfg = default_for(DEFAULT_CONFIGS, target, op, {"N": N})
     cfg["BLOCK"] = min(cfg["BLOCK"], max(16, npow2(N)))
     return cfg
 

@@ -1,0 +1,50 @@
+"""python -m compiler.autotune --target cpu [--kernels matmul,rms_norm] [--shapes FILE] [--cache-dir DIR]
+[--budget SECONDS] [--policy fast] [--quick]"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m compiler.autotune",
+                                 description="tune the library kernels' block sizes and store the decisions "
+                                             "in the kernel cache directory")
+    ap.add_argument("--target", default="cpu", help="target name, e.g. cpu (measured) or another target with "
+                                                    "a cost model (estimated)")
+    ap.add_argument("--kernels", default="", help="comma-separated ops (default: every op in the shapes file)")
+    ap.add_argument("--shapes", default=None, help="shapes file (default: compiler/autotune/default_shapes.json)")
+    ap.add_argument("--cache-dir", default=None, help="kernel cache root (default: TILEJIT_CACHE_DIR or ~/.cache/tilejit)")
+    ap.add_argument("--budget", type=float, default=150.0, help="seconds of tuning; configs left unmeasured are "
+                                                                "reported as skipped (default 150)")
+    ap.add_argument("--policy", default="fast", choices=("fast", "strict"), help="numerics policy (default fast)")
+    ap.add_argument("--quick", action="store_true", help="the shapes file's 'quick' set (1-2 tiny shapes per op)")
+    ap.add_argument("--repeat", type=int, default=3, help="timed samples per config; the median is kept")
+    args = ap.parse_args(argv)
+
+    from compiler import get_target  # noqa: PLC0415
+
+    from . import AutotuneError, format_summary, tune  # noqa: PLC0415
+    from .shapes import load_shapes  # noqa: PLC0415
+
+    try:
+        target = get_target(args.target)
+    except Exception as exc:  # noqa: BLE001
+        print(f"autotune: unknown or unavailable target {args.target!r}: {exc}", file=sys.stderr)
+        return 2
+    ops = [k.strip() for k in args.kernels.split(",") if k.strip()] or None
+    t0 = time.perf_counter()
+    try:
+        rows = tune(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
+                    budget=args.budget, policy=args.policy, repeat=args.repeat)
+    except AutotuneError as exc:
+        print(f"autotune: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(rows, target.name))
+    print(f"elapsed {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

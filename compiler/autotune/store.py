@@ -1,0 +1,150 @@
+"""Decision store of the autotuner: per-config results and the winner, on disk beside the kernel cache.
+
+Layout (under the kernel cache root, ``default_cache_dir()`` unless given)::
+
+    autotune/<op>.<target>.<fingerprint hash[:16]>.<policy>.json     one file per (op, target, policy)
+    autotune/locks/<same name>.lock                                    its flock
+
+A file holds ``{"format", "op", "target", "fingerprint_hash", "policy", "entries"}``; ``entries`` maps
+a shape key (``"N=4096,K=4096"``) to ``{"shape", "results", "winner", "winner_config",
+"winner_time_s", "estimated"}``, and ``results`` maps a config key (``"BLOCK_K=128,BLOCK_M=64"``)
+to ``{"config", "status": ok|rejected|pruned, "time_s", "estimated", "reason", "at"}``.
+
+Writes take the file's lock, re-read the file, merge the new per-config results into what is
+there (results of other configs and other shape keys are kept), recompute the winner and replace
+the file atomically (temp file + ``os.replace``), so concurrent tuners never lose each other's
+results and readers never see a torn file. Reads take no lock.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+import time
+
+from filelock import FileLock
+
+from compiler.cache import CacheError, default_cache_dir, stable_hash, strict_mode
+
+FORMAT = 1
+SUBDIR = "autotune"
+
+
+def config_key(config: dict) -> str:
+    return ",".join(f"{k}={config[k]}" for k in sorted(config))
+
+
+def fingerprint_hash(target) -> str:
+    fp = getattr(target, "_tilejit_autotune_fp", None)
+    if fp is None:
+        fp = stable_hash(json.loads(json.dumps(target.fingerprint())))
+        try:
+            target._tilejit_autotune_fp = fp
+        except AttributeError:
+            pass
+    return fp
+
+
+class DecisionStore:
+    def __init__(self, root=None) -> None:
+        root = pathlib.Path(root).expanduser() if root is not None else default_cache_dir()
+        self.root = root.absolute()
+        self.dir = self.root / SUBDIR
+
+    def path(self, op: str, target_name: str, fp_hash: str, policy: str) -> pathlib.Path:
+        safe_target = target_name.replace(":", "_").replace("/", "_")
+        return self.dir / f"{op}.{safe_target}.{fp_hash[:16]}.{policy}.json"
+
+    def read(self, op, target_name, fp_hash, policy) -> dict:
+        """The file's contents (an empty document when missing or unreadable)."""
+        p = self.path(op, target_name, fp_hash, policy)
+        try:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+            if doc.get("format") == FORMAT and isinstance(doc.get("entries"), dict):
+                return doc
+        except (OSError, ValueError):
+            pass
+        return {"format": FORMAT, "op": op, "target": target_name, "fingerprint_hash": fp_hash,
+                "policy": policy, "entries": {}}
+
+    def results(self, op, target_name, fp_hash, policy, shape_key) -> dict:
+        return self.read(op, target_name, fp_hash, policy)["entries"].get(shape_key, {}).get("results", {})
+
+    def record(self, op, target_name, fp_hash, policy, shape_key, shape: dict, results: dict,
+               space_keys=None) -> dict:
+        """Merge ``results`` (config key -> result) into the entry for ``shape_key``; return the entry."""
+        p = self.path(op, target_name, fp_hash, policy)
+        (self.dir / "locks").mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.dir / "locks" / (p.name + ".lock"))):
+            doc = self.read(op, target_name, fp_hash, policy)
+            entry = doc["entries"].setdefault(shape_key, {"shape": shape, "results": {}})
+            entry["results"].update(results)
+            _pick_winner(entry, space_keys)
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=self.dir)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(doc, f, indent=1, sort_keys=True, allow_nan=False)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, p)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        clear_memo()   # lookups in this process see the new decision
+        return entry
+
+
+def _pick_winner(entry: dict, space_keys=None) -> None:
+    ok = [(k, r) for k, r in entry["results"].items()
+          if r.get("status") == "ok" and r.get("time_s") is not None and (space_keys is None or k in space_keys)]
+    measured = [kr for kr in ok if not kr[1].get("estimated")]
+    pool = measured or ok
+    if not pool:
+        entry.update(winner=None, winner_config=None, winner_time_s=None, estimated=False)
+        return
+    # ties (candidates that launch the same config share a result): prefer the one measured as itself
+    k, r = min(pool, key=lambda kr: (kr[1]["time_s"], "same_as" in kr[1], kr[0]))
+    entry.update(winner=k, winner_config=r["config"], winner_time_s=r["time_s"], estimated=bool(r.get("estimated")))
+
+
+def result(config: dict, status: str, time_s=None, reason=None, estimated=False, **extra) -> dict:
+    return {"config": dict(config), "status": status, "time_s": time_s, "reason": reason,
+            "estimated": estimated, "at": time.time(), **extra}
+
+
+# ------------------------------------------------------------------ run-time lookup (cheap, memoised)
+_MEMO: dict[tuple, dict] = {}
+
+
+def clear_memo() -> None:
+    """Forget what lookups have read (a later lookup re-reads the store files)."""
+    _MEMO.clear()
+
+
+def lookup(op: str, target, policy: str, shape_key: str, root=None):
+    """The winning config for (op, target fingerprint, policy, shape key), or None. Each store
+    file is read once per process (then served from memory; ``clear_memo()`` forgets it)."""
+    fp = fingerprint_hash(target)
+    fast_key = (root, os.environ.get("TILEJIT_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), op, target.name, fp, policy)
+    table = _MEMO.get(fast_key)
+    if table is None:
+        store = DecisionStore(root)
+        doc = store.read(op, target.name, fp, policy)
+        table = {k: e.get("winner_config") for k, e in doc["entries"].items() if e.get("winner_config")}
+        _MEMO[fast_key] = table
+    cfg = table.get(shape_key)
+    return dict(cfg) if cfg is not None else None
+
+
+def lookup_or_default(op: str, target, policy: str, shape_key: str):
+    """``lookup``; on a miss None, or a CacheError in strict-cache mode naming op and shape key."""
+    cfg = lookup(op, target, policy, shape_key)
+    if cfg is None and strict_mode():
+        raise CacheError(
+            f"TILEJIT_CACHE_STRICT=1: no tuned config for op {op!r}, shape key {shape_key} (target "
+            f"{target.name}, policy {policy}) in {DecisionStore().dir}; run `python -m compiler.autotune "
+            f"--target {target.name.split(':')[0]} --kernels {op}` with this shape, or import a cache that has it")
+    return cfg

@@ -1,0 +1,152 @@
+"""compiler.autotune: tuning, the decision store, run-time lookup through kernels.config_for."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kernels
+from compiler import get_target
+from compiler.autotune import AutotuneError, MEASURE_COUNT, format_summary, tune
+from compiler.autotune import shapes as S
+from compiler.autotune.store import DecisionStore, clear_memo, fingerprint_hash, lookup
+from compiler.cache import CacheError
+from kernels import _common
+from kernels.norm import rms_norm_kernel
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RMS_SHAPE = {"rms_norm": [{"rows": 4, "N": 64}]}
+
+
+@pytest.fixture
+def tcache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(d))
+    monkeypatch.delenv("TILEJIT_CACHE_STRICT", raising=False)
+    clear_memo()
+    yield d
+    clear_memo()
+
+
+def _store_doc(d, op):
+    (f,) = (pathlib.Path(d) / "autotune").glob(f"{op}.cpu.*.fast.json")
+    return json.loads(f.read_text())
+
+
+def test_shape_keys_ignore_batch_and_bucket():
+    assert S.shape_key("matmul", M=1, N=3990, K=4096) == S.shape_key("matmul", M=999, N=4000, K=4096) == "N=4000,K=4096"
+    assert S.shape_key("rms_norm", N=4096, rows=7) == "N=4096"
+    assert S.shape_key("attention", head_dim=128, seq_k=1000, seq_q=1) == "head_dim=128,seq_k=1024"
+
+
+def test_tune_then_wrapper_uses_winner(tcache):
+    space = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}   # both differ from the default (BLOCK=64 for N=64)
+    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
+    assert rows[0]["winner"] in ("BLOCK=16", "BLOCK=32") and rows[0]["measured"] == 2
+    tgt = get_target("cpu")
+    won = lookup("rms_norm", tgt, "fast", "N=64")
+    assert won == kernels.config_for("rms_norm", "cpu", N=64, rows=123)
+    with _common.tuned_decisions(False):
+        assert kernels.config_for("rms_norm", "cpu", N=64) == {"BLOCK": 64}
+    # the wrapper's launch compiles (or reuses) the specialisation with the winner's BLOCK
+    rms_norm_kernel.compiled.clear()
+    x, w = torch.randn(3, 64), torch.randn(64)
+    y = kernels.rms_norm(x, w)
+    torch.testing.assert_close(y, kernels.rms_norm_ref(x, w), rtol=1e-5, atol=1e-5)
+    (key,) = rms_norm_kernel.compiled
+    assert key[-1] == (int, won["BLOCK"])
+    assert "summary" in format_summary(rows, "cpu")
+
+
+def test_adding_a_config_keeps_earlier_results(tcache):
+    n0 = MEASURE_COUNT["n"]
+    tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]},
+         progress=False)
+    assert MEASURE_COUNT["n"] - n0 == 2
+    before = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
+    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, progress=False,
+                spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]})
+    assert MEASURE_COUNT["n"] - n0 == 3 and rows[0]["measured"] == 1 and rows[0]["reused"] == 2
+    after = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
+    for k in ("BLOCK=16", "BLOCK=32"):
+        assert after[k] == before[k]
+    assert after["BLOCK=64"]["status"] == "ok"
+
+
+def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys):
+    monkeypatch.setattr(kernels, "rms_norm_ref", lambda x, w=None, eps=1e-6, out_dtype=None: x.double() * 2)
+    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]})
+    monkeypatch.undo()
+    res = _store_doc(tcache, "rms_norm")["entries"]["N=64"]
+    assert res["results"]["BLOCK=32"]["status"] == "rejected" and res["winner"] is None and rows[0]["winner"] is None
+    assert "does not match the reference" in res["results"]["BLOCK=32"]["reason"]
+    assert "rejected rms_norm N=64 BLOCK=32: does not match the reference" in capsys.readouterr().err
+    big = {"BLOCK_M": 16384, "BLOCK_N": 64, "BLOCK_K": 32}    # 4 MiB of fp32 accumulator alone
+    ok = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32}
+    tune(["matmul"], {"matmul": [{"M": 16, "N": 64, "K": 32}]}, cache_dir=tcache, spaces={"matmul": [big, ok]},
+         progress=False)
+    ent = _store_doc(tcache, "matmul")["entries"]["N=64,K=32"]
+    assert ent["results"]["BLOCK_K=32,BLOCK_M=16384,BLOCK_N=64"]["status"] == "rejected"
+    assert "KiB" in ent["results"]["BLOCK_K=32,BLOCK_M=16384,BLOCK_N=64"]["reason"]
+    assert ent["winner"] == "BLOCK_K=32,BLOCK_M=16,BLOCK_N=64"
+
+
+def test_two_processes_leave_a_valid_store(tmp_path):
+    cache = tmp_path / "cache"
+    procs = []
+    for n in (64, 128):
+        f = tmp_path / f"shapes{n}.json"
+        f.write_text(json.dumps({"shapes": {"rms_norm": [{"rows": 2, "N": n}]}}))
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("TILEJIT_CACHE_STRICT", None)
+        procs.append(subprocess.Popen([sys.executable, "-m", "compiler.autotune", "--target", "cpu", "--kernels",
+                                       "rms_norm", "--shapes", str(f), "--cache-dir", str(cache), "--repeat", "1"],
+                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "autotune summary" in out
+    doc = _store_doc(cache, "rms_norm")
+    assert set(doc["entries"]) == {"N=64", "N=128"}
+    assert all(e["winner"] for e in doc["entries"].values())
+    assert not list((cache / "autotune").glob("*.tmp"))
+
+
+def test_strict_cache_miss_names_op_and_shape_key(tcache, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_STRICT", "1")
+    with pytest.raises(CacheError, match=r"'rms_norm', shape key N=77"):
+        kernels.config_for("rms_norm", "cpu", N=77)
+    with pytest.raises(CacheError, match=r"'attention', shape key head_dim=64,seq_k=128"):
+        kernels.config_for("attention", "cpu", head_dim=64, seq_k=100, seq_q=1)
+
+
+def test_target_without_run_or_cost_model_refuses(tcache):
+    with pytest.raises(AutotuneError, match="no cost model"):
+        tune(["rms_norm"], RMS_SHAPE, target=get_target("gpu:sm_90"), cache_dir=tcache, progress=False)
+
+
+def test_cost_model_decisions_are_labelled_estimated(tcache):
+    cpu = get_target("cpu")
+
+    class Modelled:
+        name = "modelled"
+        device_type = "cpu"
+
+        def fingerprint(self):
+            return {"target": "modelled"}
+
+        def estimate(self, op, config, shape):
+            return 1.0 / config["BLOCK"]
+
+        def __getattr__(self, item):
+            return getattr(cpu, item)
+
+    tgt = Modelled()
+    rows = tune(["rms_norm"], {"rms_norm": [{"rows": 4, "N": 256}]}, target=tgt, cache_dir=tcache, progress=False)
+    assert rows[0]["estimated"] and rows[0]["winner"] == "BLOCK=256" and rows[0]["measured"] == 0
+    assert "estimated" in format_summary(rows, "modelled")
+    doc = DecisionStore(tcache).read("rms_norm", "modelled", fingerprint_hash(tgt), "fast")
+    assert all(r["estimated"] for r in doc["entries"]["N=256"]["results"].values() if r["status"] == "ok")
