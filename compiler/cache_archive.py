@@ -28,6 +28,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import tarfile
 import tempfile
@@ -39,6 +40,8 @@ from .cache import _KEY_RE, _SHA_RE, MANIFEST, CacheError, KernelCache, _check_n
 __all__ = ["ArchiveError", "export_cache", "import_cache"]
 
 ARCHIVE_FORMAT = 1
+DECISIONS = "autotune"   # the autotuner's decision files (compiler/autotune/store.py) travel too
+_DECISION_RE = re.compile(r"[A-Za-z0-9_.:-]{1,200}\.json")
 _MAX_MEMBER = 1 << 30  # a single artifact larger than 1 GiB is not a kernel
 
 
@@ -94,8 +97,14 @@ def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
             if files.get(name) != digest:
                 raise CacheError(f"entry {entry.key} changed while exporting ({name}); run `verify` and retry")
         entries[entry.key] = {"target": tname, "kernel": meta.get("kernel"), "files": files}
+    decisions = {}
+    for path in sorted((cache.root / DECISIONS).glob("*.json")) if (cache.root / DECISIONS).is_dir() else []:
+        if path.is_file() and not path.is_symlink() and _DECISION_RE.fullmatch(path.name):
+            data = path.read_bytes()
+            decisions[path.name] = hashlib.sha256(data).hexdigest()
+            blobs.append((f"{DECISIONS}/{path.name}", data))
     manifest = {"format": ARCHIVE_FORMAT, "tilejit_version": _version(), "created": time.time(),
-                "targets": targets, "entries": entries}
+                "targets": targets, "entries": entries, "decisions": decisions}
     archive.parent.mkdir(parents=True, exist_ok=True)
     fd, part = tempfile.mkstemp(prefix=f".{archive.name}.", suffix=".part", dir=archive.parent)
     try:
@@ -131,6 +140,8 @@ def _member_path(info: tarfile.TarInfo) -> tuple[str, str] | None:
         raise ArchiveError(f"archive member {name!r} is implausibly large ({info.size} bytes)")
     if name == MANIFEST:
         return None
+    if len(parts) == 2 and parts[0] == DECISIONS and _DECISION_RE.fullmatch(parts[1]) and ".." not in parts[1]:
+        return DECISIONS, parts[1]
     if (len(parts) == 3 and parts[0] == "entries" and _KEY_RE.fullmatch(parts[1])
             and (parts[2] == MANIFEST or _check_name(parts[2]))):
         return parts[1], parts[2]
@@ -177,8 +188,16 @@ def _check_contents(manifest: dict, data: dict[str, dict[str, bytes]]) -> dict[s
     entries = manifest.get("entries")
     if not isinstance(entries, dict) or not isinstance(manifest.get("targets"), dict):
         raise ArchiveError("archive manifest lacks 'entries' or 'targets'")
-    if set(data) - set(entries):
-        raise ArchiveError(f"archive holds files of entries its manifest does not list: {sorted(set(data) - set(entries))}")
+    decisions = manifest.get("decisions", {})
+    if not isinstance(decisions, dict) or set(data.get(DECISIONS, {})) != set(decisions):
+        raise ArchiveError("archive decision files differ from its manifest's 'decisions'")
+    for fname, digest in decisions.items():
+        if hashlib.sha256(data[DECISIONS][fname]).hexdigest() != digest:
+            raise ArchiveError(f"decision file {fname!r} does not match its sha256 in the archive manifest "
+                               "(corrupted or tampered with); nothing was imported")
+    if set(data) - set(entries) - {DECISIONS}:
+        raise ArchiveError(f"archive holds files of entries its manifest does not list: "
+                           f"{sorted(set(data) - set(entries) - {DECISIONS})}")
     for key, ent in entries.items():
         files = ent.get("files") if isinstance(ent, dict) else None
         if not _KEY_RE.fullmatch(str(key)) or not isinstance(files, dict) or MANIFEST not in files:
@@ -268,6 +287,29 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
                     cache._move_aside(key)
                     raise ArchiveError(f"entry {key} failed the cache's own verification after import")
                 imported.append(key)
+        imported += _import_decisions(root, data.get(DECISIONS, {}), skipped)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return {"imported": imported, "skipped": skipped, "problems": problems}
+
+
+def _import_decisions(root: pathlib.Path, files: dict[str, bytes], skipped: list) -> list[str]:
+    """Decision files go to <cache>/autotune/ (atomically); an existing one is kept, not merged:
+    it holds this machine's own measurements."""
+    done = []
+    if not files:
+        return done
+    d = root / DECISIONS
+    d.mkdir(parents=True, exist_ok=True)
+    for name, blob in sorted(files.items()):
+        json.loads(blob)   # a decision file must at least be JSON
+        final = d / name
+        if final.exists():
+            skipped.append(f"{DECISIONS}/{name}")
+            continue
+        fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=d)
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(part, final)
+        done.append(f"{DECISIONS}/{name}")
+    return done

@@ -1,7 +1,7 @@
-"""The main job on the default target: compile and run every example kernel, check it against
-torch, and print kernel, shape, max error, compile time and run time relative to torch.
+"""The example kernels' demo: compile and run every example kernel on the current target, check it
+against torch, and print kernel, shape, max error, compile time and run time relative to torch.
 
-    bash scripts/demo.sh            # or: python -m examples.demo [--repeat N]
+    python -m examples.demo [--repeat N]
 """
 from __future__ import annotations
 

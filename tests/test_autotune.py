@@ -150,3 +150,33 @@ def test_cost_model_decisions_are_labelled_estimated(tcache):
     assert "estimated" in format_summary(rows, "modelled")
     doc = DecisionStore(tcache).read("rms_norm", "modelled", fingerprint_hash(tgt), "fast")
     assert all(r["estimated"] for r in doc["entries"]["N=256"]["results"].values() if r["status"] == "ok")
+
+
+def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tmp_path):
+    """The shipping flow: tune, export, import into an empty cache, then the library kernel runs in
+    a new process with TILEJIT_CACHE_STRICT=1: its tuned decision and its binary are both there."""
+    from compiler.cache import KernelCache
+    from compiler.cache_archive import export_cache, import_cache
+
+    space = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}
+    rms_norm_kernel.compiled.clear()   # earlier tests compiled into other cache dirs: start cold
+    tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
+    kernels.rms_norm(torch.randn(4, 64), torch.randn(64))   # the winner, now served from this cache
+    archive = tmp_path / "shipped.tar.gz"
+    manifest = export_cache(KernelCache(tcache), archive)
+    assert manifest["decisions"], "the autotuner's decisions must travel with the binaries"
+    fresh = tmp_path / "deployed"
+    res = import_cache(KernelCache(fresh), archive)
+    assert any(name.startswith("autotune/") for name in res["imported"])
+    script = (
+        "import json, torch, kernels\n"
+        "from compiler.cache import STATS\n"
+        "x, w = torch.randn(4, 64), torch.randn(64)\n"
+        "y = kernels.rms_norm(x, w)\n"
+        "torch.testing.assert_close(y, kernels.rms_norm_ref(x, w), rtol=1e-5, atol=1e-5)\n"
+        "print(json.dumps(STATS.as_dict()))\n")
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(fresh), "TILEJIT_CACHE_STRICT": "1"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    assert stats["builds"] == 0 and stats["disk_hits"] >= 1
