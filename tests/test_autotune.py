@@ -180,3 +180,18 @@ def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tm
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout.strip().splitlines()[-1])
     assert stats["builds"] == 0 and stats["disk_hits"] >= 1
+
+
+def test_kunlun_tunes_offline_with_every_decision_estimated(tcache):
+    """--target kunlun on a machine without the chip: ranked by the target's cost model, nothing
+    measured, every decision labelled estimated; configs over the LM budget are rejected."""
+    before = MEASURE_COUNT["n"]
+    rows = tune(["matmul", "rms_norm"], None, target="kunlun:xpu2", cache_dir=tcache, progress=False, quick=False)
+    assert MEASURE_COUNT["n"] == before
+    won = [r for r in rows if r["winner"]]
+    assert won and all(r["estimated"] for r in won)
+    assert all(r["rejected"] > 0 for r in rows if r["op"] == "matmul")   # big tiles exceed 7 KB of LM
+    doc = json.loads(next((pathlib.Path(tcache) / "autotune").glob("matmul.*.json")).read_text())
+    results = [r for e in doc["entries"].values() for r in e["results"].values()]
+    assert results and all(r["estimated"] for r in results)
+    assert all(e["estimated"] for e in doc["entries"].values())

@@ -177,7 +177,7 @@ def format_summary(rows: list[dict], target_name: str) -> str:
         vd = f"{r['default_time_s'] / t:.2f}x" if t and r["default_time_s"] and not r["estimated"] else "-"
         ve = f"{r['eager_time_s'] / t:.2f}x" if t and r["eager_time_s"] and not r["estimated"] else "-"
         kind = "estimated" if r["estimated"] else ("measured" if r["winner"] else "no winner")
-        tm = _ms(t) if not r["estimated"] else (f"~{t:.3g} (est.)" if t is not None else "-")
+        tm = _ms(t) if not r["estimated"] else (f"~{t * 1e3:.3g} (est.)" if t is not None else "-")
         cells.append((r["op"], r["shape"], r["shape_key"], r["winner"] or "-", tm, vd, ve, kind,
                       str(r["measured"]), str(r["reused"]), str(r["rejected"]), str(r["pruned"]), str(r["skipped"])))
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(hdr)]

@@ -9,7 +9,7 @@ from compiler.ir import Function
 from compiler.plugins import Requirement, command_version
 from compiler.version import package_source_hash
 
-from . import toolchain
+from . import cost_model, toolchain
 from .arch import ARCHS, DEFAULT_ARCH, get_arch
 from .launcher import KunlunLauncher, check_tensor
 from .renderer import KunlunRenderer, LMBudgetError
@@ -37,6 +37,11 @@ class KunlunTarget:
                                  "source": package_source_hash(_HERE),
                                  "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
         return self._fingerprint
+
+    def estimate(self, op: str, config: dict, shape: dict) -> float:
+        """Estimated seconds of a library kernel call (see cost_model.py); the autotuner ranks by it
+        and labels every decision "estimated"."""
+        return cost_model.estimate(self.arch, op, config, shape)
 
     def check_tensor(self, kernel_name, arg_name, t) -> None:
         check_tensor(kernel_name, arg_name, t)

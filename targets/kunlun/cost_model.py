@@ -1,0 +1,68 @@
+"""An estimate, labelled as such, of a library kernel's time on a Kunlun arch, for the autotuner to
+rank configs where no device is present: DMA bytes over memory bandwidth, per-transfer DMA setup,
+SIMD work over the cores' peak, launch overhead. It models what the renderer emits today (one
+GM2LM/LM2GM per element), so it also says how much the per-row-segment DMA of issue 5 would buy.
+
+Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
+DMA setup, the launch overhead, and, for xpu3, the memory bandwidth (the reference marks it unknown,
+so xpu2's 512 GB/s stands in).
+"""
+from __future__ import annotations
+
+from .arch import Arch
+
+ASSUMED_CLOCK_HZ = 1.0e9          # SIMD issue rate per core (assumed)
+ASSUMED_DMA_SETUP_S = 50e-9       # fixed cost of one GM2LM/LM2GM (assumed)
+ASSUMED_LAUNCH_S = 10e-6          # one kernel launch (assumed)
+FALLBACK_BANDWIDTH = 512e9        # xpu2's figure, used where an arch's bandwidth is unknown
+F32 = 4
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class CostEstimateError(ValueError):
+    """The config cannot run on the arch (its LM tiles do not fit): the autotuner rejects it."""
+
+
+def _check_lm(arch: Arch, op: str, lm_bytes: int, config: dict) -> None:
+    if lm_bytes > arch.lm_budget:
+        raise CostEstimateError(f"{op} {config}: about {lm_bytes} bytes of LM tiles per core, over "
+                                f"{arch.name}'s {arch.lm_budget}-byte budget")
+
+
+def estimate(arch: Arch, op: str, config: dict, shape: dict) -> float:
+    """Estimated seconds for one call of `op` with `config` on `shape` (a shapes-file entry)."""
+    bw = arch.mem_bandwidth or FALLBACK_BANDWIDTH
+    core_flops = arch.fp32_lanes * 2 * ASSUMED_CLOCK_HZ
+    if op == "matmul":
+        M, N, K = shape["M"], shape["N"], shape["K"]
+        bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+        _check_lm(arch, op, (bm * bk + bk * bn + bm * bn) * F32, config)
+        programs = _cdiv(M, bm) * _cdiv(N, bn) * shape.get("batch", 1)
+        steps = _cdiv(K, bk)
+        elems = steps * (bm * bk + bk * bn) + bm * bn          # moved per program
+        flops = 2 * bm * bn * bk * steps
+    elif op in ("layer_norm", "rms_norm", "add_rms_norm"):
+        rows, n, block = shape["rows"], shape["N"], config["BLOCK"]
+        passes = {"layer_norm": 3, "rms_norm": 2, "add_rms_norm": 3}[op]
+        _check_lm(arch, op, 3 * block * F32, config)
+        programs = rows
+        elems = passes * n + n + (n if op != "rms_norm" else 0)   # row reads, output, weight/bias/residual
+        flops = 8 * passes * n
+    elif op == "attention":
+        b, h, sq, sk, d = shape["batch"], shape["heads"], shape["seq_q"], shape["seq_k"], shape["head_dim"]
+        bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+        bd = config.get("BLOCK_D", d)
+        _check_lm(arch, op, (2 * bm * bd + 2 * bn * bd + bm * bn) * F32, config)
+        programs = b * h * _cdiv(sq, bm)
+        blocks = _cdiv(sk, bn)
+        elems = 2 * bm * bd + blocks * 2 * bn * bd
+        flops = blocks * 4 * bm * bn * bd
+    else:
+        raise CostEstimateError(f"no cost model for op {op!r}")
+    waves = _cdiv(programs, arch.cores)
+    per_program = flops / core_flops + elems * ASSUMED_DMA_SETUP_S
+    memory = programs * elems * F32 / bw
+    return ASSUMED_LAUNCH_S + max(memory, waves * per_program)
