@@ -1,5 +1,5 @@
-"""python -m compiler.autotune --target cpu [--kernels matmul,rms_norm] [--shapes FILE] [--cache-dir DIR]
-[--budget SECONDS] [--policy fast] [--quick]"""
+"""python -m compiler.autotune --target cpu [--arch ARCH] [--kernels matmul,rms_norm] [--shapes FILE]
+[--cache-dir DIR] [--budget SECONDS] [--policy fast] [--quick]"""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,8 @@ def main(argv=None) -> int:
                                              "in the kernel cache directory")
     ap.add_argument("--target", default="cpu", help="target name, e.g. cpu (measured) or another target with "
                                                     "a cost model (estimated)")
+    ap.add_argument("--arch", default=None, help="the target's variant: --target kunlun --arch xpu2 is "
+                                                 "kunlun:xpu2, --target gpu --arch sm_90 is gpu:sm_90")
     ap.add_argument("--kernels", default="", help="comma-separated ops (default: every op in the shapes file)")
     ap.add_argument("--shapes", default=None, help="shapes file (default: compiler/autotune/default_shapes.json)")
     ap.add_argument("--cache-dir", default=None, help="kernel cache root (default: TILEJIT_CACHE_DIR or ~/.cache/tilejit)")
@@ -28,10 +30,11 @@ def main(argv=None) -> int:
     from . import AutotuneError, format_summary, tune  # noqa: PLC0415
     from .shapes import load_shapes  # noqa: PLC0415
 
+    spec = f"{args.target}:{args.arch}" if args.arch and ":" not in args.target else args.target
     try:
-        target = get_target(args.target)
+        target = get_target(spec)
     except Exception as exc:  # noqa: BLE001
-        print(f"autotune: unknown or unavailable target {args.target!r}: {exc}", file=sys.stderr)
+        print(f"autotune: unknown or unavailable target {spec!r}: {exc}", file=sys.stderr)
         return 2
     ops = [k.strip() for k in args.kernels.split(",") if k.strip()] or None
     t0 = time.perf_counter()
