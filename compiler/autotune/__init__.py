@@ -66,6 +66,8 @@ def tune(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, po
     from kernels import _common  # noqa: PLC0415
 
     out = out if out is not None else sys.stderr
+    # a `\r` progress line only makes sense on a terminal; in logs (CI, pipes) it is noise
+    progress = progress and getattr(out, "isatty", lambda: False)()
     policy = validate_policy(policy)
     tgt = get_target(target) if isinstance(target, str) else target
     runnable = _can_run_here(tgt)
