@@ -7,6 +7,8 @@ compiled once (frontend -> IR -> passes -> target) through the on-disk cache.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import operator
 import os
@@ -26,6 +28,28 @@ from .target import current_target, get_target
 
 _cache_lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
+_RENDER_ONLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("tilejit_render_only", default=None)
+
+
+@contextlib.contextmanager
+def render_only():
+    """Within the block, a launch runs the frontend, the passes and the target's renderer (with
+    the target's own checks, e.g. the Kunlun LM budget), records a `Rendered` and returns None
+    instead of building and running. Asks what a library call would generate, with no compiler
+    or device: `with render_only() as seen: kernels.matmul(a, b)`."""
+    seen: list[Rendered] = []
+    token = _RENDER_ONLY.set(seen)
+    try:
+        yield seen
+    finally:
+        _RENDER_ONLY.reset(token)
+
+
+class Rendered:
+    """What `render_only` recorded for one launch."""
+
+    def __init__(self, name, ir, source, target, grid):
+        self.name, self.ir, self.source, self.target, self.grid = name, ir, source, target, grid
 
 
 def kernel_cache() -> KernelCache:
@@ -171,6 +195,10 @@ class KernelFunction:
         target = self.target or current_target()
         key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
+        seen = _RENDER_ONLY.get()
+        if seen is not None:
+            seen.append(self._render(args, target, key[1], grid))
+            return None
         try:
             ck = self.compiled.get(key)
         except TypeError:
@@ -252,6 +280,13 @@ class KernelFunction:
         verify(fn_ir)
         return ir_before, fn_ir, target.render(fn_ir)
 
+    def _render(self, args, target, policy, grid) -> Rendered:
+        specs, _ = self._argspecs(args, target)
+        _, fn_ir, source = self.lower(specs, target, policy)
+        if callable(grid):
+            grid = grid(dict(zip(self.arg_names, args)))
+        return Rendered(self.__name__, fn_ir, source, target, tuple(grid))
+
     def _compile(self, key, args, target, policy) -> CompiledKernel:
         with self._lock:
             ck = self.compiled.get(key)
@@ -260,18 +295,24 @@ class KernelFunction:
             t0 = time.perf_counter()
             specs, runtime = self._argspecs(args, target)
             ir_before, fn_ir, source = self.lower(specs, target, policy)
-            cache_key = stable_hash({
-                "ir": structural_hash(fn_ir),
-                "target": target.fingerprint(),
-                "policy": policy,
-                "compiler": compiler_source_hash(),
-            })
-            entry = kernel_cache().get_or_build(cache_key, lambda d: target.build(fn_ir, source, d))
+            entry_key = cache_key(fn_ir, target, policy)
+            entry = kernel_cache().get_or_build(entry_key, lambda d: target.build(fn_ir, source, d))
             launcher = target.load(fn_ir, entry, runtime)
             ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
-                                cache_key, time.perf_counter() - t0)
+                                entry_key, time.perf_counter() - t0)
             self.compiled[key] = ck
             return ck
+
+
+def cache_key(fn_ir, target, policy: str) -> str:
+    """The kernel-cache key of one lowered specialisation: the IR (with its specialisation), the
+    target's fingerprint (not its name), the policy and the compiler's own sources."""
+    return stable_hash({
+        "ir": structural_hash(fn_ir),
+        "target": target.fingerprint(),
+        "policy": policy,
+        "compiler": compiler_source_hash(),
+    })
 
 
 _SOURCE_HASH = None

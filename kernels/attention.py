@@ -36,7 +36,7 @@ CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in 
 # per target, keyed by padded head dim class: "small" (<= 64) and "large" (> 64)
 DEFAULT_CONFIGS = {
     "cpu": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 32, "BLOCK_N": 32}},
-    "kunlun": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 16, "BLOCK_N": 32}},
+    "kunlun": {"small": {"BLOCK_M": 2, "BLOCK_N": 4}, "large": {"BLOCK_M": 1, "BLOCK_N": 4}},   # ~7 KB of LM
     "gpu": {"small": {"BLOCK_M": 128, "BLOCK_N": 64}, "large": {"BLOCK_M": 64, "BLOCK_N": 64}},
 }
 

@@ -30,7 +30,7 @@ CONFIGS = [
 # default config per target, for large N and K; config_for shrinks it for small N/K
 DEFAULT_CONFIGS = {
     "cpu": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128},   # measured best of 5 on 1024^3 and 256x4096x4096
-    "kunlun": {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64},
+    "kunlun": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32},   # fits ~7 KB of LM per core (lm_probe)
     "gpu": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
 }
 

@@ -32,6 +32,13 @@ class AutotuneError(Exception):
 MEASURE_COUNT = {"n": 0}   # configs measured (checked + timed) in this process; tests count with it
 
 
+def _target_space(tgt, op: str) -> list[dict]:
+    """The op's config space, narrowed by the target when it has its own (kunlun: LM-sized tiles)."""
+    import kernels  # noqa: PLC0415 - the library imports the compiler
+    own = getattr(tgt, "config_space", None)
+    return own(op, kernels.CONFIGS[op]) if own else kernels.CONFIGS[op]
+
+
 def _time(fn, repeat: int) -> float:
     best = float("inf")
     for _ in range(3):   # the fastest of 3 sizes a sample: one call delayed by the scheduler must not
@@ -90,7 +97,7 @@ def tune(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, po
         for ji, (op, shape) in enumerate(jobs):
             dims = S.problem_dims(op, shape)
             skey = S.shape_key(op, **dims)
-            space = [dict(c) for c in (spaces or {}).get(op, kernels.CONFIGS[op])]
+            space = [dict(c) for c in (spaces or {}).get(op) or _target_space(tgt, op)]
             space_keys = {config_key(c) for c in space}
             known = store.results(op, tgt.name, fp, policy, skey)
             default_cfg = kernels.config_for(op, tgt, **dims)

@@ -9,12 +9,19 @@ from compiler.ir import Function
 from compiler.plugins import Requirement, command_version
 from compiler.version import package_source_hash
 
-from . import cost_model, toolchain
+from . import cost_model, sdk, toolchain
 from .arch import ARCHS, DEFAULT_ARCH, get_arch
 from .launcher import KunlunLauncher, check_tensor
 from .renderer import KunlunRenderer, LMBudgetError
 
 _HERE = os.path.dirname(__file__)
+
+# library-kernel candidates at LM scale (a core holds ~7 KB of tiles)
+CONFIG_SPACE = {
+    "matmul": [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk} for bm in (4, 8, 16) for bn in (16, 32) for bk in (16, 32)],
+    **{op: [{"BLOCK": b} for b in (32, 64, 128, 256)] for op in ("layer_norm", "rms_norm", "add_rms_norm")},
+    "attention": [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (1, 2, 4) for bn in (2, 4, 8)],
+}
 
 __all__ = ["ARCHS", "KunlunTarget", "KunlunPlugin", "LMBudgetError", "TARGET"]
 
@@ -40,8 +47,14 @@ class KunlunTarget:
 
     def estimate(self, op: str, config: dict, shape: dict) -> float:
         """Estimated seconds of a library kernel call (see cost_model.py); the autotuner ranks by it
-        and labels every decision "estimated"."""
-        return cost_model.estimate(self.arch, op, config, shape)
+        and labels every decision "estimated". A config over the LM budget raises LMBudgetError."""
+        from compiler.numerics import current_policy  # noqa: PLC0415
+        return cost_model.estimate(self, op, config, shape, current_policy())
+
+    def config_space(self, op: str, default: list[dict]) -> list[dict]:
+        """The autotuner's candidates on this target: tiles sized for ~7 KB of LM per core rather
+        than the shared space (whose smallest attention tiles already overflow it)."""
+        return [dict(c) for c in CONFIG_SPACE.get(op, default)]
 
     def check_tensor(self, kernel_name, arg_name, t) -> None:
         check_tensor(kernel_name, arg_name, t)
@@ -78,7 +91,13 @@ class KunlunPlugin:
     requirements = (Requirement("C++ compiler (host emulation)", "9.0",
                                 lambda: command_version(toolchain.cpu_toolchain.find_compiler()),
                                 hint="install g++ >= 9, or XTDK (set XTDK_DIR)"),)
-    device_backend = "runtime.device:CPUDevice"   # host emulation: the host device
+    collective_backends = {"xccl": "targets.kunlun.xccl"}     # BKCL, for runtime.collectives
+
+    @property
+    def device_backend(self) -> str:
+        # the XPU runtime binding when libxpurt and its header are installed; otherwise host
+        # emulation, whose device is the host
+        return "targets.kunlun.device:KunlunDevice" if sdk.runtime_available()[0] else "runtime.device:CPUDevice"
 
     def available(self) -> tuple[bool, str]:
         if toolchain.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:

@@ -1,7 +1,9 @@
 """An estimate, labelled as such, of a library kernel's time on a Kunlun arch, for the autotuner to
 rank configs where no device is present: DMA bytes over memory bandwidth, per-transfer DMA setup,
-SIMD work over the cores' peak, launch overhead. It models what the renderer emits today (one
-GM2LM/LM2GM per element), so it also says how much the per-row-segment DMA of issue 5 would buy.
+SIMD work over the cores' peak, launch overhead. It counts the transfers the renderer emits: one
+GM2LM/LM2GM per contiguous row segment of a tile, one per element where a tile is not contiguous
+along its last axis (attention's K^T tile). Whether a config fits LM is not estimated: the
+renderer's own check answers it (lm_probe.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
 DMA setup, the launch overhead, and, for xpu3, the memory bandwidth (the reference marks it unknown,
@@ -10,6 +12,7 @@ so xpu2's 512 GB/s stands in).
 from __future__ import annotations
 
 from .arch import Arch
+from .lm_probe import lm_footprint
 
 ASSUMED_CLOCK_HZ = 1.0e9          # SIMD issue rate per core (assumed)
 ASSUMED_DMA_SETUP_S = 50e-9       # fixed cost of one GM2LM/LM2GM (assumed)
@@ -26,43 +29,44 @@ class CostEstimateError(ValueError):
     """The config cannot run on the arch (its LM tiles do not fit): the autotuner rejects it."""
 
 
-def _check_lm(arch: Arch, op: str, lm_bytes: int, config: dict) -> None:
-    if lm_bytes > arch.lm_budget:
-        raise CostEstimateError(f"{op} {config}: about {lm_bytes} bytes of LM tiles per core, over "
-                                f"{arch.name}'s {arch.lm_budget}-byte budget")
+def estimate(target, op: str, config: dict, shape: dict, policy: str = "fast") -> float:
+    """Estimated seconds for one call of `op` with `config` on `shape` (a shapes-file entry) on a
+    kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
+    lm_footprint(target, op, config, shape, policy)
+    return estimate_time(target.arch, op, config, shape)
 
 
-def estimate(arch: Arch, op: str, config: dict, shape: dict) -> float:
-    """Estimated seconds for one call of `op` with `config` on `shape` (a shapes-file entry)."""
+def estimate_time(arch: Arch, op: str, config: dict, shape: dict) -> float:
+    """The time part of `estimate`, for a config known to fit."""
     bw = arch.mem_bandwidth or FALLBACK_BANDWIDTH
     core_flops = arch.fp32_lanes * 2 * ASSUMED_CLOCK_HZ
     if op == "matmul":
         M, N, K = shape["M"], shape["N"], shape["K"]
         bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-        _check_lm(arch, op, (bm * bk + bk * bn + bm * bn) * F32, config)
         programs = _cdiv(M, bm) * _cdiv(N, bn) * shape.get("batch", 1)
         steps = _cdiv(K, bk)
         elems = steps * (bm * bk + bk * bn) + bm * bn          # moved per program
+        transfers = steps * (bm + bk) + bm                      # one per tile row
         flops = 2 * bm * bn * bk * steps
     elif op in ("layer_norm", "rms_norm", "add_rms_norm"):
         rows, n, block = shape["rows"], shape["N"], config["BLOCK"]
         passes = {"layer_norm": 3, "rms_norm": 2, "add_rms_norm": 3}[op]
-        _check_lm(arch, op, 3 * block * F32, config)
         programs = rows
         elems = passes * n + n + (n if op != "rms_norm" else 0)   # row reads, output, weight/bias/residual
+        transfers = _cdiv(elems, block)                            # one per chunk
         flops = 8 * passes * n
     elif op == "attention":
         b, h, sq, sk, d = shape["batch"], shape["heads"], shape["seq_q"], shape["seq_k"], shape["head_dim"]
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
         bd = config.get("BLOCK_D", d)
-        _check_lm(arch, op, (2 * bm * bd + 2 * bn * bd + bm * bn) * F32, config)
         programs = b * h * _cdiv(sq, bm)
         blocks = _cdiv(sk, bn)
         elems = 2 * bm * bd + blocks * 2 * bn * bd
+        transfers = 2 * bm + blocks * (bn * bd + bn)   # K^T per element (not contiguous along its rows), V per row
         flops = blocks * 4 * bm * bn * bd
     else:
         raise CostEstimateError(f"no cost model for op {op!r}")
     waves = _cdiv(programs, arch.cores)
-    per_program = flops / core_flops + elems * ASSUMED_DMA_SETUP_S
+    per_program = flops / core_flops + transfers * ASSUMED_DMA_SETUP_S
     memory = programs * elems * F32 / bw
     return ASSUMED_LAUNCH_S + max(memory, waves * per_program)

@@ -12,29 +12,34 @@ from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function, Op
 from targets.cfamily.dialect import CDialect
-from targets.cfamily.lowering import CLowering
+from targets.cfamily.lowering import CLowering, Nest
 
 from .arch import Arch
+from .index_width import check_int64_feeds_addresses
+from .strides import step
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
                           keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
 class KunlunDialect(CDialect):
-    reg_types = {k: v for k, v in CDialect.reg_types.items() if k is not D.int64}
+    # int64 registers are 32-bit: index_width.py proves they only feed addresses
+    reg_types = {**CDialect.reg_types, D.int64: "int32_t"}
     mem_types = {k: v for k, v in CDialect.mem_types.items() if k is not D.int64}
     dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
 
     def reg_type(self, dt: D.dtype) -> str:
         if dt.is_ptr():
             return f"__global_ptr__ {self.mem_type(dt.element_ty)}*"
-        if dt is D.int64:
-            raise CompilationError("the kunlun target uses 32-bit index arithmetic (device `long` and `void*` are "
-                                   "4 bytes): a 64-bit integer reached the kernel; pass sizes/offsets < 2**31 "
-                                   "or split the tensor")
         if dt is D.float64:
             raise CompilationError("the kunlun target has no fp64 (software-only on xpu2, absent on xpu3)")
         return super().reg_type(dt)
+
+    def literal(self, value, dt: D.dtype) -> str:
+        if dt is D.int64:   # computed in 32 bits (see index_width.py): the value modulo 2**32
+            value = (int(value) + 2 ** 31) % 2 ** 32 - 2 ** 31
+            dt = D.int32
+        return super().literal(value, dt)
 
     def mem_type(self, dt: D.dtype) -> str:
         try:
@@ -67,6 +72,8 @@ class KunlunDialect(CDialect):
     def to_mem(dt: D.dtype, x: str) -> str:
         return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
 
+    dma_suffix = {D.float16: "f16", D.bfloat16: "bf16"}   # tilejit_xpu.h's widening/narrowing copies
+
     def same_repr(self, dt: D.dtype) -> bool:
         return self.reg_types[dt] == self.mem_types[dt]
 
@@ -91,6 +98,95 @@ class KunlunLowering(CLowering):
         d = self.d
         return f"{{ {d.mem_type(dt)} s_ = {d.to_mem(dt, val)}; LM2GM(&s_, {ptr}, sizeof({d.mem_type(dt)})); }}"
 
+    # -- DMA ------------------------------------------------------------------------------------
+    def _row_axis(self, ptr) -> int | None:
+        """The axis a tile is copied along, one DMA per contiguous segment: the last axis longer
+        than 1, when the pointer advances by exactly one element along it; else None (per-element
+        copies: gathers, strided tiles, bool tiles)."""
+        if ptr.dtype.element_ty is D.int1:
+            return None
+        axes = [k for k, n in enumerate(ptr.shape) if n > 1] or [len(ptr.shape) - 1]
+        return axes[-1] if step(ptr, axes[-1]) == 1 else None
+
+    def _open_rows(self, shape, axis) -> tuple[tuple[str, ...], int]:
+        """Loops over every axis but `axis`; returns the index (with `axis` at 0) and the loop count."""
+        idx, opened = [], 0
+        for k, n in enumerate(shape):
+            if k == axis or n == 1:
+                idx.append("0")
+                continue
+            self.emit(f"for (int r{k} = 0; r{k} < {n}; ++r{k}) {{")
+            self.indent += 1
+            idx.append(f"r{k}")
+            opened += 1
+        return tuple(idx), opened
+
+    def _close(self, opened: int) -> None:
+        for _ in range(opened):
+            self.indent -= 1
+            self.emit("}")
+
+    def _at(self, v, idx) -> str:
+        """Element `idx` of `v`, its temporaries emitted here."""
+        nest = Nest(idx)
+        e = self.ev(v, idx, nest)
+        for st in nest.stmts:
+            self.emit(st)
+        return e
+
+    def _dma_in(self, dt, src: str, dst: str, n: str) -> str:
+        d = self.d
+        if d.same_repr(dt):
+            return f"GM2LM({src}, {dst}, ({n}) * (int)sizeof({d.mem_type(dt)}));"
+        return f"tj_gm2lm_{d.dma_suffix[dt]}({src}, {dst}, {n});"
+
+    def _dma_out(self, dt, src: str, dst: str, n: str) -> str:
+        d = self.d
+        if d.same_repr(dt):
+            return f"LM2GM({src}, {dst}, ({n}) * (int)sizeof({d.mem_type(dt)}));"
+        return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
+
+    def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None) -> None:
+        """One `copy(gm, lm, count)` per contiguous segment of every row. Masked-off elements are
+        skipped (loads put `other` there): a row is split into runs of true mask elements."""
+        width = shape[axis]
+
+        def rows(masked: bool):
+            idx0, opened = self._open_rows(shape, axis)
+            p0 = self._at(ptr, idx0)
+            base = self.linear(idx0, shape)
+            row = f"({buf} + {base})" if base != "0" else buf
+            if not masked:
+                self.emit(copy(p0, row, str(width)))
+            else:
+                idx_j = tuple("j" if k == axis else i for k, i in enumerate(idx0))
+                self.emit("{")
+                self.indent += 1
+                self.emit("int s_ = -1;")
+                self.emit(f"for (int j = 0; j <= {width}; ++j) {{")
+                self.indent += 1
+                self.emit("bool m_ = false;")
+                self.emit(f"if (j < {width}) {{")
+                self.indent += 1
+                self.emit(f"m_ = {self._at(mask, idx_j)};")
+                self.indent -= 1
+                self.emit("}")
+                self.emit("if (m_) { if (s_ < 0) s_ = j; continue; }")
+                self.emit(f"if (s_ >= 0) {{ {copy(f'{p0} + s_', f'{row} + s_', 'j - s_')} s_ = -1; }}")
+                if fill_other is not None:
+                    self.emit(f"if (j < {width}) {{")
+                    self.indent += 1
+                    self.emit(f"{row}[j] = {fill_other(idx_j)};")
+                    self.indent -= 1
+                    self.emit("}")
+                self.indent -= 1
+                self.emit("}")
+                self.indent -= 1
+                self.emit("}")
+            self._close(opened)
+
+        self._masked_or_fast(mask, rows)
+
     def emit_load(self, op: Op) -> None:
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
@@ -104,9 +200,15 @@ class KunlunLowering(CLowering):
                 self.emit(f"if ({self.ev(mask, (), None)}) {copy} else {name} = {self.ev(other, (), None)};")
             return
         name = self.declare_buffer(v)
+        axis = self._row_axis(ptr)
+        if axis is not None:
+            zero = self.d.literal(0, v.dtype)
+            self._copy_rows(v.shape, axis, ptr, mask, name, lambda gm, lm, n: self._dma_in(v.dtype, gm, lm, n),
+                            fill_other=lambda idx: zero if other is None else self._at(other, idx))
+            return
 
         def fill(masked: bool):
-            # general fallback: one element per GM2LM (gathers, strided tiles)
+            # fallback: one element per GM2LM (gathers, strided tiles)
             nest = self.open_nest(v.shape, simd=False)
             dst = f"{name}[{self.linear(nest.idx, v.shape)}]"
             copy = self._gm2lm(v.dtype, self.ev(ptr, nest.idx, nest), dst)
@@ -125,6 +227,15 @@ class KunlunLowering(CLowering):
             s = self._lm2gm(val.dtype, self.ev(ptr, (), None), self.ev(val, (), None))
             self.emit(s if mask is None else f"if ({self.ev(mask, (), None)}) {s}")
             return
+        axis = self._row_axis(ptr)
+        if axis is not None:
+            if id(val) in self.buffers and val.shape == ptr.shape and self.d.same_repr(val.dtype):
+                src = self.name(val)   # already in LM, in the memory format: DMA straight from it
+            else:
+                src = self._as_staging(val, ptr.shape)
+            self._copy_rows(ptr.shape, axis, ptr, mask, src,
+                            lambda gm, lm, n: self._dma_out(val.dtype, lm, gm, n))
+            return
 
         def fill(masked: bool):
             nest = self.open_nest(ptr.shape, simd=False)
@@ -134,6 +245,15 @@ class KunlunLowering(CLowering):
             self.close_nest(nest, [s])
 
         self._masked_or_fast(mask, fill)
+
+    def _as_staging(self, val, shape) -> str:
+        """An LM buffer holding `val` for LM2GM (a fresh one: narrowing to fp16/bf16 is done in place)."""
+        name = self.fresh("st")
+        self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(val.dtype), name, val.type.numel)};")
+        nest = self.open_nest(shape)
+        e = self.ev(val, nest.idx, nest)
+        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, shape)}] = {e};"])
+        return name
 
 
 class LMBudgetError(CompilationError):
@@ -169,10 +289,18 @@ class KunlunRenderer:
         return total
 
     def render(self, fn: Function, policy: str) -> tuple[str, int]:
+        for p in fn.params:
+            if p.type.dtype is D.int64:
+                raise CompilationError(
+                    f"kernel '{fn.name}': argument '{p.name}' is a 64-bit integer; the kunlun target uses 32-bit "
+                    "index arithmetic (device `long` and `void*` are 4 bytes): pass sizes and offsets < 2**31, "
+                    "or split the tensor")
         for op in fn.walk():
             for v in list(op.results) + list(op.operands):
                 if v.dtype is D.float64:
-                    raise CompilationError(f"kernel '{fn.name}': the kunlun target has no fp64")
+                    raise CompilationError(f"kernel '{fn.name}': the kunlun target has no fp64 (software-only on "
+                                           "xpu2, absent on xpu3); compute in float32")
+        check_int64_feeds_addresses(fn)
         low = KunlunLowering(fn, self.dialect)
         body = low.lower()
         lm = self.check_lm(fn, body)

@@ -93,3 +93,24 @@ template <class T> TJ_DEV T tj_trip_count(T lb, T ub, T st) {
     if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
     return 0;
 }
+
+// ---- row-segment DMA with fp16/bf16 <-> fp32 conversion, no staging buffer -----------------
+// Loads: the n raw 2-byte elements land in the upper half of the n floats of `dst` and are widened
+// front to back; writing dst[j] (bytes 4j..4j+3) never covers a raw element not yet read (at bytes
+// 2n+2k, k >= j). Stores: the floats are narrowed front to back into the lower half of the same
+// bytes, then copied out; the LM run is consumed. `tj_u16_alias` tells the compiler the 2-byte
+// views overlap the floats, so it keeps the order of the two.
+typedef uint16_t __attribute__((__may_alias__)) tj_u16_alias;
+#define TJ_DMA_CONVERT(SUF, TO_F, FROM_F)                                                        \
+    TJ_DEV void tj_gm2lm_##SUF(__global_ptr__ const uint16_t* src, float* dst, int n) {          \
+        tj_u16_alias* raw = (tj_u16_alias*)dst + n;                                                      \
+        GM2LM(src, raw, n * (int)sizeof(uint16_t));                                              \
+        for (int j = 0; j < n; ++j) dst[j] = TO_F(raw[j]);                                       \
+    }                                                                                            \
+    TJ_DEV void tj_lm2gm_##SUF(float* src, __global_ptr__ uint16_t* dst, int n) {                \
+        tj_u16_alias* raw = (tj_u16_alias*)src;                                                      \
+        for (int j = 0; j < n; ++j) raw[j] = FROM_F(src[j]);                                     \
+        LM2GM(raw, dst, n * (int)sizeof(uint16_t));                                              \
+    }
+TJ_DMA_CONVERT(f16, tj_h2f, tj_f2h)
+TJ_DMA_CONVERT(bf16, tj_bf2f, tj_f2bf)
