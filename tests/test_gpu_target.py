@@ -1,5 +1,6 @@
 """The gpu target (targets/gpu): Tile IR -> Triton source, compile-only builds for sm_80/sm_90/
-gfx942 through triton.compile, and numerics through Triton's interpreter on CPU tensors.
+gfx942 through triton.compile, the device target's cache keys and binary loading (everything up to
+the launch itself), and numerics through Triton's interpreter on CPU tensors.
 No GPU is needed; the device check is benchmarks/gpu_check.py."""
 import ast
 import os
@@ -14,7 +15,7 @@ import kernels  # noqa: E402
 import targets.gpu  # noqa: E402
 from compiler import jit as J  # noqa: E402
 from compiler.cache import STATS  # noqa: E402
-from compiler.errors import CompilationError, TargetError  # noqa: E402
+from compiler.errors import CompilationError, KernelArgumentError, TargetError  # noqa: E402
 from compiler.inspect import main as inspect_main  # noqa: E402
 from compiler.ir.ops import OPS  # noqa: E402
 from examples import kernels as ex  # noqa: E402
@@ -83,8 +84,13 @@ def test_dot_rendering_per_policy():
 
 
 def test_non_power_of_two_tiles_are_rejected_clearly():
-    with pytest.raises(CompilationError, match="power-of-two"):
-        _source(ex.add_kernel, "*fp32,*fp32,*fp32,i32", {"BLOCK": 100})
+    x = torch.empty(16)
+    with pytest.raises(CompilationError) as e:
+        ex.add_kernel.warmup(x, x, x, 1000, BLOCK=100, target="gpu:sm_90")
+    msg = str(e.value)
+    # the kernel, the argument responsible and the fix
+    assert "in kernel 'add_kernel'" in msg and "power-of-two" in msg
+    assert "from argument BLOCK=100" in msg and "Use BLOCK=128, with masked loads and stores" in msg
 
 
 def test_target_variants():
@@ -98,6 +104,8 @@ def test_target_variants():
             compiler.get_target("gpu")
     fp = compiler.get_target("gpu:sm_80").fingerprint()
     assert fp["arch"] == "sm_80" and fp["triton"] == triton.__version__ and fp["options"]["num_warps"] == 4
+    # Triton builds sm_90a code for capability 9.0 either way: one arch, one fingerprint
+    assert compiler.get_target("gpu:sm_90a").fingerprint() == compiler.get_target("gpu:sm_90").fingerprint()
 
 
 def test_inspect_prints_triton_source(capsys):
@@ -178,6 +186,140 @@ def test_cache_hit_skips_triton(monkeypatch):
     assert calls == []
     with pytest.raises(TargetError, match="compile-only"):
         ck.launcher((1,), (x, x, x, 1000, 512))
+
+
+# ---------------------------------------------------------------------------------------------
+# the device target: cache keys and binary loading, everything short of a launch
+# ---------------------------------------------------------------------------------------------
+def _device_target(monkeypatch, backend="cuda", arch="sm_90"):
+    """The real `gpu` target as the plugin creates it on a device of this arch (only the query of
+    torch's device is replaced). Not registered: get_target("gpu") is unaffected."""
+    monkeypatch.setattr(targets.gpu, "_device_arch", lambda: (backend, arch))
+    return targets.gpu.TARGET.create(None)
+
+
+@pytest.fixture
+def triton_compiles(monkeypatch):
+    """Counts every call of triton.compile, under each name it is reachable by."""
+    import triton.compiler  # noqa: PLC0415
+    import triton.compiler.compiler as cc  # noqa: PLC0415
+    calls = []
+    real = cc.compile
+
+    def counting(*a, **k):
+        calls.append(a[0])
+        return real(*a, **k)
+    for mod in (triton, triton.compiler, cc):
+        monkeypatch.setattr(mod, "compile", counting)
+    return calls
+
+
+def _add_args(n=1024, x=None):
+    x = torch.zeros(64) if x is None else x
+    return (x, torch.zeros(64), torch.zeros(64), n, 256)     # add_kernel(x, y, out, n, BLOCK)
+
+
+def _device_key_and_ir(dev, policy, args):
+    """What KernelFunction._compile computes for `dev`: the real arg specs, lowering and key."""
+    kf = ex.add_kernel
+    specs, runtime = kf._argspecs(args, compiler.get_target("gpu:sm_90"))   # CPU tensors: dtypes only
+    _, ir, _ = kf.lower(specs, dev, policy)
+    return J.cache_key(ir, dev, policy), ir, runtime
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_device_target_hits_entry_built_without_gpu(monkeypatch, triton_compiles, policy):
+    args = _add_args()
+    built = ex.add_kernel.warmup(*args, target="gpu:sm_90", numerics=policy)   # a pre-built cache
+    dev = _device_target(monkeypatch)
+    assert (dev.mode, dev.name, dev.arch) == ("device", "gpu", "sm_90")
+    assert dev.fingerprint() == compiler.get_target("gpu:sm_90").fingerprint()
+    key, ir, runtime = _device_key_and_ir(dev, policy, args)
+    assert key == built.key
+    # another arch or policy is another entry
+    assert _device_key_and_ir(_device_target(monkeypatch, arch="sm_80"), policy, args)[0] != key
+    J.kernel_cache()._mem.clear()                          # read it from disk, as a fresh process would
+    triton_compiles.clear()
+    before = STATS.as_dict()
+    entry = J.kernel_cache().lookup(key)
+    launcher = dev.load(ir, entry, runtime)
+    assert triton_compiles == [] and STATS.as_dict()["builds"] == before["builds"]
+    from triton.compiler.compiler import CompiledKernel  # noqa: PLC0415
+    ck = launcher.binary.compiled
+    assert isinstance(ck, CompiledKernel) and ck.name == "add_kernel"
+    assert ck.kernel == entry.file("kernel.cubin").read_bytes()          # the stored binary is what runs
+    assert (ck.metadata.target.backend, ck.metadata.target.arch) == ("cuda", 90)
+    assert ck.metadata.enable_fp_fusion is (policy == "fast") and ck.metadata.num_warps == 4
+    assert ".target sm_90" in ck.asm["ptx"]
+    assert list(ck.src.signature.items()) == [("x_ptr", "*fp32"), ("y_ptr", "*fp32"), ("out_ptr", "*fp32"),
+                                              ("n", "i32")]                       # launch order
+    assert launcher.arg_indices == [0, 1, 2, 3]
+    assert launcher.select([args[i] for i in runtime]) is launcher.binary   # aligned: the entry's binary
+
+
+def test_rocm_device_target_hits_entry_built_without_gpu(monkeypatch, triton_compiles):
+    args = _add_args()
+    try:
+        built = ex.add_kernel.warmup(*args, target="gpu:gfx942")
+    except TargetError as e:   # pragma: no cover - depends on the Triton wheel's AMD toolchain
+        pytest.skip(f"Triton's AMD backend cannot compile here: {e}")
+    dev = _device_target(monkeypatch, "hip", "gfx942")
+    key, ir, runtime = _device_key_and_ir(dev, "fast", args)
+    assert key == built.key
+    triton_compiles.clear()
+    entry = J.kernel_cache().lookup(key)
+    ck = dev.load(ir, entry, runtime).binary.compiled
+    assert triton_compiles == []
+    assert ck.kernel == entry.file("kernel.hsaco").read_bytes()
+    assert (ck.metadata.target.backend, ck.metadata.target.arch, ck.metadata.warp_size) == ("hip", "gfx942", 64)
+
+
+def _divisibility(ttir: str) -> list[bool]:
+    """Per kernel argument of the TTIR: does it carry tt.divisibility = 16?"""
+    import re  # noqa: PLC0415
+    head = ttir[ttir.index("tt.func"):ttir.index(" attributes")]
+    return [bool(d) for _, d in re.findall(r"%(\w+): [^ ]+( \{tt\.divisibility = 16 : i32\})? loc", head)]
+
+
+def test_device_launcher_checks_alignment_and_integer_specialisation(monkeypatch, triton_compiles):
+    args = _add_args()
+    ex.add_kernel.warmup(*args, target="gpu:sm_90")
+    dev = _device_target(monkeypatch)
+    key, ir, runtime = _device_key_and_ir(dev, "fast", args)
+    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime)
+    assert _divisibility(launcher.binary.compiled.asm["ttir"]) == [True, True, True, True]
+    view = torch.zeros(65)[1:]                               # 4 bytes past an aligned start
+    assert view.data_ptr() % 16 == 4
+    rt = [view, args[1], args[2], 1024]
+    # strict cache mode: the unaligned variant may not be compiled -> a clear refusal
+    monkeypatch.setenv("TILEJIT_CACHE_STRICT", "1")
+    with pytest.raises(TargetError) as e:
+        launcher.select(rt)
+    msg = str(e.value)
+    assert "kernel 'add_kernel'" in msg and "'x_ptr'" in msg and "not 16-byte aligned" in msg and ".clone()" in msg
+    monkeypatch.delenv("TILEJIT_CACHE_STRICT")
+    # otherwise: the variant without that assumption, built once through the tilejit cache
+    triton_compiles.clear()
+    variant = launcher.select(rt)
+    assert variant is not launcher.binary and variant.assume.unaligned == ("x_ptr",)
+    assert _divisibility(variant.compiled.asm["ttir"]) == [False, True, True, True]
+    assert launcher.select(rt) is variant and launcher.select([view, args[1], view, 1024]) is not variant
+    assert len(triton_compiles) == 2
+    # integers: the binary assumes n % 16 == 0 (n=1024 at compile time) and int32
+    with pytest.raises(KernelArgumentError, match=r"'add_kernel': argument 'n' is 1001, .*divisible by 16"):
+        launcher.select([args[0], args[1], args[2], 1001])
+    with pytest.raises(KernelArgumentError, match=r"argument 'n' is 8589934592, outside the int32 range"):
+        launcher.select([args[0], args[1], args[2], 2 ** 33])
+
+
+def test_device_launcher_without_integer_hint_accepts_any_int(monkeypatch):
+    args = _add_args(n=1000)
+    ex.add_kernel.warmup(*args, target="gpu:sm_90")
+    dev = _device_target(monkeypatch)
+    key, ir, runtime = _device_key_and_ir(dev, "fast", args)
+    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime)
+    assert _divisibility(launcher.binary.compiled.asm["ttir"]) == [True, True, True, False]
+    assert launcher.select([args[0], args[1], args[2], 1001]) is launcher.binary
 
 
 # ---------------------------------------------------------------------------------------------

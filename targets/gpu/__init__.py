@@ -1,10 +1,12 @@
 """The `gpu` target: Tile IR -> Triton source (one `@triton.jit` function per kernel) -> Triton.
 
 Target names:
-- `gpu`            the CUDA/ROCm device torch sees; the arch comes from the device;
+- `gpu`            the CUDA/ROCm device torch sees; the arch comes from the device. Kernels are
+  built into the tilejit cache and launched from it (the stored cubin/hsaco is what runs);
 - `gpu:sm_80`, `gpu:sm_90` (any `sm_NN`), `gpu:gfx942` (any `gfxNNN`): compile-only builds for that
   arch, no device needed; artifacts (PTX/cubin or AMDGCN/hsaco, IRs, metadata json) are stored in
-  the tilejit cache and the launcher refuses to run;
+  the tilejit cache and the launcher refuses to run. `gpu` on a device of that arch has the same
+  fingerprint, so these entries are its cache hits (a cache pre-built without a GPU);
 - `gpu:interpret`  Triton's interpreter on CPU tensors (numerics checks without a GPU).
 A `+tf32` suffix (`gpu+tf32` is spelled `gpu:+tf32`, or `gpu:sm_90+tf32`) lets fast-policy fp32
 dots use tf32; the default is IEEE fp32.
@@ -20,7 +22,8 @@ from compiler.plugins import Requirement
 from compiler.version import package_source_hash
 
 from . import toolchain
-from .launcher import CompileOnlyLauncher, DeviceLauncher, InterpretLauncher
+from .assume import Assumptions
+from .launcher import CompileOnlyLauncher, DeviceBinary, DeviceLauncher, InterpretLauncher
 from .renderer import TritonRenderer
 
 _HERE = os.path.dirname(__file__)
@@ -47,6 +50,9 @@ class GPUTarget:
         return f"<gpu target {self.name} mode={self.mode} arch={self.arch}>"
 
     def fingerprint(self) -> dict:
+        # "device" and "compile" share one fingerprint: for the same arch they build the same
+        # binary, so an entry built by `gpu:sm_90` without a GPU is a hit for `gpu` on an sm_90
+        # device. The name (`gpu` vs `gpu:sm_90`) is deliberately not part of it.
         if self._fingerprint is None:
             self._fingerprint = {"target": "gpu", "mode": "interpret" if self.mode == "interpret" else "binary",
                                  "backend": self.backend, "arch": self.arch, "triton": toolchain.triton_version(),
@@ -67,7 +73,7 @@ class GPUTarget:
     def render(self, fn: Function) -> str:
         return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
 
-    def build(self, fn: Function, source: str, out_dir) -> dict:
+    def build(self, fn: Function, source: str, out_dir, unaligned=()) -> dict:
         src = os.path.join(str(out_dir), "kernel.py")
         with open(src, "w") as f:
             f.write(source)
@@ -77,7 +83,8 @@ class GPUTarget:
                 "policy": policy, "triton": toolchain.triton_version(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params], "artifacts": ["kernel.py"]}
         if self.mode != "interpret":
-            info = toolchain.compile_kernel(fn, src, str(out_dir), self.backend, self.arch, policy, self.num_warps)
+            info = toolchain.compile_kernel(fn, src, str(out_dir), self.backend, self.arch, policy, self.num_warps,
+                                            Assumptions(fn, unaligned))
             meta.update(info)
             meta["artifacts"] = ["kernel.py"] + info["artifacts"]
         return meta
@@ -85,11 +92,35 @@ class GPUTarget:
     def load(self, fn: Function, entry, arg_indices: list[int]):
         if self.mode == "compile":
             return CompileOnlyLauncher(self.name, fn.name, str(entry.path), entry.meta.get("artifacts", []))
-        jit_fn = getattr(toolchain.load_module(str(entry.file("kernel.py"))), fn.name)
         if self.mode == "interpret":
+            jit_fn = getattr(toolchain.load_module(str(entry.file("kernel.py"))), fn.name)
             return InterpretLauncher(jit_fn, fn.name, arg_indices)
-        policy = fn.specialization.get("numerics", "fast")
-        return DeviceLauncher(jit_fn, fn.name, arg_indices, toolchain.compile_options(policy, self.num_warps))
+        return DeviceLauncher(fn.name, arg_indices, self._binary(fn, entry, ()),
+                              lambda unaligned: self._binary(fn, self._unaligned_entry(fn, entry, unaligned),
+                                                             unaligned))
+
+    def _binary(self, fn: Function, entry, unaligned) -> DeviceBinary:
+        """A cache entry's kernel, checked against this target, read as a Triton CompiledKernel."""
+        assume = Assumptions(fn, unaligned)
+        meta = entry.meta
+        if (meta.get("backend"), meta.get("arch")) != (self.backend, self.arch) \
+                or meta.get("signature") != assume.signature \
+                or tuple(meta.get("unaligned_pointers", ())) != assume.unaligned:
+            raise TargetError(f"kernel '{fn.name}': cache entry {entry.path} was built for "
+                              f"{meta.get('backend')}:{meta.get('arch')} with signature {meta.get('signature')}, "
+                              f"not for {self.backend}:{self.arch} with {assume.signature}; remove it "
+                              "(`python -m compiler.cache verify` / `prune`) and rebuild")
+        return DeviceBinary(assume, toolchain.load_compiled(str(entry.path), fn.name, meta["artifacts"], assume,
+                                                            meta.get("triton_hash", "")))
+
+    def _unaligned_entry(self, fn: Function, entry, unaligned):
+        """The cache entry of the variant compiled without the alignment assumption for the named
+        pointers (built on first need; keyed by the aligned entry's key and those names)."""
+        from compiler.cache import stable_hash  # noqa: PLC0415
+        from compiler.jit import kernel_cache  # noqa: PLC0415
+        key = stable_hash({"gpu_unaligned_variant_of": entry.key, "unaligned_pointers": sorted(unaligned)})
+        source = entry.file("kernel.py").read_text()
+        return kernel_cache().get_or_build(key, lambda d: self.build(fn, source, d, unaligned))
 
 
 _ARCH_RE = re.compile(r"^(sm_\d+a?|gfx[0-9a-f]+)$")
@@ -144,7 +175,8 @@ class GPUPlugin:
             raise TargetError(f"the gpu target has no variant '{variant}'; use 'gpu', 'gpu:interpret', "
                               "'gpu:sm_80', 'gpu:sm_90' or 'gpu:gfx942' (optionally with '+tf32')")
         backend = "cuda" if spec.startswith("sm_") else "hip"
-        return GPUTarget("compile", backend, spec, tf32, name=full)
+        # Triton builds sm_90a code for capability 90 either way: one arch, one fingerprint
+        return GPUTarget("compile", backend, spec.removesuffix("a") if backend == "cuda" else spec, tf32, name=full)
 
 
 TARGET = GPUPlugin()

@@ -8,8 +8,10 @@
   `JITFunction` are routed to the interpreter's own path for device-function calls
   (`_patch_lang` + the rewritten function, exactly what `InterpretedFunction.__call__` does
   under TRITON_INTERPRET=1); the patch is removed when the launch returns.
-- `DeviceLauncher`: a CUDA/ROCm device: Triton's own `JITFunction` launch on torch's current
-  stream (Triton specialises pointer alignment itself and keeps its own binary cache).
+- `DeviceLauncher`: a CUDA/ROCm device: the binary stored in the tilejit cache entry, loaded as a
+  Triton `CompiledKernel` (no `triton.compile`, no Triton JIT) and launched on torch's current
+  stream. The arguments are checked against what the binary assumes (assume.py); pointers that
+  are not 16-byte aligned get a variant compiled without that assumption, through the cache.
 - `CompileOnlyLauncher`: an arch named for a machine without that device: raises.
 """
 from __future__ import annotations
@@ -18,6 +20,8 @@ import contextlib
 import threading
 
 from compiler.errors import KernelArgumentError, TargetError
+
+from .assume import ALIGN
 
 _interp_lock = threading.RLock()
 
@@ -72,18 +76,96 @@ class InterpretLauncher:
             self.fn[grid](*runtime)
 
 
+_TRITON_RUNTIME = None
+
+
+def _triton_runtime():
+    """(triton.knobs.runtime, triton.runtime.driver), imported once, at the first device launch."""
+    global _TRITON_RUNTIME
+    if _TRITON_RUNTIME is None:
+        from triton import knobs  # noqa: PLC0415
+        from triton.runtime import driver  # noqa: PLC0415
+        _TRITON_RUNTIME = (knobs.runtime, driver)
+    return _TRITON_RUNTIME
+
+
+class DeviceBinary:
+    """One cache entry's kernel: its Assumptions and the CompiledKernel read from its files
+    (no device needed). A loaded module belongs to one device's context, so each further
+    device gets its own CompiledKernel read from the same files."""
+
+    def __init__(self, assume, compiled):
+        self.assume = assume
+        self.compiled = compiled
+        self._devices: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def on(self, device: int):
+        ck = self._devices.get(device)
+        if ck is None:
+            with self._lock:
+                ck = self._devices.get(device)
+                if ck is None:
+                    c = self.compiled
+                    ck = c if not self._devices else type(c)(c.src, c.metadata_group, c.hash)
+                    self._devices[device] = ck
+        return ck
+
+
 class DeviceLauncher:
-    def __init__(self, jit_fn, name: str, arg_indices: list[int], options: dict):
-        self.fn = jit_fn
+    """`binary`: the DeviceBinary of the cache entry; `variant(names)`: the DeviceBinary of the
+    variant whose named pointers are not assumed aligned (built through the cache on first need)."""
+
+    def __init__(self, name: str, arg_indices: list[int], binary: DeviceBinary, variant):
         self.name = name
         self.arg_indices = list(arg_indices)
-        self.options = dict(options)
+        self.binary = binary
+        self._variant = variant
+        self._variants: dict[tuple, DeviceBinary] = {(): binary}
+        self._lock = threading.Lock()
+
+    def select(self, runtime_args) -> DeviceBinary:
+        """The binary whose assumptions hold for these arguments. Touches no device."""
+        self.binary.assume.check_ints(runtime_args)
+        bad = self.binary.assume.misaligned(runtime_args)
+        if not bad:
+            return self.binary
+        with self._lock:
+            found = self._variants.get(bad)
+            if found is None:
+                found = self._variants[bad] = self._build_variant(bad)
+        return found
+
+    def _build_variant(self, bad) -> DeviceBinary:
+        from compiler.cache import CacheError  # noqa: PLC0415
+        try:
+            return self._variant(bad)
+        except CacheError as e:
+            names = ", ".join(f"'{n}'" for n in bad)
+            raise TargetError(
+                f"kernel '{self.name}': argument(s) {names} point to memory that is not {ALIGN}-byte aligned "
+                f"(a view such as x[1:]), and the cached binary assumes {ALIGN}-byte aligned pointers. The "
+                "variant without that assumption is not in the cache, and strict-cache mode forbids compiling "
+                f"it. Pass tensors that start {ALIGN}-byte aligned (e.g. .clone() the view), or pre-build the "
+                f"variant by running once without TILEJIT_CACHE_STRICT.\n({e})") from None
 
     def __call__(self, grid, args) -> None:
         grid = _grid3(self.name, grid)
         if 0 in grid:
             return
-        self.fn[grid](*[args[i] for i in self.arg_indices], **self.options)
+        runtime = [args[i] for i in self.arg_indices]
+        binary = self.select(runtime)
+        hooks, driver = _triton_runtime()
+        drv = driver.active
+        device = drv.get_current_device()            # torch.cuda.current_device()
+        stream = drv.get_current_stream(device)      # torch's current stream on that device
+        ck = binary.on(device)
+        g = grid + (1,) * (3 - len(grid))
+        run = ck.run                                 # loads the module onto the device on first use
+        # what CompiledKernel[grid](...) does, without building a closure per launch; the launch
+        # metadata is None unless a launch hook (a profiler) is installed
+        run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, ck.launch_metadata(g, stream, *runtime),
+            hooks.launch_enter_hook, hooks.launch_exit_hook, *runtime)
 
 
 class CompileOnlyLauncher:

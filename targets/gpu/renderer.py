@@ -267,10 +267,7 @@ class _Emitter:
         for v in self._all_values():
             if v.shape:
                 if any(not _is_pow2(s) for s in v.shape):
-                    op = v.owner
-                    raise self.err(op, f"Triton needs power-of-two tile dimensions, but this kernel has a "
-                                       f"{v.type} tile (%{self.name(v)[1:]} in the IR); use power-of-two "
-                                       "BLOCK sizes with masks")
+                    raise self.err(v.owner, self._pow2_message(v))
                 if v.type.numel > MAX_NUMEL:
                     raise self.err(v.owner, f"a {v.type} tile exceeds Triton's {MAX_NUMEL} elements")
         self.block(self.fn.body)
@@ -279,6 +276,17 @@ class _Emitter:
             body = ["pass"]
         return _ENV.get_template("kernel.py.j2").render(name=self.fn.name, params=params, body=body,
                                                         policy=self.policy, notes=self.notes)
+
+    def _pow2_message(self, v: Value) -> str:
+        """Names the constexpr argument(s) whose value is the offending dimension, and the fix."""
+        bad = [d for d in v.shape if not _is_pow2(d)]
+        args = [(n, int(r)) for n, r in self.fn.specialization.get("args", ())
+                if r.lstrip("-").isdigit() and int(r) in bad]
+        culprit = (" from argument " + ", ".join(f"{n}={x}" for n, x in args)) if args else ""
+        fix = (", ".join(f"{n}={1 << (x - 1).bit_length()}" for n, x in args) if args
+               else "power-of-two BLOCK sizes")
+        return (f"Triton needs power-of-two tile dimensions, but this kernel has a {v.type} tile{culprit} "
+                f"(%{self.name(v)[1:]} in the IR). Use {fix}, with masked loads and stores for the extra elements")
 
     def _all_values(self):
         for op in self.fn.walk():

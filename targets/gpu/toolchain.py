@@ -1,6 +1,7 @@
 """Triton as the gpu target's toolchain: loading generated source as a module, compiling it with
-`triton.compile(ASTSource(...), target=GPUTarget(...))` for an arch without a device, and
-storing the artifacts (PTX/cubin or AMDGCN/hsaco, the intermediate IRs, metadata json)."""
+`triton.compile(ASTSource(...), target=GPUTarget(...))` for a named arch (no device needed),
+storing the artifacts (PTX/cubin or AMDGCN/hsaco, the intermediate IRs, Triton's metadata json)
+in the tilejit cache entry, and loading them back as Triton `CompiledKernel`s without compiling."""
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,7 @@ import types
 from compiler.errors import TargetError
 from compiler.ir import Function
 
-from .renderer import param_names, triton_signature_type
+from .assume import Assumptions
 
 _load_lock = threading.Lock()
 _modules: dict[str, types.ModuleType] = {}
@@ -22,6 +23,9 @@ _modules: dict[str, types.ModuleType] = {}
 # artifact name in the cache entry for each of triton's asm keys
 ARTIFACTS = {"ttir": "kernel.ttir", "ttgir": "kernel.ttgir", "llir": "kernel.llir", "ptx": "kernel.ptx",
              "cubin": "kernel.cubin", "amdgcn": "kernel.amdgcn", "hsaco": "kernel.hsaco"}
+METADATA = "metadata.json"
+# what CompiledKernel reads: the json, and each asm file under its suffix (the binary among them)
+_LOADED = set(ARTIFACTS.values()) | {METADATA}
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,7 +64,7 @@ def load_module(path: str) -> types.ModuleType:
 def gpu_target(backend: str, arch: str):
     from triton.backends.compiler import GPUTarget  # noqa: PLC0415
     if backend == "cuda":
-        return GPUTarget("cuda", int(arch.removeprefix("sm_")), 32)
+        return GPUTarget("cuda", int(arch.removeprefix("sm_").removesuffix("a")), 32)
     return GPUTarget("hip", arch, 64)
 
 
@@ -70,23 +74,17 @@ def compile_options(policy: str, num_warps: int) -> dict:
 
 
 def compile_kernel(fn: Function, source_path: str, out_dir: str, backend: str, arch: str, policy: str,
-                   num_warps: int) -> dict:
-    """triton.compile for (backend, arch) without a device; writes the artifacts into out_dir and
-    returns what goes into the cache entry's meta."""
+                   num_warps: int, assume: Assumptions) -> dict:
+    """triton.compile for (backend, arch) (no device needed) with the signature and attributes of
+    `assume`; writes the artifacts into out_dir and returns what goes into the cache entry's meta."""
     import triton  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
 
     jit_fn = getattr(load_module(source_path), fn.name)
-    names = param_names(fn)
-    signature = {n: triton_signature_type(p.type.dtype) for n, p in zip(names, fn.params)}
-    # integer hints from the specialisation; pointers are assumed 16-byte aligned, which torch's
-    # allocator guarantees for tensors that start their storage (documented in docs/gpu.md)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(fn.params)
-             if p.type.dtype.is_ptr() or p.hints.get("divisible_by") == 16}
     options = compile_options(policy, num_warps)
     try:
-        ck = triton.compile(ASTSource(jit_fn, signature, attrs=attrs), target=gpu_target(backend, arch),
-                            options=options)
+        ck = triton.compile(ASTSource(jit_fn, assume.signature, attrs=assume.attrs()),
+                            target=gpu_target(backend, arch), options=options)
     except Exception as e:  # noqa: BLE001 - surface Triton's message with the generated file
         raise TargetError(f"Triton failed to compile kernel '{fn.name}' for {backend}:{arch} "
                           f"(source: {source_path}):\n{type(e).__name__}: {e}") from None
@@ -99,12 +97,29 @@ def compile_kernel(fn: Function, source_path: str, out_dir: str, backend: str, a
         with open(os.path.join(out_dir, fname), mode) as f:
             f.write(data)
         written.append(fname)
-    md = ck.metadata._asdict() if hasattr(ck.metadata, "_asdict") else dict(ck.metadata)
-    tgt = md.get("target")
-    if tgt is not None and not isinstance(tgt, (str, dict)):
-        md["target"] = {"backend": tgt.backend, "arch": tgt.arch, "warp_size": tgt.warp_size}
-    with open(os.path.join(out_dir, "metadata.json"), "w") as f:
-        json.dump(md, f, indent=1, sort_keys=True, default=str)
-    written.append("metadata.json")
+    # Triton's own encoding of its metadata (GPUTarget through vars), so that loading it back
+    # gives the CompiledKernel a Triton cache hit would give
+    md = ck.metadata._asdict()
+    with open(os.path.join(out_dir, METADATA), "w") as f:
+        json.dump(md, f, indent=1, sort_keys=True, default=vars)
+    written.append(METADATA)
     return {"artifacts": written, "num_warps": num_warps, "shared": md.get("shared"),
-            "triton_hash": md.get("hash"), "signature": signature}
+            "triton_hash": md.get("hash"), "signature": assume.signature,
+            "unaligned_pointers": list(assume.unaligned)}
+
+
+def load_compiled(entry_dir: str, kernel_name: str, artifacts, assume: Assumptions, triton_hash: str):
+    """A Triton `CompiledKernel` from a cache entry's files: what `triton.compile` returns on a
+    hit in Triton's own cache, built the same way (`CompiledKernel(src, metadata_group, hash)`).
+    Nothing is compiled; the binary is loaded onto a device at its first launch. The launcher
+    Triton builds from `src` needs only the signature (in parameter order) and the constants
+    (none: tilejit bakes constexprs into the source)."""
+    from triton.compiler import ASTSource  # noqa: PLC0415
+    from triton.compiler.compiler import CompiledKernel  # noqa: PLC0415
+
+    jit_fn = getattr(load_module(os.path.join(entry_dir, "kernel.py")), kernel_name)
+    group = {name: os.path.join(entry_dir, name) for name in artifacts if name in _LOADED}
+    if METADATA not in group:
+        raise TargetError(f"kernel '{kernel_name}': the cache entry {entry_dir} has no {METADATA}; it was not "
+                          "built by this gpu target. Remove it (`python -m compiler.cache verify`) and rebuild.")
+    return CompiledKernel(ASTSource(jit_fn, assume.signature, attrs=assume.attrs()), group, triton_hash)
