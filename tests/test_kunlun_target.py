@@ -386,3 +386,55 @@ def test_toolchain_falls_back_to_emulation_without_xtdk(monkeypatch):
         assert fp["mode"] == "emulation" and fp["arch"] == "xpu3" and fp["cxx"]
         assert "-DTJ_EMU_LM_BUDGET=7168" in fp["flags"]
     assert toolchain.fingerprint(ARCHS["xpu2"]) != toolchain.fingerprint(ARCHS["xpu3"])
+
+
+def test_fast_policy_uses_16_lane_vectors_and_strict_does_not():
+    """fast: the dot's inner loop and vectorisable elementwise nests use float32x16_t intrinsics;
+    strict keeps scalar fused multiply-adds (a vector mul + add would round twice)."""
+    from compiler import render_only  # noqa: PLC0415
+    a, b = torch.randn(32, 64), torch.randn(64, 32)
+    x, w = torch.randn(4, 256), torch.randn(256)
+    srcs = {}
+    for policy in ("fast", "strict"):
+        with use_target("kunlun:xpu3"), numerics(policy), render_only() as seen:
+            KL.matmul(a, b)
+            KL.rms_norm(x, w)
+        srcs[policy] = "\n".join(r.source for r in seen)
+    fast, strict = srcs["fast"], srcs["strict"]
+    assert "vvadd_float32x16(c_, svmul_float32x16(a_mk, b_))" in fast
+    assert re.search(r"vstore_lm_float32x16\(&\w+\[i0\], vvmul_float32x16\(svmul_float32x16", fast)
+    assert "float32x16" not in strict and "fmaf(" in strict
+
+
+def test_int64_index_arithmetic_is_narrowed_only_where_it_feeds_addresses():
+    from compiler import kernel, language as tl  # noqa: PLC0415
+
+    @kernel
+    def offsets_ok(x_ptr, out_ptr, stride, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK)
+        tl.store(out_ptr + row * stride + cols, tl.load(x_ptr + row * stride + cols) * 2.0)
+
+    @kernel
+    def compares_int64(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n, other=0.0), mask=offs < n)
+
+    x = torch.randn(3, 32)
+    with use_target("kunlun:xpu3"):
+        out = torch.empty_like(x)
+        ck = offsets_ok[(3,)](x, out, 32, BLOCK=32)
+        assert torch.equal(out, x * 2) and "int64" not in ck.source
+        with pytest.raises(CompilationError, match=r"kernel 'compares_int64' at .*test_kunlun_target.py:\d+ "
+                                                   r"uses a 64-bit integer in 'lt'.*Keep this arithmetic in int32"):
+            compares_int64[(1,)](x, out, 96, BLOCK=32)
+
+
+def test_inspect_shows_the_xpu_source_and_the_lm_footprint(capsys):
+    from compiler.inspect import main  # noqa: PLC0415
+    assert main(["examples.kernels:add_kernel", "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=256",
+                 "-t", "kunlun:xpu2", "--stage", "source"]) == 0
+    out = capsys.readouterr().out
+    assert "__global__ void add_kernel(" in out and "GM2LM(" in out
+    assert re.search(r"// ===== LM footprint \(kunlun:xpu2\) =====\n(__local__ \w+: 1024 bytes\n){3}"
+                     r"total 3072 bytes of tile buffers \+ 1024 stack reserve = 4096 of 8192 bytes per core", out)

@@ -63,6 +63,15 @@ class KunlunTarget:
         """Bytes of LM tile buffers one program of `fn` declares (raises LMBudgetError over budget)."""
         return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))[1]
 
+    def inspect_extras(self, fn: Function) -> dict[str, str]:
+        """For `python -m compiler.inspect`: the LM footprint of one program, buffer by buffer."""
+        source, total = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        a = self.arch
+        lines = [f"__local__ {n}: {b} bytes" for n, b in self.renderer.lm_buffers(source)]
+        lines.append(f"total {total} bytes of tile buffers + {a.lm_stack_reserve} stack reserve = "
+                     f"{total + a.lm_stack_reserve} of {a.lm_bytes_per_core} bytes per core ({a.name})")
+        return {f"LM footprint ({self.name})": "\n".join(lines)}
+
     def render(self, fn: Function) -> str:
         src, self.last_lm_bytes = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
         return src

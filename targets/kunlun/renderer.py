@@ -14,6 +14,7 @@ from compiler.ir import Function, Op
 from targets.cfamily.dialect import CDialect
 from targets.cfamily.lowering import CLowering, Nest
 
+from . import simd
 from .arch import Arch
 from .index_width import check_int64_feeds_addresses
 from .strides import step
@@ -84,8 +85,27 @@ class KunlunLowering(CLowering):
 
     index_type = "int"
 
+    def __init__(self, fn: Function, dialect, policy: str):
+        super().__init__(fn, dialect)
+        self.vectorize = policy == "fast"   # strict needs fused multiply-adds, not vvadd(svmul(...))
+
     def _load_fuses(self, v) -> bool:
         return False
+
+    # -- 16-lane SIMD (fast policy) --------------------------------------------------------------
+    def op_elementwise(self, op: Op) -> None:
+        v = op.results[0]
+        vec = simd.vector_form(self, v) if self.vectorize and not v.type.is_scalar and self._materialize(v) else None
+        if vec is not None:
+            simd.vector_nest(self, v.shape, self.declare_buffer(v), vec)
+            return
+        super().op_elementwise(op)
+
+    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+        if self.vectorize and in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:
+            simd.emit_dot(self, A, B, C, M, N, K)
+            return
+        super().emit_dot_loops(A, B, C, M, N, K, in_dt, acc_dt)
 
     def _gm2lm(self, dt, ptr: str, dst_lvalue: str) -> str:
         d = self.d
@@ -250,6 +270,10 @@ class KunlunLowering(CLowering):
         """An LM buffer holding `val` for LM2GM (a fresh one: narrowing to fp16/bf16 is done in place)."""
         name = self.fresh("st")
         self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(val.dtype), name, val.type.numel)};")
+        vec = simd.vector_form(self, val) if self.vectorize and val.shape == tuple(shape) else None
+        if vec is not None:
+            simd.vector_nest(self, val.shape, name, vec)
+            return name
         nest = self.open_nest(shape)
         e = self.ev(val, nest.idx, nest)
         self.close_nest(nest, [f"{name}[{self.linear(nest.idx, shape)}] = {e};"])
@@ -301,7 +325,7 @@ class KunlunRenderer:
                     raise CompilationError(f"kernel '{fn.name}': the kunlun target has no fp64 (software-only on "
                                            "xpu2, absent on xpu3); compute in float32")
         check_int64_feeds_addresses(fn)
-        low = KunlunLowering(fn, self.dialect)
+        low = KunlunLowering(fn, self.dialect, policy)
         body = low.lower()
         lm = self.check_lm(fn, body)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}

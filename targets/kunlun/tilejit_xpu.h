@@ -6,6 +6,7 @@
 #include "xpu/kernel/cluster.h"
 #include "xpu/kernel/xtdk.h"
 #include "xpu/kernel/xtdk_math.h"
+#include "xpu/kernel/xtdk_simd.h"
 #endif
 #include <stdint.h>
 #include <math.h>

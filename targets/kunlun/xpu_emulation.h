@@ -76,6 +76,30 @@ static inline void LM2GM(const void* src, void* dst, int bytes) {
 #define GM2LM_ASYNC GM2LM
 #define LM2GM_ASYNC LM2GM
 
+// ---- 16-lane fp32 SIMD (xtdk_simd.h names); vector loads/stores need 64-byte aligned LM ----------
+struct float32x16_t { float v[16]; };
+static inline void tj_emu_check_simd(const void* p, const char* what) {
+    if ((uintptr_t)p & 63) tj_emu_fail("%s: LM address 0x%llx is not 64-byte aligned (offset %llu; cluster %d, core %d)", what,
+                                       (uint64_t)(uintptr_t)p, (uint64_t)((uintptr_t)p & 63));
+}
+static inline float32x16_t vload_lm_float32x16(const float* p) {
+    tj_emu_check_simd(p, "vload_lm_float32x16");
+    float32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
+}
+static inline void vstore_lm_float32x16(float* p, float32x16_t x) {
+    tj_emu_check_simd(p, "vstore_lm_float32x16");
+    memcpy(p, x.v, sizeof x.v);
+}
+#define TJ_EMU_VV(NAME, EXPR) \
+    static inline float32x16_t NAME(float32x16_t a, float32x16_t b) { \
+        float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = (EXPR); return r; }
+TJ_EMU_VV(vvadd_float32x16, a.v[i] + b.v[i])
+TJ_EMU_VV(vvmul_float32x16, a.v[i] * b.v[i])
+TJ_EMU_VV(vvmax_float32x16, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
+static inline float32x16_t svmul_float32x16(float s, float32x16_t b) {
+    float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = s * b.v[i]; return r;
+}
+
 // ---- run-time LM budget: live __local__ buffers of one core -------------------------------
 struct tj_emu_lm_guard {
     int bytes;

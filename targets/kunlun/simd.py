@@ -1,0 +1,95 @@
+"""16-lane fp32 vector code for the kunlun target's fast policy (`float32x16_t`, `vload_lm_*`,
+`vv*_float32x16`, `svmul_float32x16`).
+
+Only the intrinsics the reference names are used: vector loads/stores from LM, vvadd, vvmul,
+vvmax and scalar-times-vector svmul. A nest is vectorised when its innermost extent is a multiple
+of 16 and its per-element expression is built from those ops over fp32 LM buffers read at the
+nest's own index, scalars and constants; anything else stays scalar C. The strict policy never
+comes here: a separate multiply and add is not the fused multiply-add strict requires.
+"""
+from __future__ import annotations
+
+from compiler import dtypes as D
+
+LANES = 16
+_VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16", "max": "vvmax_float32x16"}
+
+
+class VectorExpr:
+    """Builds `float32x16_t` expressions for values of one shape at a vector index."""
+
+    def __init__(self, lowering, shape: tuple[int, ...]):
+        self.low = lowering
+        self.shape = shape
+
+    def _scalar(self, v) -> str | None:
+        if v.type.is_scalar and v.dtype is D.float32:
+            return self.low.ev(v, (), None)
+        op = v.owner
+        if op is not None and op.name == "broadcast" and op.operands[0].type.is_scalar:
+            return self._scalar(op.operands[0])
+        return None
+
+    def _build(self, v, idx) -> str | None:
+        """A vector expression (or ("s", scalar) marker string prefixed with '#') or None."""
+        low = self.low
+        s = self._scalar(v)
+        if s is not None:
+            return "#" + s
+        if v.dtype is not D.float32 or v.shape != self.shape:
+            return None
+        if id(v) in low.buffers:
+            return f"vload_lm_float32x16(&{low.name(v)}[{low.linear(idx, self.shape)}])"
+        op = v.owner
+        if op is None or op.name not in _VV:
+            return None
+        a, b = (self._build(o, idx) for o in op.operands)
+        if a is None or b is None:
+            return None
+        if a.startswith("#") and b.startswith("#"):
+            return None   # scalar op: not a vector nest (the C lowering handles it)
+        if a.startswith("#") or b.startswith("#"):
+            if op.name != "mul":
+                return None   # only scalar * vector has a named intrinsic
+            sc, vec = (a[1:], b) if a.startswith("#") else (b[1:], a)
+            return f"svmul_float32x16({sc}, {vec})"
+        return f"{_VV[op.name]}({a}, {b})"
+
+
+def vector_form(lowering, v) -> str | None:
+    """`v` at the vector index (i0, i1, ...) as a `float32x16_t` expression, or None when it has no
+    vector form (see the module docstring). Call it before `v` itself gets a buffer."""
+    shape = v.shape
+    if not shape or shape[-1] % LANES or v.dtype is not D.float32:
+        return None
+    e = VectorExpr(lowering, shape)._build(v, tuple(f"i{k}" for k in range(len(shape))))
+    return None if e is None or e.startswith("#") else e
+
+
+def vector_nest(lowering, shape: tuple[int, ...], dest: str, expr: str) -> None:
+    """Emits `dest[i...] = expr` over `shape`, 16 lanes per step of the innermost loop."""
+    low = lowering
+    idx = tuple(f"i{k}" for k in range(len(shape)))
+    for k, n in enumerate(shape):
+        step = LANES if k == len(shape) - 1 else 1
+        low.emit(f"for (int {idx[k]} = 0; {idx[k]} < {n}; {idx[k]} += {step}) {{")
+        low.indent += 1
+    low.emit(f"vstore_lm_float32x16(&{dest}[{low.linear(idx, shape)}], {expr});")
+    for _ in shape:
+        low.indent -= 1
+        low.emit("}")
+
+
+def emit_dot(lowering, A: str, B: str, C: str, M: int, N: int, K: int) -> None:
+    """C[m][n:n+16] += A[m][k] * B[k][n:n+16] for k ascending: a rounded product then a rounded add
+    (the fast policy; for fp16/bf16 inputs the product is exact, so this equals the fma chain)."""
+    e = lowering.emit
+    e(f"for (int m = 0; m < {M}; ++m)")
+    e(f"    for (int k = 0; k < {K}; ++k) {{")
+    e(f"        float const a_mk = {A}[m * {K} + k];")
+    e(f"        for (int n = 0; n < {N}; n += {LANES}) {{")
+    e(f"            float32x16_t c_ = vload_lm_float32x16(&{C}[m * {N} + n]);")
+    e(f"            float32x16_t b_ = vload_lm_float32x16(&{B}[k * {N} + n]);")
+    e(f"            vstore_lm_float32x16(&{C}[m * {N} + n], vvadd_float32x16(c_, svmul_float32x16(a_mk, b_)));")
+    e("        }")
+    e("    }")
