@@ -1,4 +1,4 @@
-"""Collective communication over `torch.distributed`, asynchronous, with named-rank timeouts.
+"""Collective communication over `torch.distributed` or BKCL, asynchronous, with named-rank timeouts.
 
     comm = init(rank, world, port=port, timeout=30)           # gloo on cpu, nccl on CUDA
     groups = comm.split(ParallelLayout(world, tp=2, pp=2))    # {"tp": Communicator, "dp": ..., "pp": ...}
@@ -25,10 +25,15 @@ the op was issued (or that fails because a peer went away) raises `CollectiveTim
 `CollectiveError` naming the ranks whose key is behind: the ranks that never arrived. The store
 is hosted by rank 0, so if rank 0 itself is gone the error says the arrivals could not be read.
 After such an error the process group is broken; tear it down (`close()`) and re-initialise.
+
+Backends: "gloo" and "nccl" through torch.distributed; "xccl" (BKCL on Kunlun XPUs) through the
+target plugin that lists it in `collective_backends` (the kunlun target), whose communicator
+subclasses `Communicator` and replaces only the backend primitives (`_c_*`), so padding, avg,
+arrival keys and timeouts are the same code for every backend.
 """
 from __future__ import annotations
 
-import ctypes.util, datetime, queue, socket, threading, time, traceback  # noqa: E401
+import datetime, queue, socket, threading, time, traceback  # noqa: E401
 
 import torch
 import torch.distributed as dist
@@ -38,8 +43,8 @@ from compiler.errors import TilejitError
 __all__ = ["init", "run_ranks", "free_port", "Communicator", "CommHandle", "CollectiveError",
            "CollectiveTimeout", "BackendUnavailable", "split_counts", "resolve_backend"]
 
-_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
-        "avg": dist.ReduceOp.SUM}      # avg = sum, then a divide in wait(): gloo/BKCL have no AVG for ints
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_REDUCTIONS = ("sum", "max", "min", "avg")   # avg = sum, then a divide in wait(): gloo/BKCL have no AVG for ints
 _RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
@@ -78,15 +83,34 @@ def resolve_backend(name: str | None) -> str:
                                      f"{' and '.join(missing)}; use 'gloo' on cpu")
         return "nccl"
     if name in ("xccl", "bkcl"):
-        # BKCL is reached through the kunlun target's ctypes binding over libbkcl (argument orders
-        # from the vendor header); that target is not part of this version yet, so no guess is made
-        # here about a third-party torch plugin
-        found = ctypes.util.find_library("bkcl")
+        # BKCL is reached through a target plugin's ctypes binding (the kunlun target's), which
+        # says itself what is missing here
+        mod, why = plugin_backend("xccl")
+        if mod is not None:
+            ok, why = mod.available()
+            if ok:
+                return "xccl"
         raise BackendUnavailable(
-            "backend 'xccl' (BKCL on Kunlun XPUs) needs the kunlun target's BKCL binding, which this version "
-            f"does not have yet ({'libbkcl found at ' + found if found else 'libbkcl.so not found either'}). "
-            "Use 'gloo' on cpu or 'nccl' on CUDA GPUs.")
+            f"backend 'xccl' (BKCL on Kunlun XPUs, through the kunlun target's BKCL binding) is not available "
+            f"here: {why}. Use 'gloo' on cpu or 'nccl' on CUDA GPUs.")
     raise BackendUnavailable(f"unknown backend {name!r}; choose gloo, nccl or xccl")
+
+
+def plugin_backend(name: str):
+    """(module, '') of the target plugin that provides collective backend `name` (a plugin's
+    `collective_backends` maps names to modules with `available()` and `init(...)`), else
+    (None, why)."""
+    import importlib  # noqa: PLC0415
+    from compiler import plugins, target  # noqa: PLC0415
+    from compiler.errors import TargetError  # noqa: PLC0415
+    for tname in target.target_names():
+        try:
+            ref = (getattr(plugins.load_plugin(tname), "collective_backends", None) or {}).get(name)
+        except TargetError:
+            continue
+        if ref:
+            return importlib.import_module(ref), ""
+    return None, f"no installed target plugin provides the '{name}' collective backend"
 
 
 def split_counts(n: int, parts: int) -> list[int]:
@@ -96,13 +120,17 @@ def split_counts(n: int, parts: int) -> list[int]:
 
 
 def init(rank: int, world: int, *, backend: str | None = None, host: str = "127.0.0.1", port: int = 29500,
-         store=None, timeout: float = 120.0) -> "Communicator":
+         store=None, timeout: float = 120.0, device: int | None = None) -> "Communicator":
     """Joins the world: a TCPStore on host:port (rank 0 serves it) unless `store` is given, then
-    torch.distributed.init_process_group with `timeout` (the backend's own deadline too)."""
+    torch.distributed.init_process_group with `timeout` (the backend's own deadline too); for
+    "xccl", a BKCL context whose unique id travels through the same store, on XPU `device`
+    (default: rank % device count)."""
     be = resolve_backend(backend)
     td = datetime.timedelta(seconds=timeout)
     if store is None:
         store = dist.TCPStore(host, port, world, rank == 0, timeout=td)
+    if be == "xccl":
+        return plugin_backend(be)[0].init(rank, world, store=store, timeout=timeout, device=device)
     dist.init_process_group(be, store=dist.PrefixStore("pg", store), rank=rank, world_size=world, timeout=td)
     return Communicator(store, None, tuple(range(world)), "world", timeout)
 
@@ -135,9 +163,10 @@ class CommHandle:
 class Communicator:
     """Collectives over one group of ranks (the world, or a group from `split`)."""
 
-    def __init__(self, store, group, ranks: tuple[int, ...], name: str, timeout: float):
+    def __init__(self, store, group, ranks: tuple[int, ...], name: str, timeout: float,
+                 global_rank: int | None = None):
         self.store, self.group, self.ranks, self.name, self.timeout = store, group, ranks, name, timeout
-        self.global_rank = dist.get_rank()
+        self.global_rank = dist.get_rank() if global_rank is None else global_rank
         self.rank = ranks.index(self.global_rank)       # rank within this group
         self.size = len(ranks)
         self._seq = 0
@@ -193,6 +222,27 @@ class Communicator:
             raise ValueError(f"rank {local} is outside group '{self.name}' of size {self.size}")
         return self.ranks[local]
 
+    # -- backend primitives: one async call each, returning a work object with wait(timedelta)
+    # and is_completed(); ranks are group ranks, op is "sum", "max" or "min". The xccl
+    # communicator overrides these and inherits everything else.
+    def _c_all_reduce(self, t, op):
+        return dist.all_reduce(t, op=_OPS[op], group=self.group, async_op=True)
+
+    def _c_all_gather(self, out, t):
+        return _AG(out, t, group=self.group, async_op=True)
+
+    def _c_reduce_scatter(self, out, src, op):
+        return _RS(out, src, op=_OPS[op], group=self.group, async_op=True)
+
+    def _c_broadcast(self, t, src):
+        return dist.broadcast(t, src=self.ranks[src], group=self.group, async_op=True)
+
+    def _c_barrier(self):
+        return dist.barrier(group=self.group, async_op=True)
+
+    def _c_p2p(self, t, peer, sending):
+        return (dist.isend if sending else dist.irecv)(t, self.ranks[peer], group=self.group)
+
     # -- collectives -------------------------------------------------------------------------
     def all_reduce(self, t: torch.Tensor, op: str = "sum", *, stream=None):
         """In place: t becomes the reduction ("sum", "max", "min", "avg") over the group. Integer
@@ -200,9 +250,9 @@ class Communicator:
         return self._run(stream, self._all_reduce, t, op)
 
     def _all_reduce(self, t, op):
-        rop = _reduce_op(op)
+        rop = _base_op(op)
         seq = self._next()
-        work = dist.all_reduce(t, op=rop, group=self.group, async_op=True)
+        work = self._c_all_reduce(t, rop)
         return CommHandle(self, work, "all_reduce", seq, self._peers(),
                           finish=(lambda: _divide(t, self.size)) if op == "avg" else None, result=t)
 
@@ -216,7 +266,7 @@ class Communicator:
         if sizes is None:
             out = torch.empty((self.size * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
             seq = self._next()
-            return CommHandle(self, _AG(out, t, group=self.group, async_op=True), "all_gather", seq,
+            return CommHandle(self, self._c_all_gather(out, t), "all_gather", seq,
                               self._peers(), result=out)
         if len(sizes) != self.size or sizes[self.rank] != t.shape[0]:
             raise ValueError(f"all_gather: sizes={sizes} must list {self.size} row counts with "
@@ -225,7 +275,7 @@ class Communicator:
         padded = t if t.shape[0] == m else torch.cat([t, t.new_zeros((m - t.shape[0], *t.shape[1:]))])
         buf = torch.empty((self.size * m, *t.shape[1:]), dtype=t.dtype, device=t.device)
         seq = self._next()
-        work = _AG(buf, padded, group=self.group, async_op=True)
+        work = self._c_all_gather(buf, padded)
         return CommHandle(self, work, "all_gather", seq, self._peers(),
                           finish=lambda: torch.cat([buf[i * m:i * m + n] for i, n in enumerate(sizes)]))
 
@@ -235,7 +285,7 @@ class Communicator:
         return self._run(stream, self._reduce_scatter, t, op)
 
     def _reduce_scatter(self, t, op):
-        rop = _reduce_op(op)
+        rop = _base_op(op)
         n, p = t.shape[0], self.size
         counts = split_counts(n, p)
         c = counts[0]                          # the largest chunk
@@ -249,7 +299,7 @@ class Communicator:
                 start += k
         out = torch.empty((c, *t.shape[1:]), dtype=t.dtype, device=t.device)
         seq = self._next()
-        work = _RS(out, src, op=rop, group=self.group, async_op=True)
+        work = self._c_reduce_scatter(out, src, rop)
         mine = counts[self.rank]
 
         def finish():
@@ -262,9 +312,9 @@ class Communicator:
         return self._run(stream, self._broadcast, t, src)
 
     def _broadcast(self, t, src):
-        g = self._global(src)
+        self._global(src)                      # checks the range
         seq = self._next()
-        work = dist.broadcast(t, src=g, group=self.group, async_op=True)
+        work = self._c_broadcast(t, src)
         return CommHandle(self, work, "broadcast", seq, self._peers(), result=t)
 
     def barrier(self, *, stream=None):
@@ -272,7 +322,7 @@ class Communicator:
 
     def _barrier(self):
         seq = self._next()
-        return CommHandle(self, dist.barrier(group=self.group, async_op=True), "barrier", seq, self._peers())
+        return CommHandle(self, self._c_barrier(), "barrier", seq, self._peers())
 
     def send(self, t: torch.Tensor, dst: int, *, stream=None):
         return self._run(stream, self._p2p, t, dst, True)
@@ -288,8 +338,7 @@ class Communicator:
             seq = self._p2p_seq[pair] = self._p2p_seq.get(pair, 0) + 1
         channel = f"p2p/{pair[0]}-{pair[1]}"
         self._arrive(channel, seq)
-        fn = dist.isend if sending else dist.irecv
-        work = fn(t, g, group=self.group)
+        work = self._c_p2p(t, peer, sending)
         return CommHandle(self, work, "send" if sending else "recv", seq, [(channel, g)], result=t)
 
     # -- groups and lifetime -----------------------------------------------------------------
@@ -318,11 +367,11 @@ class Communicator:
         return f"<Communicator {self.name} rank {self.rank}/{self.size} (global {self.global_rank})>"
 
 
-def _reduce_op(op: str):
-    try:
-        return _OPS[op]
-    except KeyError:
-        raise ValueError(f"unknown reduction {op!r}; choose one of {', '.join(_OPS)}") from None
+def _base_op(op: str) -> str:
+    """The reduction a backend runs for `op` ("avg" runs as "sum")."""
+    if op not in _REDUCTIONS:
+        raise ValueError(f"unknown reduction {op!r}; choose one of {', '.join(_REDUCTIONS)}")
+    return "sum" if op == "avg" else op
 
 
 def _divide(t: torch.Tensor, n: int) -> torch.Tensor:
