@@ -1,0 +1,74 @@
+"""Kunlun cost-model estimates (not measurements) for the library kernels, next to the arch's
+roofline: `python -m benchmarks.kunlun_cost [--arch xpu2,xpu3] [--policy fast]`.
+
+For each op and shape: the kunlun default config (config_for, LM-checked by the renderer), the
+model's estimate (targets/kunlun/cost_model.py), and two rooflines: `roof` = max(minimum bytes /
+memory bandwidth, flops / the arch's published fp16 peak), and `roof_simd` with the fp32 SIMD peak
+the generated code can reach at most (cores x 16 lanes x 2 flops x the model's assumed clock).
+`est/roof_simd` says how far the emitted code's DMA pattern is from streaming at full bandwidth."""
+from __future__ import annotations
+
+import argparse
+
+import kernels
+from compiler import get_target, numerics
+from targets.kunlun import cost_model
+
+F32 = 4
+SHAPES = [
+    ("matmul", dict(M=16, N=4096, K=4096), "decode 16x4096x4096"),
+    ("matmul", dict(M=512, N=4096, K=4096), "prefill 512x4096x4096"),
+    ("rms_norm", dict(rows=512, N=4096), "512x4096"),
+    ("layer_norm", dict(rows=512, N=4096), "512x4096"),
+    ("attention", dict(batch=1, heads=32, seq_q=512, seq_k=512, head_dim=128), "prefill b1 h32 s512 d128"),
+    ("attention", dict(batch=8, heads=32, seq_q=1, seq_k=2048, head_dim=128), "decode b8 h32 kv2048 d128"),
+]
+
+
+def work(op: str, s: dict) -> tuple[float, float]:
+    """(minimum bytes moved, flops) of one call, fp32 tensors."""
+    if op == "matmul":
+        return (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) * F32, 2.0 * s["M"] * s["N"] * s["K"]
+    if op in ("rms_norm", "layer_norm"):
+        return 3 * s["rows"] * s["N"] * F32, 8.0 * s["rows"] * s["N"]
+    b, h, sq, sk, d = s["batch"], s["heads"], s["seq_q"], s["seq_k"], s["head_dim"]
+    return (2 * b * h * sq * d + 2 * b * h * sk * d) * F32, 4.0 * b * h * sq * sk * d
+
+
+def dims_of(op: str, s: dict) -> dict:
+    if op == "matmul":
+        return dict(N=s["N"], K=s["K"])
+    if op == "attention":
+        return dict(head_dim=s["head_dim"], seq_k=s["seq_k"], seq_q=s["seq_q"])
+    return dict(N=s["N"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--arch", default="xpu2,xpu3")
+    ap.add_argument("--policy", default="fast", choices=("fast", "strict"))
+    args = ap.parse_args(argv)
+    print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
+          f"{'est/roof_simd':>13}")
+    for arch in args.arch.split(","):
+        tgt = get_target(f"kunlun:{arch}")
+        a = tgt.arch
+        bw = a.mem_bandwidth or cost_model.FALLBACK_BANDWIDTH
+        simd_peak = a.cores * a.fp32_lanes * 2 * cost_model.ASSUMED_CLOCK_HZ
+        for op, shape, label in SHAPES:
+            cfg = kernels.config_for(op, tgt, **dims_of(op, shape))
+            with numerics(args.policy):
+                est = cost_model.estimate(tgt, op, cfg, shape, args.policy)
+            nbytes, flops = work(op, shape)
+            roof = max(nbytes / bw, flops / a.peak_fp16_flops)
+            roof_simd = max(nbytes / bw, flops / simd_peak)
+            cfg_s = ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+            print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {est * 1e3:9.3f} {roof * 1e3:9.3f} {roof_simd * 1e3:12.3f} "
+                  f"{est / roof_simd:13.1f}")
+    print("\nest: the cost model's estimate (an estimate, not a measurement; assumed figures at the top of "
+          "targets/kunlun/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
