@@ -28,21 +28,33 @@ from .target import current_target, get_target
 
 _cache_lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
-_RENDER_ONLY: contextvars.ContextVar[list | None] = contextvars.ContextVar("tilejit_render_only", default=None)
+# (mode, records) while a render_only / compile_only block is active
+_DRY: contextvars.ContextVar[tuple[str, list] | None] = contextvars.ContextVar("tilejit_dry_launch", default=None)
 
 
 @contextlib.contextmanager
+def _dry(mode: str):
+    seen: list = []
+    token = _DRY.set((mode, seen))
+    try:
+        yield seen
+    finally:
+        _DRY.reset(token)
+
+
 def render_only():
     """Within the block, a launch runs the frontend, the passes and the target's renderer (with
     the target's own checks, e.g. the Kunlun LM budget), records a `Rendered` and returns None
     instead of building and running. Asks what a library call would generate, with no compiler
     or device: `with render_only() as seen: kernels.matmul(a, b)`."""
-    seen: list[Rendered] = []
-    token = _RENDER_ONLY.set(seen)
-    try:
-        yield seen
-    finally:
-        _RENDER_ONLY.reset(token)
+    return _dry("render")
+
+
+def compile_only():
+    """Within the block, a launch compiles its kernel into the cache (or finds it there), records
+    the CompiledKernel and returns None without running: pre-builds a cache for a target this
+    machine cannot run (`gpu:sm_90`) by calling the library ops."""
+    return _dry("compile")
 
 
 class Rendered:
@@ -195,9 +207,10 @@ class KernelFunction:
         target = self.target or current_target()
         key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
-        seen = _RENDER_ONLY.get()
-        if seen is not None:
-            seen.append(self._render(args, target, key[1], grid))
+        dry = _DRY.get()
+        if dry is not None:
+            dry[1].append(self._render(args, target, key[1], grid) if dry[0] == "render"
+                          else self.compiled.get(key) or self._compile(key, args, target, key[1]))
             return None
         try:
             ck = self.compiled.get(key)

@@ -128,6 +128,28 @@ def test_target_without_run_or_cost_model_refuses(tcache):
         tune(["rms_norm"], RMS_SHAPE, target=get_target("gpu:sm_90"), cache_dir=tcache, progress=False)
 
 
+def test_command_line_prebuilds_a_gpu_cache_without_a_gpu(tmp_path):
+    """`--target gpu --arch sm_90` on a machine without a GPU: nothing to measure or estimate, so the
+    default configs are compiled into the cache (compile_only) and the entries are real sm_90 builds;
+    a second run finds them all (no Triton compile)."""
+    d = tmp_path / "gcache"
+    cmd = [sys.executable, "-m", "compiler.autotune", "--target", "gpu", "--arch", "sm_90", "--kernels",
+           "rms_norm", "--quick", "--cache-dir", str(d)]
+    env = {**os.environ, "TILEJIT_CACHE_DIR": str(d)}
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "pre-built for gpu:sm_90" in first.stdout and "rms_norm" in first.stdout
+    metas = [json.loads(p.read_text()) for p in d.rglob("metadata.json")]
+    assert metas and all(m["target"] == {"arch": 90, "backend": "cuda", "warp_size": 32} for m in metas)
+    assert all((p.parent / "kernel.cubin").stat().st_size > 1000 for p in d.rglob("metadata.json"))
+    row = [ln for ln in first.stdout.splitlines() if ln.startswith("rms_norm")][0]
+    assert row.split()[-2] == "1"   # one kernel compiled
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300, env=env)
+    assert again.returncode == 0, again.stderr
+    row2 = [ln for ln in again.stdout.splitlines() if ln.startswith("rms_norm")][0]
+    assert row2.split()[-2] == "0" and row2.split()[-3] == row.split()[-3]   # found: same key, no build
+
+
 def test_cost_model_decisions_are_labelled_estimated(tcache):
     cpu = get_target("cpu")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -27,7 +28,8 @@ def main(argv=None) -> int:
 
     from compiler import get_target  # noqa: PLC0415
 
-    from . import AutotuneError, format_summary, tune  # noqa: PLC0415
+    from . import AutotuneError, _can_run_here, format_summary, tune  # noqa: PLC0415
+    from .prebuild import format_prebuild, prebuild  # noqa: PLC0415
     from .shapes import load_shapes  # noqa: PLC0415
 
     spec = f"{args.target}:{args.arch}" if args.arch and ":" not in args.target else args.target
@@ -38,6 +40,18 @@ def main(argv=None) -> int:
         return 2
     ops = [k.strip() for k in args.kernels.split(",") if k.strip()] or None
     t0 = time.perf_counter()
+    if args.cache_dir:
+        os.environ["TILEJIT_CACHE_DIR"] = args.cache_dir
+    if not _can_run_here(target) and not callable(getattr(target, "estimate", None)):
+        # nothing to rank by: compile the defaults so the cache ships ready for the device
+        try:
+            rows = prebuild(ops, load_shapes(args.shapes, quick=args.quick), target, args.policy)
+        except Exception as exc:  # noqa: BLE001
+            print(f"autotune: pre-building for {target.name} failed: {exc}", file=sys.stderr)
+            return 2
+        print(format_prebuild(rows, target.name))
+        print(f"elapsed {time.perf_counter() - t0:.1f} s")
+        return 0
     try:
         rows = tune(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
                     budget=args.budget, policy=args.policy, repeat=args.repeat)

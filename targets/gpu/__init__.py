@@ -42,7 +42,9 @@ class GPUTarget:
         self.tf32 = tf32
         self.num_warps = num_warps
         self.name = name
-        self.device_type = "cpu" if mode == "interpret" else "cuda"   # torch calls ROCm devices "cuda" too
+        # torch calls ROCm devices "cuda" too; compile-only targets take host tensors as dtype carriers
+        # (nothing runs), so library calls under compiler.compile_only() pre-build their kernels
+        self.device_type = "cuda" if mode == "device" else "cpu"
         self.renderer = TritonRenderer(tf32=tf32, interpret=mode == "interpret")
         self._fingerprint = None
 
