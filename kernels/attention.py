@@ -28,17 +28,24 @@ import math
 import torch
 
 from compiler import kernel, language as tl
+from compiler.numerics import current_policy
 
 from ._common import cdiv, check_device, check_same_dtype, check_tensor, default_for, npow2
 
 CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)]
 
-# per target, keyed by padded head dim class: "small" (<= 64) and "large" (> 64)
+# per target, keyed by padded head dim class: "small" (<= 64) and "large" (> 64). BLOCK_DK / BLOCK_DO
+# (head_dim chunks, default BLOCK_D) change no bits; Kunlun needs them to fit ~7 KB of LM per core.
 DEFAULT_CONFIGS = {
     "cpu": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 32, "BLOCK_N": 32}},
-    "kunlun": {"small": {"BLOCK_M": 2, "BLOCK_N": 4}, "large": {"BLOCK_M": 1, "BLOCK_N": 4}},   # ~7 KB of LM
+    "kunlun": {"small": {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32},
+               "large": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32}},
     "gpu": {"small": {"BLOCK_M": 128, "BLOCK_N": 64}, "large": {"BLOCK_M": 64, "BLOCK_N": 64}},
 }
+
+# strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
+# strict outputs of all targets are bitwise equal with their default configs (docs/numerics.md)
+STRICT_BLOCK_N = 16
 
 
 def config_for(op: str = "attention", target=None, *, head_dim: int, seq_k: int, seq_q: int | None = None,
@@ -46,18 +53,23 @@ def config_for(op: str = "attention", target=None, *, head_dim: int, seq_k: int,
     """Block sizes for attention with `head_dim` over `seq_k` keys on `target`.
 
     BLOCK_N (the KV block, which fixes the softmax's summation order) depends only on head_dim and
-    seq_k. BLOCK_M only groups query rows into programs (every row is computed on its own), so it
-    may shrink for short query lengths (decode: Sq = 1) without changing any result bit.
+    seq_k (and, in the strict policy, is STRICT_BLOCK_N on every target). BLOCK_M only groups query
+    rows into programs (every row is computed on its own), so it may shrink for short query lengths
+    (decode: Sq = 1) without changing any result bit; neither do the head_dim chunks BLOCK_DK/BLOCK_DO.
     Batch and head counts are accepted and ignored.
     """
     if op != "attention":
         raise ValueError(f"kernels.attention.config_for: unknown op {op!r}; this module serves 'attention'")
     table = default_for(DEFAULT_CONFIGS, target, op, {"head_dim": head_dim, "seq_k": seq_k})
     cfg = dict(table["small" if npow2(head_dim) <= 64 else "large"])
+    if current_policy() == "strict":
+        cfg["BLOCK_N"] = STRICT_BLOCK_N
     cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(seq_k)))
     if seq_q is not None:
         cfg["BLOCK_M"] = min(cfg["BLOCK_M"], npow2(max(1, seq_q)))
     cfg["BLOCK_D"] = npow2(head_dim)
+    for key in ("BLOCK_DK", "BLOCK_DO"):
+        cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
     return cfg
 
 
@@ -66,9 +78,15 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                      Hq, GROUP, Sq, Sk, D, scale,
                      sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
                      CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
+    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns).
+    q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
+    as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit:
+    they let a target with little local memory (Kunlun LM) hold tiles of a long head_dim."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
+    pid_d = tl.program_id(2)
     b = pid_bh // Hq
     h = pid_bh % Hq
     hk = h // GROUP
@@ -78,16 +96,19 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     o_base = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_do = pid_d * BLOCK_DO + tl.arange(0, BLOCK_DO)
     offs_n0 = tl.arange(0, BLOCK_N)
     m_ok = offs_m < Sq
-    d_ok = offs_d < D
-    q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
-                mask=m_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+    do_ok = offs_do < D
+    if BLOCK_DK == BLOCK_D:   # q stays in registers/local memory for the whole key loop
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+                    mask=m_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
 
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
     # query row i sits at absolute key position i + (Sk - Sq)
     diag = Sk - Sq
     hi = Sk
@@ -96,9 +117,21 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < Sk
-        kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
-                     mask=d_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, kt) * scale
+        if BLOCK_DK == BLOCK_D:
+            kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                         mask=d_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+            s = tl.dot(q, kt)
+        else:
+            s = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for d0 in range(0, BLOCK_D, BLOCK_DK):
+                offs_dk = d0 + tl.arange(0, BLOCK_DK)
+                dk_ok = offs_dk < D
+                q_c = tl.load(q_base + offs_m[:, None] * sqm + offs_dk[None, :] * sqd,
+                              mask=m_ok[:, None] & dk_ok[None, :], other=0.0).to(tl.float32)
+                kt_c = tl.load(k_base + offs_n[None, :] * skn + offs_dk[:, None] * skd,
+                               mask=dk_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+                s = tl.dot(q_c, kt_c, s)
+        s = s * scale
         valid = n_ok[None, :] & m_ok[:, None]
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
@@ -109,18 +142,19 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
         p = tl.exp(s - m_ref[:, None])
         alpha = tl.exp(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd,
-                    mask=n_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+        v = tl.load(v_base + offs_n[:, None] * svn + offs_do[None, :] * svd,
+                    mask=n_ok[:, None] & do_ok[None, :], other=0.0).to(tl.float32)
         acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
     has_keys = l_i > 0.0
     l_safe = tl.where(has_keys, l_i, 1.0)
     out = tl.where(has_keys[:, None], acc / l_safe[:, None], 0.0)
-    tl.store(o_base + offs_m[:, None] * som + offs_d[None, :] * sod, out.to(o_ptr.dtype.element_ty),
-             mask=m_ok[:, None] & d_ok[None, :])
+    tl.store(o_base + offs_m[:, None] * som + offs_do[None, :] * sod, out.to(o_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & do_ok[None, :])
     if STORE_LSE:
         lse = tl.where(has_keys, m_i + tl.log(l_safe), -float("inf"))
-        tl.store(lse_ptr + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=m_ok)
+        first_d = (offs_m * 0 + pid_d) == 0   # one program of the row's column blocks stores it
+        tl.store(lse_ptr + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=m_ok & first_d)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
@@ -158,7 +192,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         cfg.setdefault("BLOCK_D", npow2(D))
         if cfg["BLOCK_D"] < D:
             raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
-        attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq)](
+        for key in ("BLOCK_DK", "BLOCK_DO"):   # head_dim chunks: at most BLOCK_D, dividing it
+            cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
+            if cfg["BLOCK_D"] % cfg[key]:
+                raise ValueError(f"{op}: config {key}={cfg[key]} must divide BLOCK_D={cfg['BLOCK_D']}")
+        attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq, cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
             q, k, v, out, lse, Hq, Hq // Hkv, Sq, Sk, D, float(scale),
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             CAUSAL=causal, STORE_LSE=return_lse, **cfg)
@@ -186,4 +224,5 @@ def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype
     return (out, lse.float()) if return_lse else out
 
 
-__all__ = ["attention", "attention_ref", "attention_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS"]
+__all__ = ["attention", "attention_ref", "attention_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS",
+           "STRICT_BLOCK_N"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from compiler import kernel, language as tl
+from compiler.numerics import current_policy
 
 from ._common import check_device, check_same_dtype, check_tensor, default_for, npow2
 
@@ -29,12 +30,19 @@ DEFAULT_CONFIGS = {
 
 OPS = ("layer_norm", "rms_norm", "add_rms_norm")
 
+# strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
+# that fits Kunlun's LM), and strict outputs of all targets are bitwise equal (docs/numerics.md)
+STRICT_BLOCK = 128
+
 
 def config_for(op: str = "rms_norm", target=None, *, N: int, **_batch_like) -> dict:
-    """BLOCK for a norm over rows of length N on `target`; the number of rows is ignored."""
+    """BLOCK for a norm over rows of length N on `target` (STRICT_BLOCK on every target in the
+    strict policy); the number of rows is ignored."""
     if op not in OPS:
         raise ValueError(f"kernels.norm.config_for: unknown op {op!r}; this module serves {', '.join(OPS)}")
     cfg = default_for(DEFAULT_CONFIGS, target, op, {"N": N})
+    if current_policy() == "strict":
+        cfg["BLOCK"] = STRICT_BLOCK
     cfg["BLOCK"] = min(cfg["BLOCK"], max(16, npow2(N)))
     return cfg
 

@@ -370,6 +370,20 @@ def test_interpreter_norms_and_attention_strict_bitwise():
     torch.testing.assert_close(g, c, rtol=1e-5, atol=1e-5)
 
 
+def test_strict_defaults_agree_across_targets_where_fast_defaults_differ():
+    """Rows of 3000 (cpu's fast BLOCK 1024, gpu's 4096) and head_dim 80 (cpu's fast BLOCK_N 32, gpu's
+    64): strict takes the shared STRICT_BLOCK / STRICT_BLOCK_N, so the default calls agree bitwise."""
+    assert kernels.config_for("layer_norm", "cpu", N=3000) != kernels.config_for("layer_norm", "gpu", N=3000)
+    assert (kernels.config_for("attention", "cpu", head_dim=80, seq_k=100)["BLOCK_N"]
+            != kernels.config_for("attention", "gpu", head_dim=80, seq_k=100)["BLOCK_N"])
+    x, w, bvec = torch.randn(2, 3000), torch.randn(3000), torch.randn(3000)
+    g, c = _both("strict", kernels.layer_norm, x, w, bvec)
+    assert torch.equal(g, c)
+    q, k, v = torch.randn(1, 1, 8, 80), torch.randn(1, 1, 100, 80), torch.randn(1, 1, 100, 80)
+    g, c = _both("strict", kernels.attention, q, k, v)
+    assert torch.equal(g, c)
+
+
 def test_interpreter_path_needs_no_global_env():
     assert not os.environ.get("TRITON_INTERPRET")
     assert not triton.knobs.runtime.interpret

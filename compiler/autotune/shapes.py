@@ -65,6 +65,9 @@ def effective(op: str, config: dict, shape: dict) -> tuple[dict, str | None]:
     smaller candidate). Attention's BLOCK_M is clamped to the next power of two of seq_q, as at
     run time (it groups query rows and never changes results)."""
     cfg = dict(config)
+    why = _strict_order(op, cfg, shape)
+    if why:
+        return cfg, why
     if op == "matmul":
         for b, d in (("BLOCK_N", "N"), ("BLOCK_K", "K")):
             if cfg[b] > max(16, npow2(shape[d])):
@@ -78,6 +81,20 @@ def effective(op: str, config: dict, shape: dict) -> tuple[dict, str | None]:
         cfg["BLOCK_M"] = min(cfg["BLOCK_M"], npow2(max(1, shape["seq_q"])))
         cfg.setdefault("BLOCK_D", npow2(shape["head_dim"]))
     return cfg, None
+
+
+def _strict_order(op: str, cfg: dict, shape: dict) -> str | None:
+    """In the strict policy the parameter that fixes a sum's order is one value on every target
+    (kernels.norm.STRICT_BLOCK, kernels.attention.STRICT_BLOCK_N, clamped like config_for clamps
+    them): candidates with another value are pruned."""
+    from compiler.numerics import current_policy  # noqa: PLC0415
+    from kernels import attention, norm  # noqa: PLC0415
+    if current_policy() != "strict" or op not in NORMS + ("attention",):
+        return None
+    key, fixed, dim = (("BLOCK_N", attention.STRICT_BLOCK_N, "seq_k") if op == "attention"
+                       else ("BLOCK", norm.STRICT_BLOCK, "N"))
+    fixed = min(fixed, max(16, npow2(shape[dim])))
+    return None if cfg.get(key) == fixed else f"strict fixes {key}={fixed} on every target"
 
 
 def describe(op: str, shape: dict) -> str:

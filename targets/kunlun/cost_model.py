@@ -1,8 +1,8 @@
 """An estimate, labelled as such, of a library kernel's time on a Kunlun arch, for the autotuner to
 rank configs where no device is present: DMA bytes over memory bandwidth, per-transfer DMA setup,
 SIMD work over the cores' peak, launch overhead. It counts the transfers the renderer emits: one
-GM2LM/LM2GM per contiguous row segment of a tile, one per element where a tile is not contiguous
-along its last axis (attention's K^T tile). Whether a config fits LM is not estimated: the
+GM2LM/LM2GM per contiguous segment of a tile (attention's K^T tile: one per column, contiguous
+along head_dim). Whether a config fits LM is not estimated: the
 renderer's own check answers it (lm_probe.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
@@ -59,11 +59,14 @@ def estimate_time(arch: Arch, op: str, config: dict, shape: dict) -> float:
         b, h, sq, sk, d = shape["batch"], shape["heads"], shape["seq_q"], shape["seq_k"], shape["head_dim"]
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
         bd = config.get("BLOCK_D", d)
-        programs = b * h * _cdiv(sq, bm)
+        dk, do = min(config.get("BLOCK_DK", bd), bd), min(config.get("BLOCK_DO", bd), bd)
+        programs = b * h * _cdiv(sq, bm) * (bd // do)          # one per block of output columns
         blocks = _cdiv(sk, bn)
-        elems = 2 * bm * bd + blocks * 2 * bn * bd
-        transfers = 2 * bm + blocks * (bn * bd + bn)   # K^T per element (not contiguous along its rows), V per row
-        flops = blocks * 4 * bm * bn * bd
+        q_reads = bm * bd * (1 if dk == bd else blocks)          # q is re-read per key block when chunked
+        elems = q_reads + blocks * (bn * bd + bn * do) + bm * do
+        flops = blocks * (2 * bm * bn * bd + 2 * bm * bn * do)  # every column program recomputes q.k^T
+        # one transfer per row segment: q rows per chunk, K^T columns (contiguous along d), V rows, out rows
+        transfers = (bm * (bd // dk)) * (1 if dk == bd else blocks) + blocks * (bn * (bd // dk) + bn) + bm
     else:
         raise CostEstimateError(f"no cost model for op {op!r}")
     waves = _cdiv(programs, arch.cores)

@@ -119,14 +119,18 @@ class KunlunLowering(CLowering):
         return f"{{ {d.mem_type(dt)} s_ = {d.to_mem(dt, val)}; LM2GM(&s_, {ptr}, sizeof({d.mem_type(dt)})); }}"
 
     # -- DMA ------------------------------------------------------------------------------------
-    def _row_axis(self, ptr) -> int | None:
-        """The axis a tile is copied along, one DMA per contiguous segment: the last axis longer
-        than 1, when the pointer advances by exactly one element along it; else None (per-element
-        copies: gathers, strided tiles, bool tiles)."""
+    def _row_axis(self, ptr, transposed_ok: bool = False) -> int | None:
+        """The axis a tile is copied along, one DMA per contiguous segment: the last axis longer than
+        1 when the pointer advances by exactly one element along it; with `transposed_ok`, else an
+        earlier such axis (a K^T tile: contiguous down its columns). None: per-element copies
+        (gathers, strided tiles, bool tiles)."""
         if ptr.dtype.element_ty is D.int1:
             return None
         axes = [k for k, n in enumerate(ptr.shape) if n > 1] or [len(ptr.shape) - 1]
-        return axes[-1] if step(ptr, axes[-1]) == 1 else None
+        for a in reversed(axes if transposed_ok else axes[-1:]):
+            if step(ptr, a) == 1:
+                return a
+        return None
 
     def _open_rows(self, shape, axis) -> tuple[tuple[str, ...], int]:
         """Loops over every axis but `axis`; returns the index (with `axis` at 0) and the loop count."""
@@ -167,9 +171,17 @@ class KunlunLowering(CLowering):
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
     def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None) -> None:
-        """One `copy(gm, lm, count)` per contiguous segment of every row. Masked-off elements are
-        skipped (loads put `other` there): a row is split into runs of true mask elements."""
+        """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
+        start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
+        the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
+        into runs of true mask elements."""
         width = shape[axis]
+        lm_step = 1
+        for n in shape[axis + 1:]:
+            lm_step *= n
+
+        def at(row, j):
+            return f"{row}[{j}]" if lm_step == 1 else f"{row}[({j}) * {lm_step}]"
 
         def rows(masked: bool):
             idx0, opened = self._open_rows(shape, axis)
@@ -177,7 +189,7 @@ class KunlunLowering(CLowering):
             base = self.linear(idx0, shape)
             row = f"({buf} + {base})" if base != "0" else buf
             if not masked:
-                self.emit(copy(p0, row, str(width)))
+                self.emit(copy(p0, row, "0", str(width)))
             else:
                 idx_j = tuple("j" if k == axis else i for k, i in enumerate(idx0))
                 self.emit("{")
@@ -192,11 +204,11 @@ class KunlunLowering(CLowering):
                 self.indent -= 1
                 self.emit("}")
                 self.emit("if (m_) { if (s_ < 0) s_ = j; continue; }")
-                self.emit(f"if (s_ >= 0) {{ {copy(f'{p0} + s_', f'{row} + s_', 'j - s_')} s_ = -1; }}")
+                self.emit(f"if (s_ >= 0) {{ {copy(f'{p0} + s_', row, 's_', 'j - s_')} s_ = -1; }}")
                 if fill_other is not None:
                     self.emit(f"if (j < {width}) {{")
                     self.indent += 1
-                    self.emit(f"{row}[j] = {fill_other(idx_j)};")
+                    self.emit(f"{at(row, 'j')} = {fill_other(idx_j)};")
                     self.indent -= 1
                     self.emit("}")
                 self.indent -= 1
@@ -206,6 +218,10 @@ class KunlunLowering(CLowering):
             self._close(opened)
 
         self._masked_or_fast(mask, rows)
+
+    @staticmethod
+    def _lm_at(row: str, start: str) -> str:
+        return row if start == "0" else f"{row} + {start}"
 
     def emit_load(self, op: Op) -> None:
         v = op.results[0]
@@ -220,10 +236,25 @@ class KunlunLowering(CLowering):
                 self.emit(f"if ({self.ev(mask, (), None)}) {copy} else {name} = {self.ev(other, (), None)};")
             return
         name = self.declare_buffer(v)
-        axis = self._row_axis(ptr)
+        axis = self._row_axis(ptr, transposed_ok=True)
         if axis is not None:
             zero = self.d.literal(0, v.dtype)
-            self._copy_rows(v.shape, axis, ptr, mask, name, lambda gm, lm, n: self._dma_in(v.dtype, gm, lm, n),
+            if all(n == 1 for n in v.shape[axis + 1:]):
+                def copy(gm, row, start, n):
+                    return self._dma_in(v.dtype, gm, self._lm_at(row, start), n)
+            else:
+                # contiguous in GM down a column of the LM tile: DMA the segment into a row
+                # buffer, then spread it with the tile's stride (an LM-to-LM copy)
+                lm_step = 1
+                for n_ in v.shape[axis + 1:]:
+                    lm_step *= n_
+                tr = self.fresh("tr")
+                self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(v.dtype), tr, v.shape[axis])};")
+
+                def copy(gm, row, start, n, tr=tr, lm_step=lm_step):
+                    return (f"{self._dma_in(v.dtype, gm, tr, n)} for (int t_ = 0; t_ < {n}; ++t_) "
+                            f"{row}[({start} + t_) * {lm_step}] = {tr}[t_];")
+            self._copy_rows(v.shape, axis, ptr, mask, name, copy,
                             fill_other=lambda idx: zero if other is None else self._at(other, idx))
             return
 
@@ -254,7 +285,7 @@ class KunlunLowering(CLowering):
             else:
                 src = self._as_staging(val, ptr.shape)
             self._copy_rows(ptr.shape, axis, ptr, mask, src,
-                            lambda gm, lm, n: self._dma_out(val.dtype, lm, gm, n))
+                            lambda gm, row, start, n: self._dma_out(val.dtype, self._lm_at(row, start), gm, n))
             return
 
         def fill(masked: bool):
