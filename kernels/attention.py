@@ -38,8 +38,8 @@ CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in 
 # (head_dim chunks, default BLOCK_D) change no bits; Kunlun needs them to fit ~7 KB of LM per core.
 DEFAULT_CONFIGS = {
     "cpu": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 32, "BLOCK_N": 32}},
-    "kunlun": {"small": {"BLOCK_M": 2, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32},
-               "large": {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32}},
+    "kunlun": {"small": {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32},    # best fitting
+               "large": {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}},   # estimate (cost model)
     "gpu": {"small": {"BLOCK_M": 128, "BLOCK_N": 64}, "large": {"BLOCK_M": 64, "BLOCK_N": 64}},
 }
 

@@ -259,7 +259,7 @@ def test_contiguous_tiles_move_by_row_segments():
     with use_target("kunlun:xpu3"), render_only() as seen:
         KL.attention(q, kv, kv, causal=True)
     src = seen[0].source
-    assert re.search(r"GM2LM\(\w+, (tr\d+), \(32\) \* \(int\)sizeof\(float\)\); for \(int t_ = 0; t_ < 32; \+\+t_\) "
+    assert re.search(r"GM2LM\(\w+, (tr\d+), \(16\) \* \(int\)sizeof\(float\)\); for \(int t_ = 0; t_ < 16; \+\+t_\) "
                      r"\(\w+ \+ r1\)\[\(0 \+ t_\) \* 16\] = \1\[t_\];", src)
     assert not re.search(r"(GM2LM|LM2GM)\([^;]*, sizeof\(", src)   # no per-element transfer
 

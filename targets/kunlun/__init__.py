@@ -20,7 +20,8 @@ _HERE = os.path.dirname(__file__)
 CONFIG_SPACE = {
     "matmul": [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk} for bm in (4, 8, 16) for bn in (16, 32) for bk in (16, 32)],
     **{op: [{"BLOCK": b} for b in (32, 64, 128, 256)] for op in ("layer_norm", "rms_norm", "add_rms_norm")},
-    "attention": [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": 32, "BLOCK_DO": 32} for bm in (1, 2, 4) for bn in (8, 16, 32)],
+    "attention": [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": 32}
+                  for bm in (1, 2, 4, 8) for bn in (8, 16, 32) for dk in (16, 32)],
 }
 
 __all__ = ["ARCHS", "KunlunTarget", "KunlunPlugin", "LMBudgetError", "TARGET"]
