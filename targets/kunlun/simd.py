@@ -31,7 +31,7 @@ class VectorExpr:
         return None
 
     def _build(self, v, idx) -> str | None:
-        """A vector expression (or ("s", scalar) marker string prefixed with '#') or None."""
+        """A vector expression, a scalar expression prefixed with '#', or None (no vector form)."""
         low = self.low
         s = self._scalar(v)
         if s is not None:
