@@ -405,6 +405,9 @@ def test_interpreter_norms_and_attention_strict_bitwise():
                  _both("strict", kernels.rms_norm, x.bfloat16(), w.bfloat16()),
                  _both("strict", kernels.add_rms_norm, x.half(), x.half() * 0.5, w.half())):
         assert torch.equal(g, c)
+    for g, c in (_both("fast", kernels.rms_norm, x, w), _both("fast", kernels.layer_norm, x, w, bvec),
+                 _both("fast", kernels.add_rms_norm, x, x * 0.5, w)):
+        torch.testing.assert_close(g, c, rtol=1e-5, atol=1e-5)
     q, k, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 24, 16), torch.randn(1, 2, 24, 16)
     g, c = _both("strict", kernels.attention, q, k, v, causal=True)
     assert torch.equal(g, c)
