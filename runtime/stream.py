@@ -78,7 +78,22 @@ class Handle:
         return f"<Handle {self.name} {state}>"
 
 
-class Stream:
+class StreamScope:
+    """`with stream:` waits for the stream's work on a clean exit and always closes it; shared by
+    every stream kind (host, CUDA, XPU), which provide synchronize() and close()."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if exc[0] is None:
+                self.synchronize()
+        finally:
+            self.close()
+
+
+class Stream(StreamScope):
     """An ordered queue of work run by one daemon worker thread (the cpu target's stream).
 
     `Stream(device="cuda")` returns a `CudaStream` instead (same interface)."""
@@ -169,16 +184,6 @@ class Stream:
             self._q.put(_STOP)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            if exc[0] is None:
-                self.synchronize()
-        finally:
-            self.close()
 
     def __repr__(self):
         return f"<Stream {self.name} ({self.device})>"

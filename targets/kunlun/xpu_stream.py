@@ -17,7 +17,7 @@ import threading
 import weakref
 
 from runtime.errors import DeviceError
-from runtime.stream import Handle
+from runtime.stream import Handle, StreamScope
 
 from . import xpurt
 
@@ -40,7 +40,7 @@ def _index(device) -> int:
     return int(text.rpartition(":")[2]) if ":" in text else 0
 
 
-class XpuStream:
+class XpuStream(StreamScope):
     _live: "weakref.WeakSet[XpuStream]" = weakref.WeakSet()
 
     def __init__(self, name: str | None = None, device: str = "kunlun:0"):
@@ -88,16 +88,6 @@ class XpuStream:
         for s in list(cls._live):
             if s.index == index and s.handle:
                 s.synchronize()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            if exc[0] is None:
-                self.synchronize()
-        finally:
-            self.close()
 
     def __repr__(self):
         return f"<XpuStream {self.name} ({self.device})>"
