@@ -39,6 +39,9 @@ def describe(name: str) -> dict:
                              for r, sat, found in plugins.requirement_report(plugin)],
                device_backend=meta.device_backend if isinstance(meta.device_backend, str) or meta.device_backend is None
                else f"{meta.device_backend.__module__}:{meta.device_backend.__qualname__}")
+    status = getattr(plugin, "status", None)   # optional: what the plugin found on this machine
+    if callable(status):
+        row["status"] = list(status())
     return row
 
 
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             for q in r.get("requirements", []):
                 mark = "ok" if q["ok"] else "TOO OLD" if q["found"] else "MISSING"
                 print(f"    requires      {q['what']} >= {q['minimum']}: {mark} (found {q['found'] or 'none'})")
+            for line in r.get("status", []):
+                print(f"    status        {line}")
     return 0
 
 

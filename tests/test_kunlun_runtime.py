@@ -418,3 +418,15 @@ def test_xccl_timeout_aborts_and_names_the_missing_rank(dev, bk, stub):
     assert ("bkcl_comm_abort", CTX) in stub.calls()
     comm.close()                                    # an aborted context is not destroyed again
     assert ("bkcl_destroy_context", CTX) not in stub.calls()
+
+
+def test_targets_listing_shows_which_kunlun_paths_this_machine_takes():
+    from targets.__main__ import describe  # noqa: PLC0415
+    from targets.kunlun import sdk as kunlun_sdk, toolchain as kunlun_toolchain  # noqa: PLC0415
+    status = describe("kunlun")["status"]
+    xtdk = kunlun_toolchain.find_xtdk()
+    assert status[0] == (f"build: XTDK at {xtdk}" if xtdk else
+                         "build: host emulation (no XTDK: set XTDK_DIR or put its clang++ on PATH)")
+    ok, why = kunlun_sdk.runtime_available()
+    assert status[1] == "runtime (libxpurt): " + ("found" if ok else why)
+    assert status[2].startswith("collectives (libbkcl): ")

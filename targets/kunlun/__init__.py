@@ -109,6 +109,16 @@ class KunlunPlugin:
         # emulation, whose device is the host
         return "targets.kunlun.device:KunlunDevice" if sdk.runtime_available()[0] else "runtime.device:CPUDevice"
 
+    def status(self) -> list[str]:
+        """For `python -m targets -v`: which build and runtime paths this machine takes."""
+        xtdk = toolchain.find_xtdk()
+        lines = [f"build: XTDK at {xtdk}" if xtdk else
+                 "build: host emulation (no XTDK: set XTDK_DIR or put its clang++ on PATH)"]
+        for what, (ok, why) in (("runtime (libxpurt)", sdk.runtime_available()),
+                                ("collectives (libbkcl)", sdk.bkcl_available())):
+            lines.append(f"{what}: {'found' if ok else why}")
+        return lines
+
     def available(self) -> tuple[bool, str]:
         if toolchain.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:
             return False, "neither XTDK (XTDK_DIR) nor a host C++ compiler for the emulation was found"
