@@ -15,7 +15,7 @@
 3. timings vs torch (cuBLAS matmul, SDPA, torch layer_norm / rms_norm) as ratios torch_time / ours
    (>= 1.0 means tilejit is faster), and strict vs fast. Timings still to run when --budget seconds
    have passed are skipped (and listed), so the script stays within its time.
-Goals (issue 4, H100/H200, fast): matmul bf16 4096^3 >= 0.9x cuBLAS, attention >= 0.8x SDPA,
+Goals (H100/H200, fast policy): matmul bf16 4096^3 >= 0.9x cuBLAS, attention >= 0.8x SDPA,
 norms >= 1.0x torch; strict within 4x of fast.
 """
 from __future__ import annotations

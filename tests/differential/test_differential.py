@@ -8,8 +8,8 @@ tilejit (``compiler.kernel(fn)[grid](...)``, default target) and the outputs are
   perform the same operations in the same order, otherwise with the tolerance documented beside
   the case (see ``diff_kernels`` for the reasons).
 
-The interpreter side runs once per session, in a subprocess (see ``interp_runner``), for the
-cases selected in this session.
+The interpreter side runs once per test session, in a subprocess (see ``interp_runner``), for the
+cases the session selected.
 
 Known interpreter deviation: Triton's interpreter converts fp32 -> bf16 by *truncation* when no
 rounding mode is given (``_convert_float`` with rounding_mode=None), whereas compiled Triton, torch
