@@ -48,6 +48,12 @@ def config_for(op: str = "rms_norm", target=None, *, N: int, **_batch_like) -> d
 
 
 @kernel
+def _chunk_f32(ptr, stride, cols, mask):
+    """Elements `cols` of a row (0 where masked off), widened to fp32: every pass of a norm reads so."""
+    return tl.load(ptr + cols * stride, mask=mask, other=0.0).to(tl.float32)
+
+
+@kernel
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride_y, eps,
                       HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -56,25 +62,29 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        acc += tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
+        acc += _chunk_f32(x_row, stride_xn, cols, cols < N)
     mean = tl.sum(acc, axis=0) / N
     acc2 = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=0.0).to(tl.float32)
-        d = tl.where(cols < N, x - mean, 0.0)
+        d = tl.where(cols < N, _chunk_f32(x_row, stride_xn, cols, cols < N) - mean, 0.0)
         acc2 += d * d
     rstd = 1.0 / tl.sqrt(tl.sum(acc2, axis=0) / N + eps)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < N
-        x = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
-        y = (x - mean) * rstd
+        y = (_chunk_f32(x_row, stride_xn, cols, mask) - mean) * rstd
         if HAS_W:
-            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y * _chunk_f32(w_ptr, 1, cols, mask)
         if HAS_B:
-            y = y + tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y + _chunk_f32(b_ptr, 1, cols, mask)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@kernel
+def _residual_sum(x_row, stride_xn, r_row, stride_rn, cols, mask, dtype: tl.constexpr):
+    """s = x + r rounded to the input dtype (what is stored to res), returned in fp32."""
+    return (_chunk_f32(x_row, stride_xn, cols, mask) + _chunk_f32(r_row, stride_rn, cols, mask)).to(dtype)
 
 
 @kernel
@@ -88,25 +98,27 @@ def rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, res_ptr, N, stride_x, stride_xn,
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < N
-        s = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
         if HAS_R:
-            r = tl.load(r_ptr + row * stride_r + cols * stride_rn, mask=mask, other=0.0).to(tl.float32)
-            s = (s + r).to(x_ptr.dtype.element_ty)
+            s = _residual_sum(x_row, stride_xn, r_ptr + row * stride_r, stride_rn, cols, mask,
+                              x_ptr.dtype.element_ty)
             tl.store(res_ptr + row * stride_y + cols, s, mask=mask)
             s = s.to(tl.float32)
+        else:
+            s = _chunk_f32(x_row, stride_xn, cols, mask)
         acc += s * s
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < N
-        s = tl.load(x_row + cols * stride_xn, mask=mask, other=0.0).to(tl.float32)
         if HAS_R:
             # recomputed rather than re-read from res: no read-after-write through memory
-            r = tl.load(r_ptr + row * stride_r + cols * stride_rn, mask=mask, other=0.0).to(tl.float32)
-            s = (s + r).to(x_ptr.dtype.element_ty).to(tl.float32)
+            s = _residual_sum(x_row, stride_xn, r_ptr + row * stride_r, stride_rn, cols, mask,
+                              x_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            s = _chunk_f32(x_row, stride_xn, cols, mask)
         y = s * rstd
         if HAS_W:
-            y = y * tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y = y * _chunk_f32(w_ptr, 1, cols, mask)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
