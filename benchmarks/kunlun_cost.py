@@ -2,7 +2,7 @@
 roofline: `python -m benchmarks.kunlun_cost [--arch xpu2,xpu3] [--policy fast]`.
 
 For each op and shape: the kunlun default config (config_for, LM-checked by the renderer), the
-model's estimate (targets/kunlun/cost_model.py), and two rooflines: `roof` = max(minimum bytes /
+model's estimate (targets/kunlun/tune/cost_model.py), and two rooflines: `roof` = max(minimum bytes /
 memory bandwidth, flops / the arch's published fp16 peak), and `roof_simd` with the fp32 SIMD peak
 the generated code can reach at most (cores x 16 lanes x 2 flops x the model's assumed clock).
 `est/roof_simd` says how far the emitted code's DMA pattern is from streaming at full bandwidth."""
@@ -12,7 +12,7 @@ import argparse
 
 import kernels
 from compiler import get_target, numerics
-from targets.kunlun import cost_model
+from targets.kunlun.tune import cost_model
 
 F32 = 4
 SHAPES = [
@@ -35,14 +35,6 @@ def work(op: str, s: dict) -> tuple[float, float]:
     return (2 * b * h * sq * d + 2 * b * h * sk * d) * F32, 4.0 * b * h * sq * sk * d
 
 
-def dims_of(op: str, s: dict) -> dict:
-    if op == "matmul":
-        return dict(N=s["N"], K=s["K"])
-    if op == "attention":
-        return dict(head_dim=s["head_dim"], seq_k=s["seq_k"], seq_q=s["seq_q"])
-    return dict(N=s["N"])
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--arch", default="xpu2,xpu3")
@@ -56,9 +48,10 @@ def main(argv=None) -> int:
         bw = a.mem_bandwidth or cost_model.FALLBACK_BANDWIDTH
         simd_peak = a.cores * a.fp32_lanes * 2 * cost_model.ASSUMED_CLOCK_HZ
         for op, shape, label in SHAPES:
-            cfg = kernels.config_for(op, tgt, **dims_of(op, shape))
+            spec = kernels.OP_SPECS[op]
             with numerics(args.policy):
-                est = cost_model.estimate(tgt, op, cfg, shape, args.policy)
+                cfg = kernels.config_for(op, tgt, **spec.dims_of(shape))
+                est = cost_model.estimate(tgt, spec, cfg, shape, args.policy)
             nbytes, flops = work(op, shape)
             roof = max(nbytes / bw, flops / a.peak_fp16_flops)
             roof_simd = max(nbytes / bw, flops / simd_peak)
@@ -66,7 +59,7 @@ def main(argv=None) -> int:
             print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {est * 1e3:9.3f} {roof * 1e3:9.3f} {roof_simd * 1e3:12.3f} "
                   f"{est / roof_simd:13.1f}")
     print("\nest: the cost model's estimate (an estimate, not a measurement; assumed figures at the top of "
-          "targets/kunlun/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")
+          "targets/kunlun/tune/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")
     return 0
 
 

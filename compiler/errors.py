@@ -1,5 +1,13 @@
-"""Error types users see. Every user-facing error names the kernel and says what to do."""
+"""Error types users see. Every user-facing error names the kernel and says what to do.
+
+Errors about a kernel's code have one format, whichever stage finds the problem (frontend,
+verifier, a target's renderer or planner): `file:line:col: in kernel 'name': message`, then the
+source line with a caret under the column. Stages that hold an IR value or op build it with
+`CompilationError.at(loc, message)`, which reads the source line itself.
+"""
 from __future__ import annotations
+
+import linecache
 
 
 class TilejitError(Exception):
@@ -22,6 +30,17 @@ class CompilationError(TilejitError):
         self.source_line = source_line
         super().__init__(self._format())
 
+    @classmethod
+    def at(cls, loc, message: str, *, kernel: str | None = None, **extra):
+        """The error at an IR location (`compiler.ir.Loc`, or None when the value has none): the
+        file, line, column and source line come from `loc`, the kernel name from `kernel` or
+        `loc.kernel`. `extra` keyword arguments are passed to a subclass's constructor."""
+        if loc is None:
+            return cls(message, kernel=kernel, **extra)
+        line = linecache.getline(loc.filename, loc.lineno) if loc.filename and loc.lineno else ""
+        return cls(message, kernel=kernel or loc.kernel or None, filename=loc.filename, lineno=loc.lineno,
+                   col=loc.col, source_line=line or None, **extra)
+
     def _format(self) -> str:
         where = ""
         if self.filename is not None:
@@ -29,8 +48,10 @@ class CompilationError(TilejitError):
         head = f"{where}in kernel '{self.kernel}': {self.message}" if self.kernel else where + self.message
         if self.source_line is None:
             return head
-        caret = " " * (4 + (self.col or 0)) + "^"
-        return f"{head}\n    {self.source_line.rstrip()}\n{caret}"
+        line = self.source_line.rstrip()
+        indent = len(line) - len(line.lstrip())
+        caret = " " * (4 + max(self.col or 0, indent) - indent) + "^"
+        return f"{head}\n    {line.lstrip()}\n{caret}"
 
 
 class KernelArgumentError(TilejitError, TypeError, ValueError):
@@ -41,5 +62,5 @@ class TargetError(TilejitError):
     """A target is unknown, unavailable here, or its toolchain failed."""
 
 
-class IRError(TilejitError):
-    """The Tile IR failed verification: a compiler bug, reported with the offending op."""
+class IRError(CompilationError):
+    """The Tile IR failed verification: a compiler bug, reported at the offending op's source line."""

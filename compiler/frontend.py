@@ -50,24 +50,25 @@ class _Return(Exception):
 
 
 @lru_cache(maxsize=None)
-def _parse(fn) -> tuple[ast.FunctionDef, str, int, list[str]]:
+def _parse(fn) -> tuple[ast.FunctionDef, str, int, int]:
+    """(the function's AST, its file, its first line, the indentation the dedent removed)."""
     try:
         lines, start = inspect.getsourcelines(fn)
     except (OSError, TypeError) as e:
         raise CompilationError(f"cannot read the source of {fn.__qualname__}: {e}. Kernels must be "
                                "defined in a file, not typed at an interactive prompt.") from None
     src = textwrap.dedent("".join(lines))
+    shift = len(lines[0]) - len(lines[0].lstrip()) - (len(src) - len(src.lstrip(" \t")))
     tree = ast.parse(src)
     fdef = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise CompilationError("a kernel cannot be async", filename=inspect.getsourcefile(fn), lineno=start)
-    return fdef, inspect.getsourcefile(fn) or "<unknown>", start, src.splitlines()
+    return fdef, inspect.getsourcefile(fn) or "<unknown>", start, shift
 
 
 def python_function(obj):
     """The plain function behind a @kernel object or a Triton JITFunction; None otherwise."""
-    from .jit import KernelFunction  # noqa: PLC0415 (cycle: jit imports the frontend)
-    if isinstance(obj, KernelFunction):
+    if getattr(type(obj), "is_tilejit_kernel", False):
         return obj.fn
     mod = type(obj).__module__ or ""
     if mod.startswith("triton") and hasattr(obj, "fn") and callable(obj.fn):
@@ -86,7 +87,7 @@ class FunctionVisitor(ast.NodeVisitor):
 
     def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0):
         self.fn = fn
-        self.fdef, self.filename, self.first_line, self.lines = _parse(fn)
+        self.fdef, self.filename, self.first_line, self.col_shift = _parse(fn)
         self.builder = builder
         self.kernel_name = kernel_name
         self.depth = depth
@@ -104,16 +105,17 @@ class FunctionVisitor(ast.NodeVisitor):
     def _lineno(self, node) -> int:
         return getattr(node, "lineno", 1) + self.first_line - 1
 
+    def loc(self, node) -> Loc:
+        """Where `node` is in the user's file (line and column as in the file, not the dedented text)."""
+        return Loc(self.filename, self._lineno(node), getattr(node, "col_offset", 0) + self.col_shift,
+                   self.kernel_name)
+
     def error(self, node, message: str) -> CompilationError:
-        ln = getattr(node, "lineno", 1)
-        src = self.lines[ln - 1] if 0 < ln <= len(self.lines) else None
-        return CompilationError(message, kernel=self.kernel_name, filename=self.filename,
-                                lineno=self._lineno(node), col=getattr(node, "col_offset", 0), source_line=src)
+        return CompilationError.at(self.loc(node), message)
 
     def visit(self, node):
         if isinstance(node, (ast.stmt, ast.expr)):
-            self.builder.loc = Loc(self.filename, self._lineno(node), getattr(node, "col_offset", 0),
-                                   self.kernel_name)
+            self.builder.loc = self.loc(node)
         try:
             return super().visit(node)
         except (CompilationError, _Return):

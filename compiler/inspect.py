@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import sys
 
 from . import dtypes as D
 from .errors import TilejitError
 from .frontend import ArgSpec, constexpr_params
 from .jit import KernelFunction
+from .loader import load_ref
 from .target import get_target
 
 _ALIASES = {"i32": "int32", "i64": "int64", "i1": "int1", "f32": "fp32", "f16": "fp16", "i8": "int8",
@@ -49,7 +49,7 @@ def load_kernel(ref: str) -> KernelFunction:
     mod, _, attr = ref.partition(":")
     if not attr:
         raise SystemExit(f"expected MODULE:KERNEL, got {ref!r}")
-    obj = getattr(importlib.import_module(mod), attr)
+    obj = load_ref(ref, "kernel")
     if not isinstance(obj, KernelFunction):
         raise SystemExit(f"{ref} is not a @kernel function")
     return obj
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
         title, text = sections[key]
         print(f"// ===== {title} =====")
         print(text)
-    for name, value in getattr(target, "inspect_extras", lambda f: {})(fn_ir).items():
+    for name, value in target.inspect_extras(fn_ir).items():
         print(f"// ===== {name} =====\n{value}")
     return 0
 

@@ -137,6 +137,8 @@ def _spec_of(a):
 class KernelFunction:
     """A tile program under `@kernel`. Launch with `fn[grid](*args, **constexprs)`."""
 
+    is_tilejit_kernel = True   # what the frontend recognises (inlined when called from a kernel)
+
     def __init__(self, fn, target=None, numerics=None):
         if not inspect.isfunction(fn):
             raise TypeError(f"@kernel expects a function, got {type(fn).__name__}")
@@ -309,8 +311,9 @@ class KernelFunction:
             specs, runtime = self._argspecs(args, target)
             ir_before, fn_ir, source = self.lower(specs, target, policy)
             entry_key = cache_key(fn_ir, target, policy)
-            entry = kernel_cache().get_or_build(entry_key, lambda d: target.build(fn_ir, source, d))
-            launcher = target.load(fn_ir, entry, runtime)
+            cache = kernel_cache()
+            entry = cache.get_or_build(entry_key, lambda d: target.build(fn_ir, source, d))
+            launcher = target.load(fn_ir, entry, runtime, cache)
             ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
                                 entry_key, time.perf_counter() - t0)
             self.compiled[key] = ck

@@ -46,10 +46,10 @@ def numerics(policy: str):
 
 def lower_numerics(fn: Function, policy: str, target=None) -> None:
     """Rewrites ops whose numerics the policy defines. `fast` keeps the IR as it is, except on
-    targets that ask for the software math sequences (`fast_software_math = True`)."""
+    targets that ask for the software math sequences (`Target.fast_software_math`)."""
     from .strict import lower_software_math, lower_strict  # noqa: PLC0415
     validate_policy(policy)
     if policy == "strict":
         lower_strict(fn)
-    elif getattr(target, "fast_software_math", False):
+    elif target is not None and target.fast_software_math:
         lower_software_math(fn)

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import dtypes as D
 from .ir import Block, Function, Op, Value, walk_block
+from .ir.analysis import const_value
 from .ir.ops import OPS
 
 _NP = {D.float32: np.float32, D.float16: np.float16, D.int32: np.int32, D.int64: np.int64, D.int1: np.bool_,
@@ -72,12 +73,6 @@ def _cse_block(fn: Function, block: Block, seen: dict) -> None:
     block.ops = keep
 
 
-def _const_value(v: Value):
-    if v.owner is not None and v.owner.name == "const":
-        return v.owner.attrs["value"]
-    return None
-
-
 _FOLD = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
@@ -89,10 +84,10 @@ _FOLD = {
 def fold_constants(fn: Function) -> None:
     """Folds ops whose operands are all constants (splats), with the dtype's exact semantics."""
     for op in list(fn.walk()):
-        if not op.results or not op.operands or any(_const_value(v) is None for v in op.operands):
+        if not op.results or not op.operands or any(const_value(v) is None for v in op.operands):
             continue
         rt = op.results[0].type
-        vals = [_const_value(v) for v in op.operands]
+        vals = [const_value(v) for v in op.operands]
         new = None
         if op.name in ("broadcast", "expand_dims", "trans"):
             new = vals[0]
@@ -123,7 +118,7 @@ def simplify_identities(fn: Function) -> None:
             continue
         r = op.results[0]
         for i in ((0, 1) if op.name != "sub" else (1,)):
-            c, other = _const_value(op.operands[i]), op.operands[1 - i]
+            c, other = const_value(op.operands[i]), op.operands[1 - i]
             if c is None or other.type != r.type:
                 continue
             if (op.name == "mul" and c == 1 and not isinstance(c, bool)) or \
@@ -144,7 +139,7 @@ def fold_dot_accumulate(fn: Function) -> None:
             other = op.operands[1 - i]
             if d is None or d.name != "dot" or len(use.get(id(d.result), [])) != 1:
                 continue
-            if _const_value(d.operands[2]) != 0 or d.result.type != other.type:
+            if const_value(d.operands[2]) != 0 or d.result.type != other.type:
                 continue
             if id(other) not in _available_at(fn, d):
                 continue

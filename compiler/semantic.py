@@ -9,6 +9,7 @@ import math
 
 from . import dtypes as D
 from .ir import Block, Loc, Op, TileType, TypeRuleError, Value, infer
+from .ir.ops import ARITH, BITWISE, COMPARE, FLOAT_ONLY
 
 
 class SemanticError(Exception):
@@ -163,7 +164,7 @@ class Builder:
         a, b = self.broadcast_all(a, b)
         if a.dtype.is_ptr() or b.dtype.is_ptr():
             if name not in ("add", "sub") or (b.dtype.is_ptr() and name == "sub"):
-                if name in ("eq", "ne", "lt", "le", "gt", "ge") and a.dtype is b.dtype:
+                if name in COMPARE and a.dtype is b.dtype:
                     return self.op1(name, [a, b])
                 raise SemanticError(f"'{name}' is not defined between {a.dtype} and {b.dtype}")
             if name == "sub":
@@ -174,16 +175,15 @@ class Builder:
             dt = D.float32
         if name == "floordiv" and dt.is_floating():
             raise SemanticError("'//' is defined on integers only; use tl.floor(a / b) for floats")
-        if name in ("and", "or", "xor", "shl", "shr") and not dt.is_int():
+        if name in BITWISE and not dt.is_int():
             raise SemanticError(f"bitwise operator needs integer operands, got {a.dtype} and {b.dtype}")
-        if name in ("add", "sub", "mul", "div", "mod", "floordiv") and dt.is_bool():
+        if name in ARITH and dt.is_bool():
             dt = D.int32
         return self.op1(name, [self.cast(a, dt), self.cast(b, dt)])
 
     def unary(self, name: str, a) -> Tile:
         a = self.to_tile(a)
-        if name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos",
-                    "floor", "ceil") and not a.dtype.is_floating():
+        if name in FLOAT_ONLY and not a.dtype.is_floating():
             raise SemanticError(f"tl.{name} needs a floating-point tensor, got {a.dtype} "
                                 f"(cast with .to(tl.float32) first)")
         if name == "neg" and a.dtype.is_bool():

@@ -122,7 +122,9 @@ class _StrictBuilder:
         return self.bin("div", one, self.bin("add", one, self.exp(self.b.op1("neg", [x]))))
 
 
+# the ops strict rewrites into sequences (a method of _StrictBuilder each), and those it refuses
 _REWRITES = ("exp", "exp2", "log", "log2", "rsqrt", "sigmoid")
+_REFUSED = ("sin", "cos")
 
 
 def lower_strict(fn: Function) -> None:
@@ -140,11 +142,9 @@ def _lower_block(fn: Function, block: Block, math_only: bool) -> None:
     for op in block.ops:
         for sub in op.blocks:
             _lower_block(fn, sub, math_only)
-        if op.name in ("sin", "cos") and not math_only:
-            loc = op.loc
-            raise CompilationError(f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the fast "
-                                   "numerics policy for this kernel", kernel=fn.name,
-                                   filename=loc.filename if loc else None, lineno=loc.lineno if loc else None)
+        if op.name in _REFUSED and not math_only:
+            raise CompilationError.at(op.loc, f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the "
+                                      "fast numerics policy for this kernel", kernel=fn.name)
         if op.name == "reduce" and not math_only:
             op.attrs["order"] = "pairwise"
         if op.name not in _REWRITES:

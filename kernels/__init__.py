@@ -1,61 +1,60 @@
 """tilejit's library kernels: matmul, layer_norm / rms_norm / add_rms_norm, attention.
 
-Each op is a `@kernel` tile program, a torch-facing wrapper with argument checks, a config space
-(`CONFIGS`), a default config per target (`DEFAULT_CONFIGS`), a deterministic `config_for` and an
-fp64 torch reference (`*_ref`). Configs depend only on non-batch dimensions (N and K of a matmul,
-the row length of a norm, head_dim and seq_k of attention), so results are batch-invariant.
+Each op module is a `@kernel` tile program, a torch-facing wrapper with argument checks, an fp64
+torch reference (`*_ref`) and its op spec (`SPECS`: config space, default config per target tile
+class, clamps, tuning problems; see compiler.opspec). Every module of this package that exports
+`SPECS` is found here, so a new op is one new file. Configs depend only on non-batch dimensions
+(N and K of a matmul, the row length of a norm, head_dim and seq_k of attention), so results are
+batch-invariant.
 
     from kernels import matmul, rms_norm, attention, config_for
     config_for("matmul", "cpu", M=4096, N=1024, K=512)   # M is ignored
 """
 from __future__ import annotations
 
-from . import attention as _attention_mod
-from . import matmul as _matmul_mod
-from . import norm as _norm_mod
+import importlib
+import pkgutil
+
+from compiler.opspec import OpSpec
+
 from .attention import attention, attention_ref
+from .configs import select
 from .matmul import matmul, matmul_ref
 from .norm import add_rms_norm, add_rms_norm_ref, layer_norm, layer_norm_ref, rms_norm, rms_norm_ref
 
-_CONFIG_FNS = {
-    "matmul": _matmul_mod.config_for,
-    "layer_norm": _norm_mod.config_for,
-    "rms_norm": _norm_mod.config_for,
-    "add_rms_norm": _norm_mod.config_for,
-    "attention": _attention_mod.config_for,
-}
 
-CONFIGS = {
-    "matmul": _matmul_mod.CONFIGS,
-    "layer_norm": _norm_mod.CONFIGS,
-    "rms_norm": _norm_mod.CONFIGS,
-    "add_rms_norm": _norm_mod.CONFIGS,
-    "attention": _attention_mod.CONFIGS,
-}
-
-DEFAULT_CONFIGS = {
-    "matmul": _matmul_mod.DEFAULT_CONFIGS,
-    "layer_norm": _norm_mod.DEFAULT_CONFIGS,
-    "rms_norm": _norm_mod.DEFAULT_CONFIGS,
-    "add_rms_norm": _norm_mod.DEFAULT_CONFIGS,
-    "attention": _attention_mod.DEFAULT_CONFIGS,
-}
+def _discover() -> dict[str, OpSpec]:
+    """name -> OpSpec of every op module in this package (modules whose name starts with '_', and
+    the shared helpers, export none)."""
+    found: dict[str, OpSpec] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        for spec in getattr(mod, "SPECS", ()):
+            if spec.name in found:
+                raise ImportError(f"kernels: op '{spec.name}' is declared twice (kernels/{info.name}.py and another)")
+            found[spec.name] = spec
+    return found
 
 
-def config_for(op: str, target=None, **shape) -> dict:
-    """The block sizes `op` uses on `target` (a name such as "cpu", a target object, or None for the
-    current target) for a problem of `shape`:
+OP_SPECS: dict[str, OpSpec] = _discover()
+
+
+def config_for(op: str, target=None, **dims) -> dict:
+    """The block sizes `op` launches on `target` (a name such as "cpu", a target object, or None for
+    the current target) for a problem of these dims; only the op's key dims are read:
 
     - matmul: N, K (M is ignored);
     - layer_norm / rms_norm / add_rms_norm: N, the row length (the number of rows is ignored);
     - attention: head_dim, seq_k (seq_q only sizes BLOCK_M, which does not affect results;
       batch and heads are ignored).
     """
-    fn = _CONFIG_FNS.get(op)
-    if fn is None:
-        raise ValueError(f"config_for: unknown op {op!r}; choose one of {', '.join(_CONFIG_FNS)}")
-    return fn(op, target, **shape)
+    spec = OP_SPECS.get(op)
+    if spec is None:
+        raise ValueError(f"config_for: unknown op {op!r}; choose one of {', '.join(OP_SPECS)}")
+    return select(spec, target, **dims)
 
 
 __all__ = ["matmul", "matmul_ref", "layer_norm", "layer_norm_ref", "rms_norm", "rms_norm_ref", "add_rms_norm",
-           "add_rms_norm_ref", "attention", "attention_ref", "config_for", "CONFIGS", "DEFAULT_CONFIGS"]
+           "add_rms_norm_ref", "attention", "attention_ref", "config_for", "OP_SPECS"]

@@ -28,51 +28,19 @@ import math
 import torch
 
 from compiler import kernel, language as tl
-from compiler.numerics import current_policy
+from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from ._common import cdiv, check_device, check_same_dtype, check_tensor, default_for, npow2
-
-CONFIGS = [{"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)]
-
-# per target, keyed by padded head dim class: "small" (<= 64) and "large" (> 64). BLOCK_DK / BLOCK_DO
-# (head_dim chunks, default BLOCK_D) change no bits; Kunlun needs them to fit ~7 KB of LM per core.
-DEFAULT_CONFIGS = {
-    "cpu": {"small": {"BLOCK_M": 32, "BLOCK_N": 64}, "large": {"BLOCK_M": 32, "BLOCK_N": 32}},
-    "kunlun": {"small": {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32},    # best fitting
-               "large": {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}},   # estimate (cost model)
-    "gpu": {"small": {"BLOCK_M": 128, "BLOCK_N": 64}, "large": {"BLOCK_M": 64, "BLOCK_N": 64}},
-}
+from .checks import cdiv, check_device, check_same_dtype, check_tensor
+from .configs import select
 
 # strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
 # strict outputs of all targets are bitwise equal with their default configs (docs/numerics.md)
 STRICT_BLOCK_N = 16
 
 
-def config_for(op: str = "attention", target=None, *, head_dim: int, seq_k: int, seq_q: int | None = None,
-               **_batch_like) -> dict:
-    """Block sizes for attention with `head_dim` over `seq_k` keys on `target`.
-
-    BLOCK_N (the KV block, which fixes the softmax's summation order) depends only on head_dim and
-    seq_k (and, in the strict policy, is STRICT_BLOCK_N on every target). BLOCK_M only groups query
-    rows into programs (every row is computed on its own), so it may shrink for short query lengths
-    (decode: Sq = 1) without changing any result bit; neither do the head_dim chunks BLOCK_DK/BLOCK_DO.
-    Batch and head counts are accepted and ignored.
-    """
-    if op != "attention":
-        raise ValueError(f"kernels.attention.config_for: unknown op {op!r}; this module serves 'attention'")
-    table = default_for(DEFAULT_CONFIGS, target, op, {"head_dim": head_dim, "seq_k": seq_k})
-    cfg = dict(table["small" if npow2(head_dim) <= 64 else "large"])
-    if current_policy() == "strict":
-        cfg["BLOCK_N"] = STRICT_BLOCK_N
-    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(seq_k)))
-    if seq_q is not None:
-        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], npow2(max(1, seq_q)))
-    cfg["BLOCK_D"] = npow2(head_dim)
-    for key in ("BLOCK_DK", "BLOCK_DO"):
-        cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
-    return cfg
-
-
+# q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
+# as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit: they
+# let a target with little local memory (Kunlun LM) hold tiles of a long head_dim.
 @kernel
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                      Hq, GROUP, Sq, Sk, D, scale,
@@ -80,10 +48,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                      CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
-    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns).
-    q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
-    as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit:
-    they let a target with little local memory (Kunlun LM) hold tiles of a long head_dim."""
+    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_d = tl.program_id(2)
@@ -188,7 +153,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
     if B * Hq * Sq and D:
-        cfg = dict(config) if config else config_for(op, None, head_dim=D, seq_k=Sk, seq_q=Sq)
+        cfg = dict(config) if config else select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
         cfg.setdefault("BLOCK_D", npow2(D))
         if cfg["BLOCK_D"] < D:
             raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
@@ -224,5 +189,102 @@ def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype
     return (out, lse.float()) if return_lse else out
 
 
-__all__ = ["attention", "attention_ref", "attention_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS",
-           "STRICT_BLOCK_N"]
+# ---------------------------------------------------------------------------------------------
+# the op spec
+# ---------------------------------------------------------------------------------------------
+def _clamp(cfg: dict, dims: dict) -> dict:
+    """BLOCK_N no longer than the keys, BLOCK_M no longer than the queries (when seq_q is given),
+    BLOCK_D the head dim padded to a power of two, head_dim chunks BLOCK_DK/BLOCK_DO at most BLOCK_D."""
+    cfg = dict(cfg)
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(dims["seq_k"])))
+    if dims.get("seq_q") is not None:
+        cfg["BLOCK_M"] = min(cfg["BLOCK_M"], npow2(max(1, dims["seq_q"])))
+    cfg["BLOCK_D"] = npow2(dims["head_dim"])
+    for key in ("BLOCK_DK", "BLOCK_DO"):
+        cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
+    return cfg
+
+
+def _problem(s: dict) -> Problem:
+    g = torch.Generator().manual_seed(0)
+    hkv = s.get("kv_heads", s["heads"])
+    q = torch.randn(s["batch"], s["heads"], s["seq_q"], s["head_dim"], generator=g)
+    k = torch.randn(s["batch"], hkv, s["seq_k"], s["head_dim"], generator=g)
+    v = torch.randn(s["batch"], hkv, s["seq_k"], s["head_dim"], generator=g)
+    causal = bool(s.get("causal", False))
+    eager = None
+    # torch's is_causal is top-left aligned; equal to tilejit's bottom-right only when seq_q == seq_k
+    if not causal or s["seq_q"] == s["seq_k"]:
+        def eager():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                    enable_gqa=hkv != s["heads"])
+    return Problem(run=lambda cfg: attention(q, k, v, causal=causal, config=cfg),
+                   ref=lambda: attention_ref(q, k, v, causal=causal, out_dtype=torch.float64), eager=eager)
+
+
+def _probe(cfg: dict, shape: dict) -> None:
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(shape.get("dtype", "fp32"), torch.float32)
+    d = int(shape.get("head_dim", 64))
+    kv = torch.empty(1, 1, 2 * cfg["BLOCK_N"], d, dtype=dt)
+    attention(torch.empty(1, 1, 2 * cfg["BLOCK_M"], d, dtype=dt), kv, kv, causal=bool(shape.get("causal", False)),
+              config=cfg)
+
+
+def _work(cfg: dict, s: dict) -> Work:
+    bm, bn, d = cfg["BLOCK_M"], cfg["BLOCK_N"], s["head_dim"]
+    bd = cfg.get("BLOCK_D", d)
+    dk, do = min(cfg.get("BLOCK_DK", bd), bd), min(cfg.get("BLOCK_DO", bd), bd)
+    blocks = cdiv(s["seq_k"], bn)
+    q_reads = bm * bd * (1 if dk == bd else blocks)          # q is re-read per key block when chunked
+    return Work(programs=s["batch"] * s["heads"] * cdiv(s["seq_q"], bm) * (bd // do),   # per output-column block
+                elements=q_reads + blocks * (bn * bd + bn * do) + bm * do,
+                # one per row segment: q rows per chunk, K^T columns (contiguous along d), V rows, out rows
+                segments=(bm * (bd // dk)) * (1 if dk == bd else blocks) + blocks * (bn * (bd // dk) + bn) + bm,
+                flops=blocks * (2 * bm * bn * bd + 2 * bm * bn * do))   # every column program recomputes q.k^T
+
+
+def _describe(s: dict) -> str:
+    kv = f"/{s['kv_heads']}" if s.get("kv_heads", s["heads"]) != s["heads"] else ""
+    return (f"({s['batch']},{s['heads']}{kv},{s['seq_q']},{s['head_dim']}) kv{s['seq_k']}"
+            + (" causal" if s.get("causal") else ""))
+
+
+def _by_head_dim(small: dict, large: dict):
+    """A default that depends on the padded head dim: `small` up to 64, `large` above."""
+    return lambda dims: small if npow2(dims["head_dim"]) <= 64 else large
+
+
+# BLOCK_DK / BLOCK_DO (head_dim chunks, default BLOCK_D) change no bits; a scratchpad target needs
+# them to fit ~7 KB of LM per core (this is the best fitting config by the cost model's estimate)
+_SCRATCH = {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}
+SPEC = OpSpec(
+    name="attention",
+    # head_dim exact (it fixes BLOCK_D); seq_k as a power of two: the KV length changes every decode
+    # step and a power-of-two bucket bounds the number of decisions to log2(seq_k)
+    key_dims={"head_dim": "exact", "seq_k": "pow2"},
+    space=tuple({"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)),
+    spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": 32}
+                                for bm in (1, 2, 4, 8) for bn in (8, 16, 32) for dk in (16, 32))},
+    defaults={"cache": _by_head_dim({"BLOCK_M": 32, "BLOCK_N": 64}, {"BLOCK_M": 32, "BLOCK_N": 32}),
+              "scratchpad": _SCRATCH,
+              "simt": _by_head_dim({"BLOCK_M": 128, "BLOCK_N": 64}, {"BLOCK_M": 64, "BLOCK_N": 64})},
+    clamp=_clamp,
+    dims_of=lambda s: {"head_dim": s["head_dim"], "seq_k": s["seq_k"], "seq_q": s["seq_q"]},
+    problem=_problem,
+    describe=_describe,
+    probe=_probe,
+    work=_work,
+    tune_shapes=({"label": "prefill", "batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 256, "seq_k": 256,
+                  "head_dim": 128, "causal": True},
+                 {"label": "decode", "batch": 4, "heads": 32, "kv_heads": 8, "seq_q": 1, "seq_k": 1024,
+                  "head_dim": 128, "causal": False},
+                 {"label": "small", "batch": 1, "heads": 4, "seq_q": 64, "seq_k": 64, "head_dim": 64,
+                  "causal": True}),
+    quick_shapes=({"label": "tiny", "batch": 1, "heads": 2, "seq_q": 16, "seq_k": 32, "head_dim": 32,
+                   "causal": False},),
+    strict_fixed={"BLOCK_N": STRICT_BLOCK_N},
+    bit_neutral=frozenset({"BLOCK_M", "BLOCK_DK", "BLOCK_DO"}),   # they group rows / split head_dim only
+)
+SPECS = (SPEC,)
+
+__all__ = ["attention", "attention_ref", "attention_kernel", "STRICT_BLOCK_N", "SPEC", "SPECS"]

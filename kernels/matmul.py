@@ -9,44 +9,20 @@
 Numerics: one program owns a BLOCK_M x BLOCK_N tile of C and walks K in ascending BLOCK_K chunks
 (no split-K); `tl.dot(a, b, acc)` adds each product to the fp32 accumulator in ascending k, so
 every element of C is one ascending fused-multiply-add chain over k. The config depends only on
-N and K (never on M or the batch), so a row of C is bitwise the same alone or inside any batch.
+N and K (never on M or the batch: `SPEC.key_dims`), so a row of C is bitwise the same alone or
+inside any batch.
 """
 from __future__ import annotations
 
 import torch
 
 from compiler import kernel, language as tl
+from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from ._common import FLOAT_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, default_for, npow2
+from .checks import FLOAT_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
+from .configs import select
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
-
-# config space: the block sizes a tuner may choose from (all powers of two, as Triton requires)
-CONFIGS = [
-    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-    for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64, 128)
-]
-
-# default config per target, for large N and K; config_for shrinks it for small N/K
-DEFAULT_CONFIGS = {
-    "cpu": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128},   # measured best of 5 on 1024^3 and 256x4096x4096
-    "kunlun": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32},   # fits ~7 KB of LM per core (lm_probe)
-    "gpu": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
-}
-
-
-def config_for(op: str = "matmul", target=None, *, N: int, K: int, **_batch_like) -> dict:
-    """Block sizes for `op` ("matmul") of [*, K] @ [K, N] on `target` (None: the current one).
-
-    Deterministic and batch-invariant: only N and K are read; M and the batch size may be passed
-    (so callers can hand over the whole shape) and are ignored.
-    """
-    if op != "matmul":
-        raise ValueError(f"kernels.matmul.config_for: unknown op {op!r}; this module serves 'matmul'")
-    cfg = default_for(DEFAULT_CONFIGS, target, op, {"N": N, "K": K})
-    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(N)))
-    cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, npow2(K)))
-    return cfg
 
 
 @kernel
@@ -142,7 +118,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         out.copy_(_epilogue(torch.zeros(out_shape, dtype=torch.float64, device=a.device), bias, activation))
         return out
     _, szc, _, _, scm, scn = _batch_view(out)
-    cfg = dict(config) if config else config_for("matmul", None, N=N, K=K)
+    cfg = dict(config) if config else select(SPEC, None, N=N, K=K)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
@@ -169,5 +145,64 @@ def matmul_ref(a, b, bias=None, activation=None, out_dtype=None):
     return c.to(out_dtype or a.dtype)
 
 
-__all__ = ["matmul", "matmul_ref", "matmul_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS", "ACTIVATIONS",
-           "FLOAT_DTYPES"]
+# ---------------------------------------------------------------------------------------------
+# the op spec: what the autotuner, config_for and the cost models know about matmul
+# ---------------------------------------------------------------------------------------------
+def _clamp(cfg: dict, dims: dict) -> dict:
+    """Tiles no wider than the problem: BLOCK_N and BLOCK_K shrink to N and K (powers of two, >= 16)."""
+    cfg = dict(cfg)
+    cfg["BLOCK_N"] = min(cfg["BLOCK_N"], max(16, npow2(dims["N"])))
+    cfg["BLOCK_K"] = min(cfg["BLOCK_K"], max(16, npow2(dims["K"])))
+    return cfg
+
+
+def _problem(s: dict) -> Problem:
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(s["M"], s["K"], generator=g)
+    b = torch.randn(s["K"], s["N"], generator=g) * s["K"] ** -0.5
+    return Problem(run=lambda cfg: matmul(a, b, config=cfg), ref=lambda: matmul_ref(a, b, out_dtype=torch.float64),
+                   eager=lambda: a @ b)
+
+
+def _probe(cfg: dict, shape: dict) -> None:
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(shape.get("dtype", "fp32"), torch.float32)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    matmul(torch.empty(2 * bm, 2 * bk, dtype=dt), torch.empty(2 * bk, 2 * bn, dtype=dt), config=cfg)
+
+
+def _work(cfg: dict, s: dict) -> Work:
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    steps = cdiv(s["K"], bk)
+    return Work(programs=cdiv(s["M"], bm) * cdiv(s["N"], bn) * s.get("batch", 1),
+                elements=steps * (bm * bk + bk * bn) + bm * bn,    # A and B tiles per k step, then C
+                segments=steps * (bm + bk) + bm,                   # one per tile row
+                flops=2 * bm * bn * bk * steps)
+
+
+SPEC = OpSpec(
+    name="matmul",
+    key_dims={"N": "align32", "K": "align32"},   # weight dims; odd sizes share the aligned size's decision
+    # candidates: powers of two, as Triton requires
+    space=tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+                for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64, 128)),
+    spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+                                for bm in (4, 8, 16) for bn in (16, 32) for bk in (16, 32))},
+    defaults={
+        "cache": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128},       # measured best of 5 on 1024^3, 256x4096x4096
+        "scratchpad": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32},    # fits ~7 KB of Kunlun LM per core
+        "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
+    },
+    clamp=_clamp,
+    dims_of=lambda s: {"N": s["N"], "K": s["K"]},
+    problem=_problem,
+    describe=lambda s: f"{s['M']}x{s['N']}x{s['K']}",
+    probe=_probe,
+    work=_work,
+    tune_shapes=({"label": "decode qkv/o-proj", "M": 16, "N": 4096, "K": 4096},
+                 {"label": "prefill kv-proj (8 kv heads)", "M": 128, "N": 1024, "K": 4096},
+                 {"label": "small", "M": 64, "N": 256, "K": 256}),
+    quick_shapes=({"label": "tiny", "M": 16, "N": 64, "K": 32},),
+)
+SPECS = (SPEC,)
+
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "ACTIVATIONS", "FLOAT_DTYPES"]

@@ -15,36 +15,14 @@ from __future__ import annotations
 import torch
 
 from compiler import kernel, language as tl
-from compiler.numerics import current_policy
+from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from ._common import check_device, check_same_dtype, check_tensor, default_for, npow2
-
-CONFIGS = [{"BLOCK": b} for b in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)]
-
-# the largest chunk per target; rows shorter than it use the next power of two of their length
-DEFAULT_CONFIGS = {
-    "cpu": {"BLOCK": 1024},
-    "kunlun": {"BLOCK": 128},   # fits ~7 KB of LM per core in both policies
-    "gpu": {"BLOCK": 4096},
-}
-
-OPS = ("layer_norm", "rms_norm", "add_rms_norm")
+from .checks import cdiv, check_device, check_same_dtype, check_tensor
+from .configs import select
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
 # that fits Kunlun's LM), and strict outputs of all targets are bitwise equal (docs/numerics.md)
 STRICT_BLOCK = 128
-
-
-def config_for(op: str = "rms_norm", target=None, *, N: int, **_batch_like) -> dict:
-    """BLOCK for a norm over rows of length N on `target` (STRICT_BLOCK on every target in the
-    strict policy); the number of rows is ignored."""
-    if op not in OPS:
-        raise ValueError(f"kernels.norm.config_for: unknown op {op!r}; this module serves {', '.join(OPS)}")
-    cfg = default_for(DEFAULT_CONFIGS, target, op, {"N": N})
-    if current_policy() == "strict":
-        cfg["BLOCK"] = STRICT_BLOCK
-    cfg["BLOCK"] = min(cfg["BLOCK"], max(16, npow2(N)))
-    return cfg
 
 
 @kernel
@@ -160,7 +138,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     if rows == 0 or N == 0:
         return y
     y2 = y.view(-1, N)
-    cfg = dict(config) if config else config_for(op, None, N=N)
+    cfg = dict(config) if config else select(LAYER_NORM, None, N=N)
     layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, x2.stride(0), x2.stride(1), y2.stride(0), eps,
                                HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
     return y
@@ -183,7 +161,7 @@ def _rms(op, x, residual, weight, eps, config):
     rows = x2.shape[0]
     if rows and N:
         y2 = y.view(-1, N)
-        cfg = dict(config) if config else config_for(op, None, N=N)
+        cfg = dict(config) if config else select(RMS_NORM if residual is None else ADD_RMS_NORM, None, N=N)
         rms_norm_kernel[(rows,)](
             x2, r2, weight, y2, res.view(-1, N) if res is not None else None, N, x2.stride(0), x2.stride(1),
             r2.stride(0) if r2 is not None else 0, r2.stride(1) if r2 is not None else 0, y2.stride(0), eps,
@@ -233,5 +211,88 @@ def add_rms_norm_ref(x, residual, weight=None, eps=1e-6, out_dtype=None):
     return rms_norm_ref(s, weight, eps, out_dtype), s
 
 
+# ---------------------------------------------------------------------------------------------
+# the op specs: one per norm, sharing the config space, defaults and clamp
+# ---------------------------------------------------------------------------------------------
+def _clamp(cfg: dict, dims: dict) -> dict:
+    """A chunk no wider than the row: BLOCK shrinks to N (a power of two, >= 16)."""
+    return {**cfg, "BLOCK": min(cfg["BLOCK"], max(16, npow2(dims["N"])))}
+
+
+def _rms_eager(x, r, w, eps):
+    h = x if r is None else x + r
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _problem(op: str):
+    def build(s: dict) -> Problem:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(s["rows"], s["N"], generator=g)
+        w = torch.randn(s["N"], generator=g)
+        if op == "layer_norm":
+            b = torch.randn(s["N"], generator=g)
+            return Problem(run=lambda cfg: layer_norm(x, w, b, 1e-5, config=cfg),
+                           ref=lambda: layer_norm_ref(x, w, b, 1e-5, out_dtype=torch.float64),
+                           eager=lambda: torch.nn.functional.layer_norm(x, (s["N"],), w, b, 1e-5))
+        if op == "rms_norm":
+            return Problem(run=lambda cfg: rms_norm(x, w, 1e-6, config=cfg),
+                           ref=lambda: rms_norm_ref(x, w, 1e-6, out_dtype=torch.float64),
+                           eager=lambda: _rms_eager(x, None, w, 1e-6))
+        r = torch.randn(s["rows"], s["N"], generator=g)
+        return Problem(run=lambda cfg: add_rms_norm(x, r, w, 1e-6, config=cfg)[0],
+                       ref=lambda: add_rms_norm_ref(x, r, w, 1e-6, out_dtype=torch.float64)[0],
+                       eager=lambda: _rms_eager(x, r, w, 1e-6))
+    return build
+
+
+def _probe(op: str):
+    def probe(cfg: dict, shape: dict) -> None:
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(shape.get("dtype", "fp32"), torch.float32)
+        x, w = torch.empty(2, 2 * cfg["BLOCK"] + 1, dtype=dt), torch.empty(2 * cfg["BLOCK"] + 1, dtype=dt)
+        if op == "layer_norm":
+            layer_norm(x, w, w, config=cfg)
+        elif op == "rms_norm":
+            rms_norm(x, w, config=cfg)
+        else:
+            add_rms_norm(x, x, w, config=cfg)
+    return probe
+
+
+def _work(op: str):
+    passes = {"layer_norm": 3, "rms_norm": 2, "add_rms_norm": 3}[op]
+
+    def work(cfg: dict, s: dict) -> Work:
+        n = s["N"]
+        elements = passes * n + n + (n if op != "rms_norm" else 0)   # row reads, output, weight/bias/residual
+        return Work(programs=s["rows"], elements=elements, segments=cdiv(elements, cfg["BLOCK"]),
+                    flops=8 * passes * n)
+    return work
+
+
+def _spec(op: str, tune_shapes) -> OpSpec:
+    return OpSpec(
+        name=op,
+        key_dims={"N": "exact"},   # the hidden size: one per model; whether BLOCK divides it matters
+        space=tuple({"BLOCK": b} for b in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)),
+        spaces={"scratchpad": tuple({"BLOCK": b} for b in (32, 64, 128, 256))},
+        # the largest chunk per tile class; rows shorter than it use the next power of two of their length
+        defaults={"cache": {"BLOCK": 1024}, "scratchpad": {"BLOCK": 128}, "simt": {"BLOCK": 4096}},
+        clamp=_clamp,
+        dims_of=lambda s: {"N": s["N"]},
+        problem=_problem(op),
+        describe=lambda s: f"[{s['rows']}, {s['N']}]",
+        probe=_probe(op),
+        work=_work(op),
+        tune_shapes=tune_shapes,
+        quick_shapes=({"label": "tiny", "rows": 4, "N": 64},),
+        strict_fixed={"BLOCK": STRICT_BLOCK},
+    )
+
+
+LAYER_NORM = _spec("layer_norm", ({"label": "prefill", "rows": 512, "N": 4096},))
+RMS_NORM = _spec("rms_norm", ({"label": "prefill", "rows": 512, "N": 4096}, {"label": "small", "rows": 64, "N": 1024}))
+ADD_RMS_NORM = _spec("add_rms_norm", ({"label": "decode", "rows": 16, "N": 4096},))
+SPECS = (LAYER_NORM, RMS_NORM, ADD_RMS_NORM)
+
 __all__ = ["layer_norm", "rms_norm", "add_rms_norm", "layer_norm_ref", "rms_norm_ref", "add_rms_norm_ref",
-           "layer_norm_kernel", "rms_norm_kernel", "config_for", "CONFIGS", "DEFAULT_CONFIGS"]
+           "layer_norm_kernel", "rms_norm_kernel", "STRICT_BLOCK", "SPECS"]

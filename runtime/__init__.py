@@ -10,11 +10,11 @@ import importlib
 from .errors import DeviceError, InvalidFreeError, KVCachePlanError, OutOfMemoryError
 
 _LAZY = {
-    "Device": "device", "DeviceProperties": "device", "Buffer": "device", "CPUDevice": "device",
+    "Device": "device", "DeviceProperties": "device", "Buffer": "device",
     "get_device": "device", "register_device_backend": "device",
     "MemoryPool": "memory", "Block": "memory", "PoolStats": "memory", "KVCachePlan": "memory",
     "plan_kv_cache": "memory", "free_memory_now": "memory",
-    "Stream": "stream", "CudaStream": "stream", "Event": "stream", "Handle": "stream", "use": "stream",
+    "Stream": "stream", "Event": "stream", "Handle": "stream", "use": "stream",
     "current_stream": "stream", "launch": "stream",
     "ParallelLayout": "layout", "LayoutError": "layout",
     "Communicator": "collectives", "CommHandle": "collectives", "CollectiveError": "collectives",

@@ -38,7 +38,9 @@ import datetime, queue, socket, threading, time, traceback  # noqa: E401
 import torch
 import torch.distributed as dist
 
-from compiler.errors import TilejitError
+from compiler.errors import TargetError, TilejitError
+from compiler.loader import LoadError, load_ref
+from compiler.target import load_plugin, target_names
 
 __all__ = ["init", "run_ranks", "free_port", "Communicator", "CommHandle", "CollectiveError",
            "CollectiveTimeout", "BackendUnavailable", "split_counts", "resolve_backend"]
@@ -100,16 +102,16 @@ def plugin_backend(name: str):
     """(module, '') of the target plugin that provides collective backend `name` (a plugin's
     `collective_backends` maps names to modules with `available()` and `init(...)`), else
     (None, why)."""
-    import importlib  # noqa: PLC0415
-    from compiler import plugins, target  # noqa: PLC0415
-    from compiler.errors import TargetError  # noqa: PLC0415
-    for tname in target.target_names():
+    for tname in target_names():
         try:
-            ref = (getattr(plugins.load_plugin(tname), "collective_backends", None) or {}).get(name)
+            ref = (load_plugin(tname).collective_backends or {}).get(name)
         except TargetError:
             continue
         if ref:
-            return importlib.import_module(ref), ""
+            try:
+                return load_ref(ref, f"collective backend '{name}' of target '{tname}'"), ""
+            except LoadError as e:
+                return None, str(e)
     return None, f"no installed target plugin provides the '{name}' collective backend"
 
 

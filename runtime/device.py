@@ -6,23 +6,25 @@ info and synchronize. Streams and events come from `runtime.stream`, which plugs
 the `Device.stream_class` / `Device.event_class` hooks; this module does not depend on it.
 
 The backend of a target comes from its plugin (`device_backend`, a `Device` subclass or a
-"module:attr" string), so a new target adds a device without an edit here. Every failure is a
-`DeviceError` carrying the target's own code and message (errno values on cpu).
+"module:attr" string), so a new target adds a device without an edit here; each target's device
+code lives in its own package (targets/cpu/device.py, targets/gpu/device.py, targets/kunlun/runtime/).
+Every failure is a `DeviceError` carrying the target's own code and message (errno values on cpu).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import errno
-import importlib
 import os
-import platform
-import re
 import threading
 
 import torch
 
-from .errors import DeviceError, InvalidFreeError, OutOfMemoryError
+from compiler.errors import TargetError
+from compiler.loader import LoadError, load_ref
+from compiler.target import current_target, load_plugin
+
+from .errors import DeviceError, InvalidFreeError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,16 +246,14 @@ class Device:
         return self._hook("event_class", "event")(**kwargs)
 
     def _hook(self, attr: str, op: str, required: bool = True):
-        ref = getattr(self, attr)
+        ref = getattr(self, attr)             # stream_class or event_class
         if isinstance(ref, str):
-            mod, _, name = ref.partition(":")
             try:
-                ref = getattr(importlib.import_module(mod), name)
-            except (ImportError, AttributeError) as e:
+                ref = load_ref(ref, f"{attr} of target '{self.target}'")
+            except LoadError as e:
                 if not required:
                     return None
-                raise self.error(op, errno.ENOSYS, os.strerror(errno.ENOSYS),
-                                 f"{attr} {getattr(self, attr)!r} of target '{self.target}' failed to load: {e}") from None
+                raise self.error(op, errno.ENOSYS, os.strerror(errno.ENOSYS), str(e)) from None
             setattr(self, attr, ref)          # resolved once, on this instance
         if ref is None and required:
             raise self.error(op, errno.ENOSYS, os.strerror(errno.ENOSYS),
@@ -262,79 +262,6 @@ class Device:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} target={self.target} devices={self.device_count()}>"
-
-
-def read_meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes ({} where there is no /proc, e.g. macOS)."""
-    out = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                parts = rest.split()
-                if parts:
-                    out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    except OSError:
-        pass
-    return out
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Hardware", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-class CPUDevice(Device):
-    """The host as one device: memory is torch uint8 storage, copies are torch copies, and
-    nothing is asynchronous (launches return when the kernel is done)."""
-
-    kind = "cpu"
-    stream_class = "runtime.stream:Stream"     # a worker thread per stream
-    event_class = "runtime.stream:Event"
-
-    def device_count(self) -> int:
-        return 1
-
-    def _properties(self, index: int) -> DeviceProperties:
-        total = read_meminfo().get("MemTotal") or _sysconf_bytes("SC_PHYS_PAGES")
-        return DeviceProperties(self.target, index, _cpu_model(), self.kind, total, os.cpu_count() or 1,
-                                {"machine": platform.machine()})
-
-    def _mem_info(self, index: int) -> tuple[int, int]:
-        info = read_meminfo()
-        total = info.get("MemTotal") or _sysconf_bytes("SC_PHYS_PAGES")
-        # MemAvailable counts reclaimable page cache, which is what an allocation can really get
-        free = info.get("MemAvailable") or info.get("MemFree") or _sysconf_bytes("SC_AVPHYS_PAGES")
-        return free, total
-
-    def _malloc(self, index: int, nbytes: int):
-        try:
-            t = torch.empty(nbytes, dtype=torch.uint8)
-        except RuntimeError as e:
-            # torch's CPU allocator says "... Error code 12 (Cannot allocate memory)": keep its errno
-            m = re.search(r"Error code (\d+) \(([^)]*)\)", str(e))
-            code, msg = (int(m.group(1)), m.group(2)) if m else (errno.ENOMEM, os.strerror(errno.ENOMEM))
-            free, total = self._mem_info(index)
-            raise OutOfMemoryError(self.target, code, msg, op="malloc", request=nbytes,
-                                   detail=f"{nbytes} bytes requested; {free} of {total} bytes available") from None
-        return t, t.data_ptr()
-
-    def _free(self, buf: Buffer) -> None:
-        # the memory goes back when no view of it is left; dropping our reference is all we do
-        buf.storage = None
-
-
-def _sysconf_bytes(name: str) -> int:
-    try:
-        return os.sysconf(name) * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
 
 
 # ---- registry: target name -> backend ----
@@ -354,13 +281,10 @@ def register_device_backend(target: str, backend) -> None:
 
 
 def _resolve(target: str, ref):
-    if isinstance(ref, str):
-        mod, _, attr = ref.partition(":")
-        try:
-            ref = getattr(importlib.import_module(mod), attr)
-        except Exception as e:  # noqa: BLE001
-            raise DeviceError(target, errno.ENOENT, os.strerror(errno.ENOENT), op="get_device",
-                              detail=f"device backend {ref!r} failed to load: {type(e).__name__}: {e}") from None
+    try:
+        ref = load_ref(ref, "device backend")
+    except LoadError as e:
+        raise DeviceError(target, errno.ENOENT, os.strerror(errno.ENOENT), op="get_device", detail=str(e)) from None
     if not (isinstance(ref, type) and issubclass(ref, Device)):
         raise DeviceError(target, errno.EINVAL, os.strerror(errno.EINVAL), op="get_device",
                           detail=f"device backend {ref!r} is not a runtime.device.Device subclass")
@@ -371,7 +295,6 @@ def get_device(target: str | None = None) -> Device:
     """The Device of `target` ("cpu", "toy", a "name:variant" uses name); default: the current
     target. Backends registered here win; otherwise the target plugin's `device_backend`."""
     if target is None:
-        from compiler.target import current_target  # noqa: PLC0415
         target = current_target().name
     name = target.partition(":")[0]
     dev = _devices.get(name)
@@ -379,10 +302,8 @@ def get_device(target: str | None = None) -> Device:
         return dev
     ref = _backends.get(name)
     if ref is None:
-        from compiler import plugins  # noqa: PLC0415
-        from compiler.errors import TargetError  # noqa: PLC0415
         try:
-            ref = getattr(plugins.load_plugin(name), "device_backend", None)
+            ref = load_plugin(name).device_backend
         except TargetError as e:
             raise DeviceError(name, errno.ENODEV, os.strerror(errno.ENODEV), op="get_device", detail=str(e)) from None
         if ref is None:

@@ -35,7 +35,7 @@ import threading
 import time
 import weakref
 
-__all__ = ["Handle", "Stream", "CudaStream", "Event", "use", "current_stream", "launch"]
+__all__ = ["Handle", "StreamScope", "Stream", "Event", "use", "current_stream", "launch"]
 
 _STOP = object()                       # sentinel that ends a worker thread
 _live_streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
@@ -94,14 +94,9 @@ class StreamScope:
 
 
 class Stream(StreamScope):
-    """An ordered queue of work run by one daemon worker thread (the cpu target's stream).
-
-    `Stream(device="cuda")` returns a `CudaStream` instead (same interface)."""
-
-    def __new__(cls, name: str | None = None, device: str = "cpu"):
-        if cls is Stream and str(device).startswith("cuda"):
-            return CudaStream(name, device)
-        return super().__new__(cls)
+    """An ordered queue of work run by one daemon worker thread: the host's stream (the cpu target's,
+    and the kunlun target's under host emulation). Devices with streams of their own give theirs
+    through `get_device(target).stream()` (targets/gpu/stream.py, targets/kunlun/runtime/stream.py)."""
 
     def __init__(self, name: str | None = None, device: str = "cpu"):
         self.name = name or f"stream{next(_ids)}"
@@ -189,93 +184,31 @@ class Stream(StreamScope):
         return f"<Stream {self.name} ({self.device})>"
 
 
-class CudaStream(Stream):
-    """`torch.cuda.Stream` behind the Stream interface. Work is enqueued from the calling thread
-    inside `torch.cuda.stream(s)`; the handle waits on a CUDA event recorded after it.
-    Untested here (no GPU); kept minimal on purpose."""
-
-    def __init__(self, name: str | None = None, device: str = "cuda"):
-        if hasattr(self, "_s"):
-            return      # Stream.__new__ already initialised this instance
-        import torch
-        self.name = name or f"cuda-stream{next(_ids)}"
-        self.device = device
-        self._s = torch.cuda.Stream(device=device)
-
-    def submit(self, fn, *args, **kwargs) -> Handle:
-        import torch
-        with torch.cuda.stream(self._s):
-            value = fn(*args, **kwargs)
-            ev = torch.cuda.Event()
-            ev.record(self._s)
-        return _CudaHandle(ev, value, f"{getattr(fn, '__name__', 'call')} on {self.name}")
-
-    def wait_event(self, event: "Event") -> None:
-        if event._cuda is not None:
-            self._s.wait_event(event._cuda)
-
-    def synchronize(self) -> None:
-        self._s.synchronize()
-
-    def query(self) -> bool:
-        return self._s.query()
-
-    def close(self, timeout=None) -> None:
-        pass
-
-
-class _CudaHandle(Handle):
-    __slots__ = ("_ev",)
-
-    def __init__(self, ev, value, name):
-        super().__init__(name)
-        self._ev, self._value = ev, value
-
-    def done(self) -> bool:
-        return self._ev.query()
-
-    def wait(self, timeout=None):
-        self._ev.synchronize()
-        return self._value
-
-
 class Event:
     """A point in a stream. `record(stream)` marks everything submitted to it so far;
     `stream.wait_event(ev)` orders another stream after that point; `synchronize()` waits on the host."""
 
     def __init__(self):
         self._handle: Handle | None = None
-        self._cuda = None
 
     def record(self, stream: Stream) -> "Event":
-        if isinstance(stream, CudaStream):
-            import torch
-            self._cuda = torch.cuda.Event(enable_timing=True)
-            self._cuda.record(stream._s)
-        else:
-            self._handle = stream.submit(_noop)
-            self._handle.name = f"event on {stream.name}"
+        self._handle = stream.submit(_noop)
+        self._handle.name = f"event on {stream.name}"
         return self
 
     def query(self) -> bool:
-        if self._cuda is not None:
-            return self._cuda.query()
         return self._handle is None or self._handle.done()
 
     done = query
 
     def synchronize(self) -> None:
-        if self._cuda is not None:
-            self._cuda.synchronize()
-        elif self._handle is not None:
+        if self._handle is not None:
             self._handle._done.wait()
 
     wait = synchronize
 
     def elapsed_time(self, end: "Event") -> float:
         """Milliseconds between this event and `end` (both completed)."""
-        if self._cuda is not None:
-            return self._cuda.elapsed_time(end._cuda)
         self.synchronize()
         end.synchronize()
         return (end._handle.finished_at - self._handle.finished_at) * 1e3

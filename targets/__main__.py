@@ -8,8 +8,9 @@ import json
 import sys
 from importlib import metadata
 
-from compiler import plugins, target
+from compiler import target
 from compiler.errors import TargetError
+from compiler.target import requirements
 
 
 def _origins() -> dict[str, str]:
@@ -26,22 +27,22 @@ def _origins() -> dict[str, str]:
 
 def describe(name: str) -> dict:
     origins = _origins()
-    row = {"name": name, "origin": origins.get(name, f"built-in {target._BUILTIN_PLUGINS.get(name, '')}".strip())}
+    row = {"name": name, "origin": origins.get(name, f"built-in {target.BUILTIN_PLUGINS.get(name, '')}".strip())}
     try:
-        plugin = plugins.load_plugin(name)
-        meta = plugins.info(name, plugin)
+        plugin = target.load_plugin(name)
+        meta = requirements.info(name, plugin)
     except TargetError as e:
         return {**row, "available": False, "why": str(e)}
-    ok, why = plugins.availability(name, plugin)
+    ok, why = requirements.availability(name, plugin)
     row.update(available=ok, why=why, version=meta.version, device_kinds=list(meta.device_kinds),
                capabilities=list(meta.capabilities),
                requirements=[{"what": r.what, "minimum": r.minimum, "found": found, "ok": sat}
-                             for r, sat, found in plugins.requirement_report(plugin)],
+                             for r, sat, found in requirements.requirement_report(plugin)],
                device_backend=meta.device_backend if isinstance(meta.device_backend, str) or meta.device_backend is None
                else f"{meta.device_backend.__module__}:{meta.device_backend.__qualname__}")
-    status = getattr(plugin, "status", None)   # optional: what the plugin found on this machine
-    if callable(status):
-        row["status"] = list(status())
+    status = list(plugin.status())   # what the plugin found on this machine
+    if status:
+        row["status"] = status
     return row
 
 

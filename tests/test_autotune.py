@@ -1,4 +1,5 @@
 """compiler.autotune: tuning, the decision store, run-time lookup through kernels.config_for."""
+import dataclasses
 import json
 import os
 import pathlib
@@ -10,12 +11,12 @@ import torch
 
 import kernels
 from compiler import get_target
-from compiler.autotune import AutotuneError, MEASURE_COUNT, format_summary, tune
-from compiler.autotune import shapes as S
-from compiler.autotune.store import DecisionStore, clear_memo, fingerprint_hash, lookup
+from compiler.autotune import MEASURE_COUNT, AutotuneError, format_summary, tune_ops
 from compiler.cache import CacheError
-from kernels import _common
+from compiler.cache.decisions import DecisionStore, clear_memo, fingerprint_hash, lookup
+from kernels import OP_SPECS, configs
 from kernels.norm import rms_norm_kernel
+from targets.cpu import CPUTarget
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RMS_SHAPE = {"rms_norm": [{"rows": 4, "N": 64}]}
@@ -37,19 +38,20 @@ def _store_doc(d, op):
 
 
 def test_shape_keys_ignore_batch_and_bucket():
-    assert S.shape_key("matmul", M=1, N=3990, K=4096) == S.shape_key("matmul", M=999, N=4000, K=4096) == "N=4000,K=4096"
-    assert S.shape_key("rms_norm", N=4096, rows=7) == "N=4096"
-    assert S.shape_key("attention", head_dim=128, seq_k=1000, seq_q=1) == "head_dim=128,seq_k=1024"
+    mm, rms, att = OP_SPECS["matmul"], OP_SPECS["rms_norm"], OP_SPECS["attention"]
+    assert mm.shape_key(M=1, N=3990, K=4096) == mm.shape_key(M=999, N=4000, K=4096) == "N=4000,K=4096"
+    assert rms.shape_key(N=4096, rows=7) == "N=4096"
+    assert att.shape_key(head_dim=128, seq_k=1000, seq_q=1) == "head_dim=128,seq_k=1024"
 
 
 def test_tune_then_wrapper_uses_winner(tcache):
     space = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}   # both differ from the default (BLOCK=64 for N=64)
-    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
     assert rows[0]["winner"] in ("BLOCK=16", "BLOCK=32") and rows[0]["measured"] == 2
     tgt = get_target("cpu")
     won = lookup("rms_norm", tgt, "fast", "N=64")
     assert won == kernels.config_for("rms_norm", "cpu", N=64, rows=123)
-    with _common.tuned_decisions(False):
+    with configs.tuned_decisions(False):
         assert kernels.config_for("rms_norm", "cpu", N=64) == {"BLOCK": 64}
     # the wrapper's launch compiles (or reuses) the specialisation with the winner's BLOCK
     rms_norm_kernel.compiled.clear()
@@ -63,11 +65,11 @@ def test_tune_then_wrapper_uses_winner(tcache):
 
 def test_adding_a_config_keeps_earlier_results(tcache):
     n0 = MEASURE_COUNT["n"]
-    tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]},
+    tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]},
          progress=False)
     assert MEASURE_COUNT["n"] - n0 == 2
     before = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
-    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, progress=False,
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, progress=False,
                 spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]})
     assert MEASURE_COUNT["n"] - n0 == 3 and rows[0]["measured"] == 1 and rows[0]["reused"] == 2
     after = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
@@ -77,8 +79,8 @@ def test_adding_a_config_keeps_earlier_results(tcache):
 
 
 def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys):
-    monkeypatch.setattr(kernels, "rms_norm_ref", lambda x, w=None, eps=1e-6, out_dtype=None: x.double() * 2)
-    rows = tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]})
+    monkeypatch.setattr(kernels.norm, "rms_norm_ref", lambda x, w=None, eps=1e-6, out_dtype=None: x.double() * 2)
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]})
     monkeypatch.undo()
     res = _store_doc(tcache, "rms_norm")["entries"]["N=64"]
     assert res["results"]["BLOCK=32"]["status"] == "rejected" and res["winner"] is None and rows[0]["winner"] is None
@@ -86,7 +88,7 @@ def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys
     assert "rejected rms_norm N=64 BLOCK=32: does not match the reference" in capsys.readouterr().err
     big = {"BLOCK_M": 16384, "BLOCK_N": 64, "BLOCK_K": 32}    # 4 MiB of fp32 accumulator alone
     ok = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32}
-    tune(["matmul"], {"matmul": [{"M": 16, "N": 64, "K": 32}]}, cache_dir=tcache, spaces={"matmul": [big, ok]},
+    tune_ops(["matmul"], {"matmul": [{"M": 16, "N": 64, "K": 32}]}, cache_dir=tcache, spaces={"matmul": [big, ok]},
          progress=False)
     ent = _store_doc(tcache, "matmul")["entries"]["N=64,K=32"]
     assert ent["results"]["BLOCK_K=32,BLOCK_M=16384,BLOCK_N=64"]["status"] == "rejected"
@@ -125,7 +127,7 @@ def test_strict_cache_miss_names_op_and_shape_key(tcache, monkeypatch):
 
 def test_target_without_run_or_cost_model_refuses(tcache):
     with pytest.raises(AutotuneError, match="no cost model"):
-        tune(["rms_norm"], RMS_SHAPE, target=get_target("gpu:sm_90"), cache_dir=tcache, progress=False)
+        tune_ops(["rms_norm"], RMS_SHAPE, target=get_target("gpu:sm_90"), cache_dir=tcache, progress=False)
 
 
 def test_command_line_prebuilds_a_gpu_cache_without_a_gpu(tmp_path):
@@ -153,21 +155,19 @@ def test_command_line_prebuilds_a_gpu_cache_without_a_gpu(tmp_path):
 def test_cost_model_decisions_are_labelled_estimated(tcache):
     cpu = get_target("cpu")
 
-    class Modelled:
+    class Modelled(CPUTarget):
+        """The cpu target with a cost model instead of measurable timings."""
         name = "modelled"
-        device_type = "cpu"
+        caps = dataclasses.replace(cpu.caps, measurable=False)
 
         def fingerprint(self):
             return {"target": "modelled"}
 
-        def estimate(self, op, config, shape):
+        def estimate(self, spec, config, shape):
             return 1.0 / config["BLOCK"]
 
-        def __getattr__(self, item):
-            return getattr(cpu, item)
-
     tgt = Modelled()
-    rows = tune(["rms_norm"], {"rms_norm": [{"rows": 4, "N": 256}]}, target=tgt, cache_dir=tcache, progress=False)
+    rows = tune_ops(["rms_norm"], {"rms_norm": [{"rows": 4, "N": 256}]}, target=tgt, cache_dir=tcache, progress=False)
     assert rows[0]["estimated"] and rows[0]["winner"] == "BLOCK=256" and rows[0]["measured"] == 0
     assert "estimated" in format_summary(rows, "modelled")
     doc = DecisionStore(tcache).read("rms_norm", "modelled", fingerprint_hash(tgt), "fast")
@@ -178,11 +178,11 @@ def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tm
     """The shipping flow: tune, export, import into an empty cache, then the library kernel runs in
     a new process with TILEJIT_CACHE_STRICT=1: its tuned decision and its binary are both there."""
     from compiler.cache import KernelCache
-    from compiler.cache_archive import export_cache, import_cache
+    from compiler.cache.archive import export_cache, import_cache
 
     space = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}
     rms_norm_kernel.compiled.clear()   # earlier tests compiled into other cache dirs: start cold
-    tune(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
+    tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
     kernels.rms_norm(torch.randn(4, 64), torch.randn(64))   # the winner, now served from this cache
     archive = tmp_path / "shipped.tar.gz"
     manifest = export_cache(KernelCache(tcache), archive)
@@ -208,7 +208,7 @@ def test_kunlun_tunes_offline_with_every_decision_estimated(tcache):
     """--target kunlun on a machine without the chip: ranked by the target's cost model, nothing
     measured, every decision labelled estimated; configs over the LM budget are rejected."""
     before = MEASURE_COUNT["n"]
-    rows = tune(["matmul", "rms_norm"], None, target="kunlun:xpu2", cache_dir=tcache, progress=False, quick=False)
+    rows = tune_ops(["matmul", "rms_norm"], None, target="kunlun:xpu2", cache_dir=tcache, progress=False, quick=False)
     assert MEASURE_COUNT["n"] == before
     won = [r for r in rows if r["winner"]]
     assert won and all(r["estimated"] for r in won)

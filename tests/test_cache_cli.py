@@ -17,9 +17,9 @@ import textwrap
 import pytest
 
 import compiler.cache
-from compiler import cache_cli
+from compiler.cache import cli as cache_cli
 from compiler.cache import STATS, CacheError, KernelCache, check_dir_safety
-from compiler.cache_archive import ArchiveError, export_cache, import_cache
+from compiler.cache.archive import ArchiveError, export_cache, import_cache
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEY = "ab" + "0" * 62
@@ -302,7 +302,7 @@ def test_world_writable_dir_refused(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="group-writable"):  # 1777 is group-writable too
         assert KernelCache(root).lookup(KEY) is not None
     os.chmod(root, 0o775)
-    compiler.cache._warned_dirs.clear()
+    compiler.cache.safety._warned_dirs.clear()
     with pytest.warns(RuntimeWarning, match="group-writable"):
         check_dir_safety(root)
     os.chmod(root, 0o755)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from runtime import DeviceError, InvalidFreeError, OutOfMemoryError
-from runtime.device import CPUDevice, Device, get_device, read_meminfo, register_device_backend
+from runtime.device import Device, get_device, register_device_backend
+from targets.cpu.device import CPUDevice, read_meminfo
 
 
 @pytest.fixture

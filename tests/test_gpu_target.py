@@ -220,7 +220,7 @@ def test_cache_hit_skips_triton(monkeypatch):
     real = triton.compile
     monkeypatch.setattr(triton, "compile", lambda *a, **k: calls.append(1) or real(*a, **k))
     ex.add_kernel.compiled.clear()                # forget the in-process launcher: go to the tilejit cache
-    J.kernel_cache()._mem.clear()                 # and to its disk entry
+    J.kernel_cache().forget()                     # and to its disk entry
     before = STATS.as_dict()
     ck = ex.add_kernel.warmup(x, x, x, 1000, BLOCK=512, target="gpu:sm_90")
     after = STATS.as_dict()
@@ -280,11 +280,11 @@ def test_device_target_hits_entry_built_without_gpu(monkeypatch, triton_compiles
     assert key == built.key
     # another arch or policy is another entry
     assert _device_key_and_ir(_device_target(monkeypatch, arch="sm_80"), policy, args)[0] != key
-    J.kernel_cache()._mem.clear()                          # read it from disk, as a fresh process would
+    J.kernel_cache().forget()                              # read it from disk, as a fresh process would
     triton_compiles.clear()
     before = STATS.as_dict()
     entry = J.kernel_cache().lookup(key)
-    launcher = dev.load(ir, entry, runtime)
+    launcher = dev.load(ir, entry, runtime, J.kernel_cache())
     assert triton_compiles == [] and STATS.as_dict()["builds"] == before["builds"]
     from triton.compiler.compiler import CompiledKernel  # noqa: PLC0415
     ck = launcher.binary.compiled
@@ -310,7 +310,7 @@ def test_rocm_device_target_hits_entry_built_without_gpu(monkeypatch, triton_com
     assert key == built.key
     triton_compiles.clear()
     entry = J.kernel_cache().lookup(key)
-    ck = dev.load(ir, entry, runtime).binary.compiled
+    ck = dev.load(ir, entry, runtime, J.kernel_cache()).binary.compiled
     assert triton_compiles == []
     assert ck.kernel == entry.file("kernel.hsaco").read_bytes()
     assert (ck.metadata.target.backend, ck.metadata.target.arch, ck.metadata.warp_size) == ("hip", "gfx942", 64)
@@ -328,7 +328,7 @@ def test_device_launcher_checks_alignment_and_integer_specialisation(monkeypatch
     ex.add_kernel.warmup(*args, target="gpu:sm_90")
     dev = _device_target(monkeypatch)
     key, ir, runtime = _device_key_and_ir(dev, "fast", args)
-    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime)
+    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime, J.kernel_cache())
     assert _divisibility(launcher.binary.compiled.asm["ttir"]) == [True, True, True, True]
     view = torch.zeros(65)[1:]                               # 4 bytes past an aligned start
     assert view.data_ptr() % 16 == 4
@@ -359,7 +359,7 @@ def test_device_launcher_without_integer_hint_accepts_any_int(monkeypatch):
     ex.add_kernel.warmup(*args, target="gpu:sm_90")
     dev = _device_target(monkeypatch)
     key, ir, runtime = _device_key_and_ir(dev, "fast", args)
-    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime)
+    launcher = dev.load(ir, J.kernel_cache().lookup(key), runtime, J.kernel_cache())
     assert _divisibility(launcher.binary.compiled.asm["ttir"]) == [True, True, True, False]
     assert launcher.select([args[0], args[1], args[2], 1001]) is launcher.binary
 
@@ -418,9 +418,9 @@ def test_interpreter_norms_and_attention_strict_bitwise():
 def test_strict_defaults_agree_across_targets_where_fast_defaults_differ():
     """Rows of 3000 (cpu's fast BLOCK 1024, gpu's 4096) and head_dim 80 (cpu's fast BLOCK_N 32, gpu's
     64): strict takes the shared STRICT_BLOCK / STRICT_BLOCK_N, so the default calls agree bitwise."""
-    assert kernels.config_for("layer_norm", "cpu", N=3000) != kernels.config_for("layer_norm", "gpu", N=3000)
+    assert kernels.config_for("layer_norm", "cpu", N=3000) != kernels.config_for("layer_norm", "gpu:sm_90", N=3000)
     assert (kernels.config_for("attention", "cpu", head_dim=80, seq_k=100)["BLOCK_N"]
-            != kernels.config_for("attention", "gpu", head_dim=80, seq_k=100)["BLOCK_N"])
+            != kernels.config_for("attention", "gpu:sm_90", head_dim=80, seq_k=100)["BLOCK_N"])
     x, w, bvec = torch.randn(2, 3000), torch.randn(3000), torch.randn(3000)
     g, c = _both("strict", kernels.layer_norm, x, w, bvec)
     assert torch.equal(g, c)

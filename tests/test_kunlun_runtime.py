@@ -26,12 +26,15 @@ import torch
 import torch.distributed as dist
 
 from runtime.collectives import BackendUnavailable, CollectiveTimeout, init, resolve_backend
-from runtime.device import CPUDevice, get_device
+from runtime.device import get_device
 from runtime.errors import DeviceError
 from targets.cpu import toolchain as cpu_toolchain
-from targets.kunlun import TARGET, bkcl, sdk, sdk_probe, xpurt
-from targets.kunlun.device import KunlunDevice, generation
-from targets.kunlun.xccl import XcclCommunicator
+from targets.cpu.device import CPUDevice
+from targets.kunlun import TARGET
+from targets.kunlun.build import sdk, sdk_probe
+from targets.kunlun.runtime import bkcl, xpurt
+from targets.kunlun.runtime.device import KunlunDevice, generation
+from targets.kunlun.runtime.xccl import XcclCommunicator
 
 # -- without the SDK ------------------------------------------------------------------------------
 
@@ -63,7 +66,7 @@ def test_without_sdk_bindings_say_what_is_missing(no_sdk):
 
 
 def test_without_sdk_the_plugin_keeps_host_emulation(no_sdk):
-    assert TARGET.device_backend == "runtime.device:CPUDevice"
+    assert TARGET.device_backend == "targets.cpu.device:CPUDevice"
     assert TARGET.available() == (True, "")          # the host compiler runs the emulation
     assert isinstance(get_device("kunlun"), CPUDevice)
 
@@ -422,7 +425,7 @@ def test_xccl_timeout_aborts_and_names_the_missing_rank(dev, bk, stub):
 
 def test_targets_listing_shows_which_kunlun_paths_this_machine_takes():
     from targets.__main__ import describe  # noqa: PLC0415
-    from targets.kunlun import sdk as kunlun_sdk, toolchain as kunlun_toolchain  # noqa: PLC0415
+    from targets.kunlun.build import sdk as kunlun_sdk, toolchain as kunlun_toolchain  # noqa: PLC0415
     status = describe("kunlun")["status"]
     xtdk = kunlun_toolchain.find_xtdk()
     assert status[0] == (f"build: XTDK at {xtdk}" if xtdk else

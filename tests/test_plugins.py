@@ -12,9 +12,10 @@ import pytest
 
 import compiler
 import targets.cpu
-from compiler import plugins
 from compiler.errors import TargetError
-from compiler.plugins import PluginVersionError, Requirement, parse_version
+from compiler.target import TargetPlugin
+from compiler.target import requirements as plugins
+from compiler.target.requirements import PluginVersionError, Requirement, parse_version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = os.path.join(ROOT, "tests", "toy_target")
@@ -42,7 +43,7 @@ def test_parse_version():
     assert parse_version("no digits") is None and parse_version(None) is None
 
 
-class _Fake:
+class _Fake(TargetPlugin):
     version = "1.2"
     calls = 0
 

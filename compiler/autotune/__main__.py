@@ -16,21 +16,21 @@ def main(argv=None) -> int:
                                                     "a cost model (estimated)")
     ap.add_argument("--arch", default=None, help="the target's variant: --target kunlun --arch xpu2 is "
                                                  "kunlun:xpu2, --target gpu --arch sm_90 is gpu:sm_90")
-    ap.add_argument("--kernels", default="", help="comma-separated ops (default: every op in the shapes file)")
-    ap.add_argument("--shapes", default=None, help="shapes file (default: compiler/autotune/default_shapes.json)")
+    ap.add_argument("--kernels", default="", help="comma-separated ops (default: every op with shapes)")
+    ap.add_argument("--shapes", default=None,
+                    help="a JSON shapes file {\"shapes\": {op: [...]}} (default: each op's own serving shapes)")
     ap.add_argument("--cache-dir", default=None, help="kernel cache root (default: TILEJIT_CACHE_DIR or ~/.cache/tilejit)")
     ap.add_argument("--budget", type=float, default=150.0, help="seconds of tuning; configs left unmeasured are "
                                                                 "reported as skipped (default 150)")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"), help="numerics policy (default fast)")
-    ap.add_argument("--quick", action="store_true", help="the shapes file's 'quick' set (1-2 tiny shapes per op)")
+    ap.add_argument("--quick", action="store_true", help="1-2 tiny shapes per op (the shapes file's 'quick' set)")
     ap.add_argument("--repeat", type=int, default=3, help="timed samples per config; the median is kept")
     args = ap.parse_args(argv)
 
     from compiler import get_target  # noqa: PLC0415
 
-    from . import AutotuneError, _can_run_here, format_summary, tune  # noqa: PLC0415
+    from . import AutotuneError, format_summary, load_shapes, tune_ops  # noqa: PLC0415
     from .prebuild import format_prebuild, prebuild  # noqa: PLC0415
-    from .shapes import load_shapes  # noqa: PLC0415
 
     spec = f"{args.target}:{args.arch}" if args.arch and ":" not in args.target else args.target
     try:
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.cache_dir:
         os.environ["TILEJIT_CACHE_DIR"] = args.cache_dir
-    if not _can_run_here(target) and not callable(getattr(target, "estimate", None)):
+    if not target.caps.measurable and not target.has_cost_model:
         # nothing to rank by: compile the defaults so the cache ships ready for the device
         try:
             rows = prebuild(ops, load_shapes(args.shapes, quick=args.quick), target, args.policy)
@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         print(f"elapsed {time.perf_counter() - t0:.1f} s")
         return 0
     try:
-        rows = tune(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
+        rows = tune_ops(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
                     budget=args.budget, policy=args.policy, repeat=args.repeat)
     except AutotuneError as exc:
         print(f"autotune: {exc}", file=sys.stderr)

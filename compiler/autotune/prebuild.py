@@ -1,31 +1,32 @@
 """Pre-building a kernel cache for a target this machine can neither run nor estimate (e.g.
-`gpu:sm_90` without a GPU): every op of the shapes file is called with its default config under
+`gpu:sm_90` without a GPU): every op of the shapes is called with its default config under
 `compiler.compile_only()`, so each kernel it launches is compiled into the cache and nothing
 runs. No decision is stored: on the device the defaults (or a later tuning there) apply."""
 from __future__ import annotations
 
 import time
 
+from ..opspec import library_ops
+
 
 def prebuild(ops, shapes, target, policy: str = "fast") -> list[dict]:
     """One row per (op, shape): op, shape_key, config, kernels (cache keys), built (how many were
     compiled rather than found in the cache), seconds."""
-    import kernels  # noqa: PLC0415
-    from compiler import compile_only, numerics, use_target  # noqa: PLC0415
-    from compiler.cache import STATS  # noqa: PLC0415
+    from .. import compile_only, numerics, use_target  # noqa: PLC0415
+    from ..cache import STATS  # noqa: PLC0415
 
-    from . import shapes as S  # noqa: PLC0415
-
+    specs = library_ops()
     rows = []
     with use_target(target), numerics(policy):
         for op in ops or list(shapes):
+            spec = specs[op]
             for shape in shapes.get(op, []):
-                dims = S.problem_dims(op, shape)
-                cfg = kernels.config_for(op, target, **dims)
+                dims = spec.dims_of(shape)
+                cfg = spec.launched(spec.default_config(target.caps, dims), dims, policy)
                 t0, builds0 = time.perf_counter(), STATS.builds
                 with compile_only() as built:
-                    S.Problem(op, shape).run(cfg)
-                rows.append({"op": op, "shape_key": S.shape_key(op, **dims), "config": cfg,
+                    spec.problem(shape).run(cfg)
+                rows.append({"op": op, "shape_key": spec.shape_key(**dims), "config": cfg,
                              "kernels": [ck.key[:12] for ck in built], "built": STATS.builds - builds0,
                              "seconds": time.perf_counter() - t0})
     return rows

@@ -1,6 +1,6 @@
-"""`python -m compiler.cache {ls, stats, export, import, verify, prune, clear}`: see compiler/cache_cli.py."""
+"""`python -m compiler.cache {ls, stats, export, import, verify, prune, clear}`: see compiler/cache/cli.py."""
 import sys
 
-from compiler.cache_cli import main
+from compiler.cache.cli import main
 
 sys.exit(main())

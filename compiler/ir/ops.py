@@ -1,10 +1,17 @@
-"""The op registry: every IR op is declared once here with its kind and its type rule.
+"""The op registry: every IR op is declared once here, with its kind, operand count, type rule
+and traits. Every other list of ops (the semantic layer's, the strict rewrite's, the renderers')
+is derived from this table through `ops_with(trait)` and `OPS[name].kind`.
 
 Kinds drive generic code in passes and renderers:
 - "elementwise": result element i depends on operand elements i (same shape everywhere);
 - "view": re-indexes one operand (broadcast, expand_dims, trans) without computing;
 - "source": makes a value from attributes only (const, arange, program_id, num_programs);
 - "memory": load / store; "reduce"; "dot"; "control": for / yield.
+Traits:
+- "arith": arithmetic (bool operands are computed as int32);  "compare": gives int1;
+- "bitwise": integer operands only;  "float_only": floating-point operands only;
+- "math": a `tl.<name>` unary math builtin of the same name;
+- "rounds": an fp16/bf16 result is computed in fp32 and rounded once to the narrow format.
 Renderers must cover or explicitly reject every op (a test checks this table against them).
 """
 from __future__ import annotations
@@ -16,47 +23,42 @@ from .. import dtypes as D
 from .core import TileType
 
 
+class TypeRuleError(Exception):
+    """Raised by a type rule; the frontend turns it into a CompilationError at the user's line."""
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
     kind: str
+    rule: Callable[[list, dict], list]
+    arity: tuple[int, int | None]          # (fewest, most) operands; None: any number
     pure: bool = True
     commutative: bool = False
+    traits: frozenset = frozenset()
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def _def(name, kind, **kw):
-    OPS[name] = OpDef(name, kind, **kw)
+def ops_with(trait: str) -> frozenset[str]:
+    """Names of the ops that have `trait`."""
+    return frozenset(n for n, d in OPS.items() if trait in d.traits)
 
 
-for _n in ("const", "arange", "program_id", "num_programs"):
-    _def(_n, "source")
-for _n in ("add", "mul", "and", "or", "xor", "max", "min", "eq", "ne"):
-    _def(_n, "elementwise", commutative=True)
-for _n in ("sub", "div", "floordiv", "mod", "shl", "shr", "lt", "le", "gt", "ge",
-           "neg", "not", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "abs", "sigmoid",
-           "sin", "cos", "floor", "ceil", "cast", "bitcast", "where", "fma"):
-    _def(_n, "elementwise")
-for _n in ("broadcast", "expand_dims", "trans"):
-    _def(_n, "view")
-_def("load", "memory", pure=False)   # not pure: must stay ordered with stores
-_def("store", "memory", pure=False)
-_def("reduce", "reduce")
-_def("dot", "dot")
-_def("for", "control", pure=False)
-_def("yield", "control", pure=False)
-
-BINARY_ARITH = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min")
-BITWISE = ("and", "or", "xor", "shl", "shr")
-COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-FLOAT_UNARY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "floor", "ceil")
-REDUCE_KINDS = ("sum", "max", "min")
-
-
-class TypeRuleError(Exception):
-    """Raised by a type rule; the frontend turns it into a CompilationError at the user's line."""
+def infer(name: str, operand_types: list[TileType], attrs: dict) -> list[TileType]:
+    """The result types of op `name`; raises TypeRuleError when the operands do not fit."""
+    d = OPS.get(name)
+    if d is None:
+        raise TypeRuleError(f"unknown op {name!r}")
+    lo, hi = d.arity
+    if len(operand_types) < lo or (hi is not None and len(operand_types) > hi):
+        want = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number of'}"
+        raise TypeRuleError(f"'{name}' takes {want} operands, got {len(operand_types)}")
+    return d.rule(operand_types, attrs)
 
 
 def _same_shape(*types: TileType) -> None:
@@ -65,18 +67,10 @@ def _same_shape(*types: TileType) -> None:
         raise TypeRuleError("operand shapes differ: " + ", ".join(str(t) for t in types))
 
 
-def infer(name: str, operand_types: list[TileType], attrs: dict) -> list[TileType]:
-    """The result types of op `name`; raises TypeRuleError when the operands do not fit."""
-    rule = _RULES.get(name)
-    if rule is None:
-        raise TypeRuleError(f"unknown op {name!r}")
-    return rule(operand_types, attrs)
-
-
 def _binary(ts, attrs, name):
     a, b = ts
     _same_shape(a, b)
-    if name in COMPARE:
+    if OPS[name].has("compare"):
         if a.dtype is not b.dtype:
             raise TypeRuleError(f"comparison of {a.dtype} with {b.dtype}")
         return [a.with_dtype(D.int1)]
@@ -91,7 +85,7 @@ def _binary(ts, attrs, name):
         raise TypeRuleError(f"'{name}' of {a.dtype} with {b.dtype} (operands must be cast first)")
     if a.dtype.is_ptr():
         raise TypeRuleError(f"'{name}' is not defined on pointers")
-    if name in BITWISE and not a.dtype.is_int():
+    if OPS[name].has("bitwise") and not a.dtype.is_int():
         raise TypeRuleError(f"bitwise '{name}' needs integer operands, got {a.dtype}")
     if name == "div" and not a.dtype.is_floating():
         raise TypeRuleError("'/' on integers must be lowered to a float division first")
@@ -104,7 +98,7 @@ def _unary(ts, attrs, name):
     (a,) = ts
     if a.dtype.is_ptr():
         raise TypeRuleError(f"'{name}' is not defined on pointers")
-    if name in FLOAT_UNARY and not a.dtype.is_floating():
+    if OPS[name].has("float_only") and not a.dtype.is_floating():
         raise TypeRuleError(f"'{name}' needs a floating-point operand, got {a.dtype}")
     return [a]
 
@@ -239,14 +233,58 @@ def _yield(ts, attrs):
     return []
 
 
-_RULES: dict[str, Callable] = {
-    "const": _const, "arange": _arange, "program_id": _pid, "num_programs": _pid,
-    "cast": _cast, "bitcast": _bitcast, "where": _where, "fma": _fma, "broadcast": _broadcast,
-    "expand_dims": _expand_dims, "trans": _trans, "load": _load, "store": _store,
-    "reduce": _reduce, "dot": _dot, "for": _for, "yield": _yield,
-}
-for _n in BINARY_ARITH + BITWISE + COMPARE:
-    _RULES[_n] = (lambda n: lambda ts, at: _binary(ts, at, n))(_n)
-for _n in ("neg", "not", "abs") + FLOAT_UNARY:
-    _RULES[_n] = (lambda n: lambda ts, at: _unary(ts, at, n))(_n)
-assert set(_RULES) == set(OPS), set(OPS) ^ set(_RULES)
+
+
+def _def(name, kind, rule, arity, *traits, pure=True, commutative=False):
+    OPS[name] = OpDef(name, kind, rule, arity if isinstance(arity, tuple) else (arity, arity), pure, commutative,
+                      frozenset(traits))
+
+
+def _bin(name):
+    return lambda ts, at: _binary(ts, at, name)
+
+
+def _un(name):
+    return lambda ts, at: _unary(ts, at, name)
+
+
+for _n in ("const", "arange"):
+    _def(_n, "source", {"const": _const, "arange": _arange}[_n], 0)
+for _n in ("program_id", "num_programs"):
+    _def(_n, "source", _pid, 0)
+for _n, _traits in (("add", ("arith", "rounds")), ("mul", ("arith", "rounds")), ("max", ()), ("min", ()),
+                    ("and", ("bitwise",)), ("or", ("bitwise",)), ("xor", ("bitwise",)),
+                    ("eq", ("compare",)), ("ne", ("compare",))):
+    _def(_n, "elementwise", _bin(_n), 2, *_traits, commutative=True)
+for _n, _traits in (("sub", ("arith", "rounds")), ("div", ("arith", "rounds")), ("floordiv", ("arith",)),
+                    ("mod", ("arith", "rounds")), ("shl", ("bitwise",)), ("shr", ("bitwise",)),
+                    ("lt", ("compare",)), ("le", ("compare",)), ("gt", ("compare",)), ("ge", ("compare",))):
+    _def(_n, "elementwise", _bin(_n), 2, *_traits)
+_def("neg", "elementwise", _un("neg"), 1)
+_def("not", "elementwise", _un("not"), 1)
+_def("abs", "elementwise", _un("abs"), 1, "math")
+for _n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos"):
+    _def(_n, "elementwise", _un(_n), 1, "math", "float_only", "rounds")
+for _n in ("floor", "ceil"):   # exact in every format: no rounding
+    _def(_n, "elementwise", _un(_n), 1, "math", "float_only")
+_def("cast", "elementwise", _cast, 1)
+_def("bitcast", "elementwise", _bitcast, 1)
+_def("where", "elementwise", _where, 3)
+_def("fma", "elementwise", _fma, 3, "rounds")
+_def("broadcast", "view", _broadcast, 1)
+_def("expand_dims", "view", _expand_dims, 1)
+_def("trans", "view", _trans, 1)
+_def("load", "memory", _load, (1, 3), pure=False)   # not pure: must stay ordered with stores
+_def("store", "memory", _store, (2, 3), pure=False)
+_def("reduce", "reduce", _reduce, 1)
+_def("dot", "dot", _dot, 3)
+_def("for", "control", _for, (3, None), pure=False)
+_def("yield", "control", _yield, (0, None), pure=False)
+
+ARITH = ops_with("arith")
+BITWISE = ops_with("bitwise")
+COMPARE = ops_with("compare")
+FLOAT_ONLY = ops_with("float_only")
+MATH = ops_with("math")
+ROUNDS = ops_with("rounds")
+REDUCE_KINDS = ("sum", "max", "min")

@@ -14,8 +14,7 @@ def verify(fn: Function) -> None:
 
 
 def _fail(fn: Function, op: Op, msg: str) -> None:
-    where = f" (from {op.loc.filename}:{op.loc.lineno})" if op.loc else ""
-    raise IRError(f"IR verification failed in kernel '{fn.name}' at op '{op.name}'{where}: {msg}")
+    raise IRError.at(op.loc, f"IR verification failed at op '{op.name}' (a compiler bug): {msg}", kernel=fn.name)
 
 
 def _verify_block(fn: Function, block: Block, defined: set[int], top: bool = False) -> None:

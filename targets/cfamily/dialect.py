@@ -8,6 +8,7 @@ import math
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Op
+from compiler.ir.ops import ROUNDS
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -25,6 +26,10 @@ class CDialect:
                  D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
     mem_types = {D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t", D.int1: "uint8_t",
                  D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
+    # bytes of each register/memory C type (local buffer sizes are counted with it)
+    ctype_bytes = {"float": 4, "double": 8, "bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2,
+                   "int32_t": 4, "int64_t": 8}
+    pointer_bytes = 8
     simd_pragma = "#pragma omp simd"
     # register-blocked dot micro-kernel (a C++ template taking MR, NR), or None for plain loops
     dot_microkernel: str | None = None
@@ -41,9 +46,14 @@ class CDialect:
                   "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
                   "abs": "fabsf({0})", "fma": "fmaf({0}, {1}, {2})", "mod": "fmodf({0}, {1})"}
     # ops whose fp16/bf16 result must be rounded back to the narrow format
-    rounding_ops = {"add", "sub", "mul", "div", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
-                    "sigmoid", "sin", "cos", "mod"}
+    rounding_ops = ROUNDS
     round_fn = {D.float16: "tj_round_fp16", D.bfloat16: "tj_round_bf16"}
+    # elementwise ops spelled by a branch of `elementwise` rather than by a table entry
+    special_elementwise = frozenset({"cast", "where", "bitcast", "neg", "not", "abs", "mod"})
+
+    def spells(self, op_name: str) -> bool:
+        """Whether `elementwise` has a spelling for this elementwise op."""
+        return op_name in self.binary_ops or op_name in self.float_math or op_name in self.special_elementwise
 
     def safe_name(self, name: str) -> str:
         return f"{name}_" if name in _CPP_KEYWORDS or name.startswith("tj_") else name
@@ -60,7 +70,7 @@ class CDialect:
         return self.mem_types[dt]
 
     def reg_size(self, dt: D.dtype) -> int:
-        return 8 if dt.is_ptr() else {"float": 4, "bool": 1}.get(self.reg_types[dt], max(dt.bits // 8, 1))
+        return self.pointer_bytes if dt.is_ptr() else self.ctype_bytes[self.reg_type(dt)]
 
     def local_buffer_decl(self, ctype: str, name: str, numel: int) -> str:
         return f"alignas(64) {ctype} {name}[{numel}]"

@@ -12,14 +12,14 @@ functions) and in the overridable `emit_load` / `emit_store` methods.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.ops import OPS
 
+from .buffers import LocalBuffer, Nest
+from .compute import ReduceDotLowering
 from .dialect import CDialect
+from .loops import LoopLowering
 
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
 
@@ -38,16 +38,7 @@ def _is_cheap(op: Op) -> bool:
     return False
 
 
-@dataclass
-class Nest:
-    """Statements of one loop nest body, with a per-element memo of evaluated values."""
-
-    idx: tuple[str, ...]
-    stmts: list[str] = field(default_factory=list)
-    memo: dict = field(default_factory=dict)
-
-
-class CLowering:
+class CLowering(ReduceDotLowering, LoopLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
@@ -60,7 +51,7 @@ class CLowering:
         self.counter = 0
         self.lines: list[str] = []
         self.indent = 1
-        self.stack_bytes = 0
+        self.local_buffers: list[LocalBuffer] = []
         self.static_work = 0      # elements touched by one program's loop nests, loops not counted
         self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
@@ -177,11 +168,18 @@ class CLowering:
     def emit(self, line: str) -> None:
         self.lines.append("    " * self.indent + line)
 
+    @property
+    def stack_bytes(self) -> int:
+        return sum(b.nbytes for b in self.local_buffers)
+
+    def local_buffer(self, ctype: str, name: str, numel: int, value: Value | None = None) -> str:
+        """Declares local array `name` (recorded in `local_buffers`) and returns the name."""
+        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * self.d.ctype_bytes[ctype], value))
+        self.emit(f"{self.d.local_buffer_decl(ctype, name, numel)};")
+        return name
+
     def declare_buffer(self, v: Value, name: str | None = None) -> str:
-        name = name or self.name(v)
-        ctype = self.d.reg_type(v.dtype)
-        self.stack_bytes += v.type.numel * self.d.reg_size(v.dtype)
-        self.emit(f"{self.d.local_buffer_decl(ctype, name, v.type.numel)};")
+        name = self.local_buffer(self.d.reg_type(v.dtype), name or self.name(v), v.type.numel, v)
         self.buffers.add(id(v))
         self.names[id(v)] = name
         return name
@@ -277,6 +275,18 @@ class CLowering:
     def lower(self) -> str:
         self.lower_block(self.fn.body)
         return "\n".join(self.lines)
+
+    # ops this lowering refuses, with the reason (none today); every other op of the registry is
+    # covered (a test checks both against compiler.ir.ops.OPS)
+    REJECTED: dict[str, str] = {}
+
+    @classmethod
+    def covered_ops(cls, dialect: CDialect) -> set[str]:
+        """The registry's ops this lowering renders with `dialect`: its `op_<name>` handlers, views and
+        sources (evaluated per element), and the elementwise ops the dialect spells."""
+        return {n for n, d in OPS.items()
+                if hasattr(cls, f"op_{n}") or d.kind in ("view", "source")
+                or (d.kind == "elementwise" and dialect.spells(n))}
 
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
@@ -383,290 +393,3 @@ class CLowering:
         fill(True)
         self.indent -= 1
         self.emit("}")
-
-    def op_reduce(self, op: Op) -> None:
-        if op.attrs.get("order") == "pairwise":
-            self._reduce_pairwise(op)
-            return
-        x = op.operands[0]
-        r = op.results[0]
-        axis, kind = op.attrs["axis"], op.attrs["kind"]
-        acc_t = r.dtype
-        ctype = self.d.reg_type(acc_t)
-        init = self.d.reduce_identity(kind, acc_t)
-        if r.type.is_scalar:
-            name = self.name(r)
-            self.emit(f"{ctype} {name} = {init};")
-            pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
-            if pragma:
-                self.emit(pragma)
-            nest = self.open_nest(x.shape, simd=False)
-            e = self.ev(x, nest.idx, nest)
-            self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
-            return
-        name = self.declare_buffer(r)
-        if axis == len(x.shape) - 1 and self.d.simd_reduction_pragma(kind, acc_t):
-            # innermost axis: one accumulator per output element, vectorised as a SIMD reduction
-            # (a fixed lane order for a given binary: deterministic and batch-invariant)
-            nest = self.open_nest(x.shape[:-1], simd=False)
-            self.emit(f"{ctype} acc = {init};")
-            self.emit(self.d.simd_reduction_pragma(kind, acc_t))
-            j = f"i{len(x.shape) - 1}"
-            self.emit(f"for ({self.index_type} {j} = 0; {j} < {x.shape[-1]}; ++{j}) {{")
-            self.indent += 1
-            inner = Nest(nest.idx + (j,))
-            e = self.ev(x, inner.idx, inner)
-            for st in inner.stmts:
-                self.emit(st)
-            self.emit(f"acc = {self.d.combine(kind, 'acc', e, acc_t)};")
-            self.indent -= 1
-            self.emit("}")
-            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, r.shape)}] = acc;"])
-            return
-        self.emit(f"for ({self.index_type} j = 0; j < {r.type.numel}; ++j) {name}[j] = {init};")
-        # inner loop vectorises whenever the reduced axis is not the innermost one
-        nest = self.open_nest(x.shape, simd=axis != len(x.shape) - 1)
-        out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
-        e = self.ev(x, nest.idx, nest)
-        self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
-
-    def _reduce_pairwise(self, op: Op) -> None:
-        """The strict tree: pad the axis to a power of two P with the identity, then combine
-        element a with a + s for s = P/2, P/4, ..., 1 (the order docs/numerics.md defines)."""
-        x, r = op.operands[0], op.results[0]
-        axis, kind = op.attrs["axis"], op.attrs["kind"]
-        acc_t = r.dtype
-        ctype = self.d.reg_type(acc_t)
-        ext = x.shape[axis]
-        P = 1 << max(0, (ext - 1).bit_length())
-        outer = 1
-        for d in x.shape[:axis]:
-            outer *= d
-        inner = 1
-        for d in x.shape[axis + 1:]:
-            inner *= d
-        tmp = self.fresh("tree")
-        self.stack_bytes += outer * P * inner * self.d.reg_size(acc_t)
-        self.emit(f"{self.d.local_buffer_decl(ctype, tmp, outer * P * inner)};")
-        padded = x.shape[:axis] + (P,) + x.shape[axis + 1:]
-        if P > ext:
-            init = self.d.reduce_identity(kind, acc_t)
-            self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
-            self.emit(f"    for ({self.index_type} a = {ext}; a < {P}; ++a)")
-            self.emit(f"        for ({self.index_type} i = 0; i < {inner}; ++i) {tmp}[(o * {P} + a) * {inner} + i] = {init};")
-        nest = self.open_nest(x.shape)
-        e = self.ev(x, nest.idx, nest)
-        if x.dtype is not acc_t:
-            e = self.d.cast(e, x.dtype, acc_t)
-        self.close_nest(nest, [f"{tmp}[{self.linear(nest.idx, padded)}] = {e};"])
-        a_at = f"{tmp}[(o * {P} + a) * {inner} + i]"
-        b_at = f"{tmp}[(o * {P} + a + s) * {inner} + i]"
-        self.emit(f"for ({self.index_type} s = {P // 2}; s >= 1; s >>= 1)")
-        self.emit(f"    for ({self.index_type} o = 0; o < {outer}; ++o)")
-        self.emit(f"        for ({self.index_type} a = 0; a < s; ++a) {{")
-        self.emit(f"            {self.d.simd_pragma}")
-        self.emit(f"            for ({self.index_type} i = 0; i < {inner}; ++i)")
-        self.emit(f"                {a_at} = {self.d.combine(kind, a_at, b_at, acc_t)};")
-        self.emit("        }")
-        if r.type.is_scalar:
-            self.emit(f"{ctype} const {self.name(r)} = {tmp}[0];")
-            return
-        name = self.declare_buffer(r)
-        self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
-        self.emit(f"    for ({self.index_type} i = 0; i < {inner}; ++i) {name}[o * {inner} + i] = {tmp}[o * {P * inner} + i];")
-
-    def _as_buffer(self, v: Value) -> str:
-        """A contiguous buffer holding `v`: views and expressions are copied first."""
-        if id(v) in self.buffers:
-            return self.name(v)
-        name = self.fresh("m")
-        self.stack_bytes += v.type.numel * self.d.reg_size(v.dtype)
-        self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(v.dtype), name, v.type.numel)};")
-        nest = self.open_nest(v.shape)
-        e = self.ev(v, nest.idx, nest)
-        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
-        return name
-
-    def op_dot(self, op: Op) -> None:
-        a, b, acc = op.operands
-        r = op.results[0]
-        M, K = a.shape
-        N = b.shape[1]
-        A, B = self._as_buffer(a), self._as_buffer(b)
-        if self._accumulates_in_place(op):
-            # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself
-            C = self.name(acc)
-            self.names[id(r)] = C
-            self.buffers.add(id(r))
-        else:
-            C = self.declare_buffer(r)
-            nest = self.open_nest(r.shape)
-            self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
-        self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
-
-    def _accumulates_in_place(self, op: Op) -> bool:
-        """True when the dot's accumulator is a carried value of the innermost loop, read only by
-        this dot, and the dot's result is yielded back into the same carried slot."""
-        acc, r = op.operands[2], op.results[0]
-        if not self.loop_stack or len(self.uses.get(id(acc), [])) != 1:
-            return False
-        args = self.loop_stack[-1]
-        if acc not in args:
-            return False
-        slot = args.index(acc)
-        yields = [u for u in self.uses.get(id(r), []) if u.name == "yield"]
-        return len(yields) == 1 and yields[0].operands.index(r) == slot and yields[0].operands.count(r) == 1
-
-    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
-        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. Where the
-        dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
-        the same per-element order as plain loops (vectorised over n)."""
-        it, rt = self.index_type, self.d.reg_type(in_dt)
-        step = self.d.dot_step
-        kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
-        if kernel:
-            # the largest register-block height that tiles M exactly, so no row runs the edge loop
-            mr = next((m for m in self.d.dot_mr_choices if M % m == 0), self.d.dot_mr_choices[0])
-            nr = self.d.dot_nr
-            self.emit("{")
-            self.indent += 1
-            self.emit(f"constexpr {it} MR = {mr}, NR = {nr}, Mb = ({M} / MR) * MR, Nb = ({N} / NR) * NR;")
-            self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
-            self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
-            self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {N}, {C} + m0 * {N} + n0, {N}, {K});")
-            edges = (("Mb", str(M), "0", str(N)), ("0", "Mb", "Nb", str(N)))
-        else:
-            edges = (("0", str(M), "0", str(N)),)
-        for m_lo, m_hi, n_lo, n_hi in edges:
-            self.emit(f"for ({it} m = {m_lo}; m < {m_hi}; ++m)")
-            self.emit(f"    for ({it} k = 0; k < {K}; ++k) {{")
-            self.emit(f"        {rt} const a_mk = {A}[m * {K} + k];")
-            self.emit(f"        {self.d.simd_pragma}")
-            self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
-            self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
-            self.emit("    }")
-        if kernel:
-            self.indent -= 1
-            self.emit("}")
-
-    def op_for(self, op: Op) -> None:
-        self.has_loops = True
-        body = op.blocks[0]
-        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
-        iv = body.args[0]
-        ivt = self.d.reg_type(iv.dtype)
-        carried = op.operands[3:]
-        cnames = []
-        for arg, init, res in zip(body.args[1:], carried, op.results):
-            if arg.type.is_scalar:
-                n = self.fresh("c")
-                self.emit(f"{self.d.reg_type(arg.dtype)} {n} = {self.ev(init, (), None)};")
-                self.names[id(arg)] = n
-            else:
-                n = self.declare_buffer(arg, self.fresh("c"))
-                nest = self.open_nest(arg.shape)
-                self.close_nest(nest, [f"{n}[{self.linear(nest.idx, arg.shape)}] = {self.ev(init, nest.idx, nest)};"])
-            self.names[id(res)] = n
-            if not res.type.is_scalar:
-                self.buffers.add(id(res))
-            cnames.append(n)
-        trip = self.fresh("n")
-        k = self.fresh("k")
-        self.emit(f"const {ivt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
-        self.emit(f"for ({ivt} {k} = 0; {k} < {trip}; ++{k}) {{")
-        self.indent += 1
-        self.emit(f"const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
-        self.loop_stack.append(body.args[1:])
-        self.flag_scopes.append({})
-        self.lower_block(body)
-        self.flag_scopes.pop()
-        self.loop_stack.pop()
-        self.indent -= 1
-        self.emit("}")
-
-    def op_yield(self, op: Op) -> None:
-        loop_args = self.loop_stack[-1]
-        arg_ids = {id(a) for a in loop_args}
-        reads = [self._carried_reads(v, arg_ids) if not v.type.is_scalar else {} for v in op.operands]
-        # a tile expression that reads no carried value but its own slot, element by element, is
-        # written straight into that slot, if no other yielded value reads the slot
-        in_place = []
-        for i, (val, arg) in enumerate(zip(op.operands, loop_args)):
-            ok = not val.type.is_scalar and id(val) not in self.buffers and val is not arg \
-                and set(reads[i]) <= {id(arg)} and all(reads[i].values()) \
-                and not any(id(arg) in r for j, r in enumerate(reads) if j != i)
-            in_place.append(ok)
-        for val, arg, ok in zip(op.operands, loop_args, in_place):
-            if ok:
-                def fill(masked: bool, val=val, arg=arg):
-                    nest = self.open_nest(arg.shape)
-                    e = self.ev(val, nest.idx, nest)
-                    self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
-                self._masked_or_fast(self._fused_load_mask(val), fill)
-        # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
-        # carried value is overwritten while another yielded value still reads it
-        staged = []
-        for val, arg, ok in zip(op.operands, loop_args, in_place):
-            if val is arg or ok:
-                staged.append(None)
-            elif val.type.is_scalar:
-                t = self.fresh("y")
-                self.emit(f"{self.d.reg_type(val.dtype)} const {t} = {self.ev(val, (), None)};")
-                staged.append(t)
-            elif id(val) in self.buffers and id(val) not in arg_ids:
-                staged.append(self.name(val))
-            else:
-                staged.append(self._as_buffer(val))
-        # phase 2: copy into the carried slots
-        for src, arg in zip(staged, loop_args):
-            if src is None or src == self.name(arg):   # unchanged, or updated in place
-                continue
-            dst = self.name(arg)
-            if arg.type.is_scalar:
-                self.emit(f"{dst} = {src};")
-            else:
-                self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
-
-    def _fused_load_mask(self, v: Value) -> Value | None:
-        """The mask shared by every masked load fused into `v`'s per-element expression (at the
-        same index as `v`), or None. A nest evaluating `v` can then take an unmasked fast path."""
-        masks: set[int] = set()
-        found = None
-        stack, seen = [v], set()
-        while stack:
-            x = stack.pop()
-            if id(x) in seen or x.type.is_scalar or id(x) in self.buffers or x.owner is None:
-                continue
-            seen.add(id(x))
-            op = x.owner
-            if op.name == "load":   # its pointer and mask expressions do not matter here
-                if len(op.operands) > 1:
-                    masks.add(id(op.operands[1]))
-                    found = op.operands[1]
-            elif OPS[op.name].kind == "elementwise":
-                stack.extend(op.operands)
-            elif OPS[op.name].kind == "view":
-                return None   # a view changes the index: the load's mask is not at v's index
-        return found if len(masks) == 1 and found.shape == v.shape else None
-
-    def _carried_reads(self, v: Value, arg_ids: set[int]) -> dict[int, bool]:
-        """Carried values that evaluating `v` per element reads: id -> read only at the same index.
-        Stops at buffers already computed; any view on the way makes the access non-identity."""
-        out: dict[int, bool] = {}
-        stack = [(v, True)]
-        seen = set()
-        while stack:
-            x, ident = stack.pop()
-            if (id(x), ident) in seen:
-                continue
-            seen.add((id(x), ident))
-            if id(x) in arg_ids:
-                out[id(x)] = out.get(id(x), True) and ident
-                continue
-            if x.type.is_scalar or id(x) in self.buffers or x.owner is None:
-                continue
-            kind = OPS[x.owner.name].kind
-            if kind in ("elementwise", "view") or x.owner.name == "load":   # fused loads read their pointers
-                for o in x.owner.operands:
-                    stack.append((o, ident and kind != "view"))
-        return out

@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import os
 
+from compiler.errors import TargetError
 from compiler.ir import Function
-from compiler.plugins import Requirement, command_version
+from compiler.target import Caps, Requirement, Target, TargetPlugin, command_version
 from compiler.version import package_source_hash
 
 from . import toolchain
-from .launcher import CPULauncher, check_tensor
-from .renderer import CPURenderer
+from .launcher import CPULauncher
+from .renderer import MAX_STACK_BYTES, CPURenderer
 
 _HERE = os.path.dirname(__file__)
 
 
-class CPUTarget:
+class CPUTarget(Target):
     name = "cpu"
     device_type = "cpu"
     source_suffix = ".cpp"
+    # a program's tiles live on an OpenMP worker's stack; program ids are int32
+    caps = Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True)
     # the fast policy uses the strict exp/log sequences too: they vectorise, the C library's do not
     fast_software_math = True
 
@@ -33,9 +36,6 @@ class CPUTarget:
                                  "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
         return self._fingerprint
 
-    def check_tensor(self, kernel_name, arg_name, t) -> None:
-        check_tensor(kernel_name, arg_name, t)
-
     def render(self, fn: Function) -> str:
         return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
 
@@ -47,13 +47,13 @@ class CPUTarget:
         return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu", "fingerprint": self.fingerprint(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params]}
 
-    def load(self, fn: Function, entry, arg_indices: list[int]) -> CPULauncher:
+    def load(self, fn: Function, entry, arg_indices: list[int], cache) -> CPULauncher:
         """A launcher taking the kernel's full argument tuple; `arg_indices` picks the runtime ones."""
         return CPULauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
-                           [p.name for p in fn.params], arg_indices)
+                           [p.name for p in fn.params], arg_indices, self.caps)
 
 
-class CPUPlugin:
+class CPUPlugin(TargetPlugin):
     """Entry-point object for `tilejit.targets`: metadata plus a factory."""
 
     name = "cpu"
@@ -63,8 +63,8 @@ class CPUPlugin:
     # C++17, OpenMP and -ffp-contract=off: g++ 9 / clang 9 are the oldest releases tested for all three
     requirements = (Requirement("C++ compiler", "9.0", lambda: command_version(toolchain.find_compiler()),
                                 hint="install g++ >= 9 or clang++ >= 9, or point CXX at one"),)
-    # the host device of runtime.device; a string so that importing the compiler does not import runtime
-    device_backend = "runtime.device:CPUDevice"
+    # a string so that importing the compiler does not import the runtime
+    device_backend = "targets.cpu.device:CPUDevice"
 
     def available(self) -> tuple[bool, str]:
         if toolchain.find_compiler() is None:
@@ -73,7 +73,6 @@ class CPUPlugin:
 
     def create(self, variant: str | None) -> CPUTarget:
         if variant:
-            from compiler.errors import TargetError  # noqa: PLC0415
             raise TargetError(f"the cpu target has no variant '{variant}'; use 'cpu'")
         return CPUTarget()
 

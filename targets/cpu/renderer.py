@@ -37,9 +37,12 @@ class CPURenderer:
         low = CLowering(fn, self.dialect)
         body = low.lower()
         if low.stack_bytes > MAX_STACK_BYTES:
-            raise CompilationError(
-                f"kernel '{fn.name}': this specialisation keeps {low.stack_bytes / 1024:.0f} KiB of tiles live per "
-                f"program, over the cpu target's {MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes")
+            largest = max(low.local_buffers, key=lambda b: b.nbytes)
+            raise CompilationError.at(
+                largest.value.loc if largest.value is not None else None,
+                f"this specialisation keeps {low.stack_bytes / 1024:.0f} KiB of tiles live per program (the "
+                f"largest, {largest.nbytes >> 10} KiB, holds the value made here), over the cpu target's "
+                f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype)} for p in fn.params]
         uses_dot = any(op.name == "dot" for op in fn.walk())
         work = MIN_PARALLEL_WORK if low.has_loops else max(low.static_work, 1)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import re
 
+from compiler.cache import stable_hash
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.ir import Function
-from compiler.plugins import Requirement
+from compiler.target import Caps, Requirement, Target, TargetPlugin
 from compiler.version import package_source_hash
 
 from . import toolchain
@@ -28,9 +29,12 @@ from .renderer import TritonRenderer
 
 _HERE = os.path.dirname(__file__)
 DEFAULT_NUM_WARPS = 4
+WARP_SIZES = {"cuda": 32, "hip": 64}
+# CUDA's grid limits (x, y, z); ROCm's are at least as large
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 
 
-class GPUTarget:
+class GPUTarget(Target):
     source_suffix = ".py"
     fast_software_math = False   # fast policy: Triton's native exp/log/...
 
@@ -46,6 +50,10 @@ class GPUTarget:
         # (nothing runs), so library calls under compiler.compile_only() pre-build their kernels
         self.device_type = "cuda" if mode == "device" else "cpu"
         self.renderer = TritonRenderer(tf32=tf32, interpret=mode == "interpret")
+        # a program is num_warps warps of threads; tiles are powers of two; timings mean something
+        # only on a device
+        self.caps = Caps(lanes_per_program=num_warps * WARP_SIZES.get(backend, 32), pow2_tiles=True,
+                         max_grid=MAX_GRID, measurable=mode == "device")
         self._fingerprint = None
 
     def __repr__(self) -> str:
@@ -91,15 +99,15 @@ class GPUTarget:
             meta["artifacts"] = ["kernel.py"] + info["artifacts"]
         return meta
 
-    def load(self, fn: Function, entry, arg_indices: list[int]):
+    def load(self, fn: Function, entry, arg_indices: list[int], cache):
         if self.mode == "compile":
             return CompileOnlyLauncher(self.name, fn.name, str(entry.path), entry.meta.get("artifacts", []))
         if self.mode == "interpret":
             jit_fn = getattr(toolchain.load_module(str(entry.file("kernel.py"))), fn.name)
-            return InterpretLauncher(jit_fn, fn.name, arg_indices)
+            return InterpretLauncher(jit_fn, fn.name, arg_indices, self.caps)
         return DeviceLauncher(fn.name, arg_indices, self._binary(fn, entry, ()),
-                              lambda unaligned: self._binary(fn, self._unaligned_entry(fn, entry, unaligned),
-                                                             unaligned))
+                              lambda unaligned: self._binary(fn, self._unaligned_entry(fn, entry, unaligned, cache),
+                                                             unaligned), self.caps)
 
     def _binary(self, fn: Function, entry, unaligned) -> DeviceBinary:
         """A cache entry's kernel, checked against this target, read as a Triton CompiledKernel."""
@@ -115,14 +123,13 @@ class GPUTarget:
         return DeviceBinary(assume, toolchain.load_compiled(str(entry.path), fn.name, meta["artifacts"], assume,
                                                             meta.get("triton_hash", "")))
 
-    def _unaligned_entry(self, fn: Function, entry, unaligned):
-        """The cache entry of the variant compiled without the alignment assumption for the named
-        pointers (built on first need; keyed by the aligned entry's key and those names)."""
-        from compiler.cache import stable_hash  # noqa: PLC0415
-        from compiler.jit import kernel_cache  # noqa: PLC0415
+    def _unaligned_entry(self, fn: Function, entry, unaligned, cache):
+        """The entry, in the cache the aligned one came from, of the variant compiled without the
+        alignment assumption for the named pointers (built on first need; keyed by the aligned
+        entry's key and those names)."""
         key = stable_hash({"gpu_unaligned_variant_of": entry.key, "unaligned_pointers": sorted(unaligned)})
         source = entry.file("kernel.py").read_text()
-        return kernel_cache().get_or_build(key, lambda d: self.build(fn, source, d, unaligned))
+        return cache.get_or_build(key, lambda d: self.build(fn, source, d, unaligned))
 
 
 _ARCH_RE = re.compile(r"^(sm_\d+a?|gfx[0-9a-f]+)$")
@@ -142,7 +149,7 @@ def _device_arch():
         return None
 
 
-class GPUPlugin:
+class GPUPlugin(TargetPlugin):
     """Entry-point object for `tilejit.targets`: metadata plus a factory."""
 
     name = "gpu"
@@ -152,7 +159,7 @@ class GPUPlugin:
     # Triton 3.0 is the first release with the ASTSource/GPUTarget compile API used here
     requirements = (Requirement("triton", "3.0", lambda: toolchain.triton_version(),
                                 hint="pip install 'triton>=3.0'"),)
-    device_backend = "runtime.cuda_device:CUDADevice"
+    device_backend = "targets.gpu.device:CUDADevice"
 
     def available(self) -> tuple[bool, str]:
         if toolchain.triton_version() is None:

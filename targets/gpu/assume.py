@@ -19,7 +19,7 @@ from compiler import dtypes as D
 from compiler.errors import KernelArgumentError
 from compiler.ir import Function
 
-from .renderer import param_names, triton_signature_type
+from .spelling import param_names, triton_signature_type
 
 ALIGN = 16   # bytes; what torch's allocator gives a tensor that starts its storage
 _I32 = (-(2 ** 31), 2 ** 31)

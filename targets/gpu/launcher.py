@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from compiler.errors import KernelArgumentError, TargetError
+from compiler.errors import TargetError
+from compiler.target import launch_grid
 
 from .assume import ALIGN
 
@@ -49,27 +50,17 @@ def interpreting():
             JITFunction.__call__ = original
 
 
-def _grid3(name, grid):
-    if callable(grid):
-        raise KernelArgumentError(f"kernel '{name}': the grid reached the launcher unresolved")
-    grid = tuple(int(g) for g in grid)
-    if not 1 <= len(grid) <= 3:
-        raise KernelArgumentError(f"kernel '{name}': grid must have 1 to 3 dimensions, got {grid!r}")
-    if any(g < 0 for g in grid):
-        raise KernelArgumentError(f"kernel '{name}': grid sizes must be >= 0, got {grid!r}")
-    return grid
-
-
 class InterpretLauncher:
-    def __init__(self, jit_fn, name: str, arg_indices: list[int]):
+    def __init__(self, jit_fn, name: str, arg_indices: list[int], caps):
         from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
         self.fn = InterpretedFunction(jit_fn.fn)
         self.name = name
         self.arg_indices = list(arg_indices)
+        self.caps = caps
 
     def __call__(self, grid, args) -> None:
-        grid = _grid3(self.name, grid)
-        if 0 in grid:
+        grid = launch_grid(self.name, grid, self.caps)
+        if grid is None:
             return
         runtime = [args[i] for i in self.arg_indices]
         with interpreting():
@@ -116,8 +107,9 @@ class DeviceLauncher:
     """`binary`: the DeviceBinary of the cache entry; `variant(names)`: the DeviceBinary of the
     variant whose named pointers are not assumed aligned (built through the cache on first need)."""
 
-    def __init__(self, name: str, arg_indices: list[int], binary: DeviceBinary, variant):
+    def __init__(self, name: str, arg_indices: list[int], binary: DeviceBinary, variant, caps):
         self.name = name
+        self.caps = caps
         self.arg_indices = list(arg_indices)
         self.binary = binary
         self._variant = variant
@@ -150,8 +142,8 @@ class DeviceLauncher:
                 f"variant by running once without TILEJIT_CACHE_STRICT.\n({e})") from None
 
     def __call__(self, grid, args) -> None:
-        grid = _grid3(self.name, grid)
-        if 0 in grid:
+        g = launch_grid(self.name, grid, self.caps)
+        if g is None:
             return
         runtime = [args[i] for i in self.arg_indices]
         binary = self.select(runtime)
@@ -160,7 +152,6 @@ class DeviceLauncher:
         device = drv.get_current_device()            # torch.cuda.current_device()
         stream = drv.get_current_stream(device)      # torch's current stream on that device
         ck = binary.on(device)
-        g = grid + (1,) * (3 - len(grid))
         run = ck.run                                 # loads the module onto the device on first use
         # what CompiledKernel[grid](...) does, without building a closure per launch; the launch
         # metadata is None unless a launch hook (a profiler) is installed

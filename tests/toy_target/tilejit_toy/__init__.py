@@ -6,9 +6,10 @@ through the plugin object named by its entry point.
 it must be refused with a clear message before anything is compiled."""
 from __future__ import annotations
 
-from compiler.plugins import Requirement, command_version
-from runtime.device import CPUDevice, DeviceProperties
+from compiler.target import Requirement, TargetPlugin, command_version
+from runtime.device import DeviceProperties
 from targets.cpu import CPUTarget, toolchain
+from targets.cpu.device import CPUDevice
 
 built: list[str] = []     # kernels this target built in this process (the tests read it)
 
@@ -37,7 +38,7 @@ def _cxx():
     return command_version(toolchain.find_compiler())
 
 
-class ToyPlugin:
+class ToyPlugin(TargetPlugin):
     name = "toy"
     version = "0.0.1"
     device_kinds = ("cpu",)

@@ -1,15 +1,4 @@
-"""Target plugin metadata and version checks.
-
-A target plugin (the object an entry point in the `tilejit.targets` group names) declares:
-
-    name            "cpu"
-    version         the plugin's own version, "0.1.0"
-    device_kinds    ("cpu",)
-    capabilities    ("run", "strict", "fast")
-    requirements    a sequence of `Requirement`: a tool or driver and the minimum version it needs
-    device_backend  optional: a `runtime.device.Device` subclass (or "module:attr") for the target
-    available()     optional: (ok, why) for conditions that are not versions (a device is present)
-    create(variant) the factory of Target objects
+"""Target plugin metadata and version checks (the plugin interface itself: protocol.py).
 
 Requirements are checked once per plugin object before its first use (`get_target`), so a
 toolchain that is too old fails with one message naming the plugin, what it needs and what was
@@ -25,7 +14,8 @@ import subprocess
 import threading
 from typing import Callable
 
-from .errors import TargetError
+from ..errors import TargetError
+from .protocol import TargetPlugin
 
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)+|\d+")
 
@@ -102,7 +92,7 @@ def command_version(path: str | None, flag: str = "--version") -> str | None:
 
 @dataclasses.dataclass
 class PluginInfo:
-    """What a plugin declares, read with defaults so that a minimal plugin (only `create`) works."""
+    """What a plugin declares (see protocol.TargetPlugin)."""
 
     name: str
     version: str
@@ -113,19 +103,20 @@ class PluginInfo:
 
 
 def info(name: str, plugin) -> PluginInfo:
-    """The metadata of `plugin`; refuses objects that cannot be targets at all."""
-    if not callable(getattr(plugin, "create", None)):
-        raise TargetError(f"target plugin '{name}' ({plugin!r}) has no create(variant) method; "
-                          "an entry point in 'tilejit.targets' must name a plugin object")
-    reqs = tuple(getattr(plugin, "requirements", ()) or ())
+    """The metadata of `plugin`; refuses objects that are not target plugins."""
+    if not isinstance(plugin, TargetPlugin):
+        raise TargetError(f"target plugin '{name}' ({plugin!r}) is not a compiler.target.TargetPlugin (it has no "
+                          "create(variant) factory with the plugin metadata); an entry point in 'tilejit.targets' "
+                          "must name an instance of a TargetPlugin subclass")
+    reqs = tuple(plugin.requirements or ())
     for r in reqs:
         if not isinstance(r, Requirement):
-            raise TargetError(f"target plugin '{name}': requirements must be compiler.plugins.Requirement "
+            raise TargetError(f"target plugin '{name}': requirements must be compiler.target.Requirement "
                               f"objects, got {r!r}")
-    return PluginInfo(name=str(getattr(plugin, "name", name)), version=str(getattr(plugin, "version", "unknown")),
-                      device_kinds=tuple(getattr(plugin, "device_kinds", ()) or ()),
-                      capabilities=tuple(getattr(plugin, "capabilities", ()) or ()), requirements=reqs,
-                      device_backend=getattr(plugin, "device_backend", None))
+    return PluginInfo(name=str(plugin.name if plugin.name != TargetPlugin.name else name),
+                      version=str(plugin.version), device_kinds=tuple(plugin.device_kinds or ()),
+                      capabilities=tuple(plugin.capabilities or ()), requirements=reqs,
+                      device_backend=plugin.device_backend)
 
 
 # (name, id(plugin)) -> (plugin, PluginVersionError arguments or None); the plugin is kept so that
@@ -155,7 +146,10 @@ def check(name: str, plugin) -> None:
 def availability(name: str, plugin) -> tuple[bool, str]:
     """(usable here, why not): the plugin's own `available()` and then its version requirements."""
     try:
-        ok, why = plugin.available() if hasattr(plugin, "available") else (True, "")
+        info(name, plugin)
+        ok, why = plugin.available()
+    except TargetError as e:
+        return False, str(e)
     except Exception as e:  # noqa: BLE001 - a broken probe means "not available", with the reason
         return False, f"available() failed: {type(e).__name__}: {e}"
     if not ok:
@@ -167,21 +161,10 @@ def availability(name: str, plugin) -> tuple[bool, str]:
     return True, ""
 
 
-def load_plugin(name: str):
-    """The plugin registered as `name` (entry points discovered first); TargetError if unknown."""
-    from . import target  # noqa: PLC0415 - target imports this module
-
-    target._discover()
-    plugin = target._load_plugin(name)
-    if plugin is None:
-        raise TargetError(f"unknown target '{name}'. Known targets: {', '.join(target.target_names())}")
-    return plugin
-
-
 def requirement_report(plugin) -> list[tuple[Requirement, bool, str | None]]:
     """(requirement, satisfied, found) for every requirement, for `python -m targets`."""
     out = []
-    for r in getattr(plugin, "requirements", ()) or ():
+    for r in plugin.requirements or ():
         ok, found = r.check()
         out.append((r, ok, found))
     return out

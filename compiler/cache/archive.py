@@ -35,12 +35,15 @@ import tempfile
 import time
 import zlib
 
-from .cache import _KEY_RE, _SHA_RE, MANIFEST, CacheError, KernelCache, _check_name, _sha256_file
+from ..target import get_target
+from ..version import __version__
+from .decisions import SUBDIR as DECISIONS
+from .safety import CacheError
+from .store import KEY_RE, MANIFEST, SHA_RE, KernelCache, safe_name, sha256_file
 
 __all__ = ["ArchiveError", "export_cache", "import_cache"]
 
 ARCHIVE_FORMAT = 1
-DECISIONS = "autotune"   # the autotuner's decision files (compiler/autotune/store.py) travel too
 _DECISION_RE = re.compile(r"[A-Za-z0-9_.:-]{1,200}\.json")
 _MAX_MEMBER = 1 << 30  # a single artifact larger than 1 GiB is not a kernel
 
@@ -55,12 +58,10 @@ def _json(obj) -> object:
 
 
 def _current_fingerprint(target_name: str):
-    from .target import get_target  # noqa: PLC0415 - keep `compiler.cache` importable alone
     return _json(get_target(target_name).fingerprint())
 
 
 def _version() -> str:
-    from .version import __version__  # noqa: PLC0415
     return __version__
 
 
@@ -84,7 +85,7 @@ def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
         files = {}
         names = sorted(p.name for p in entry.path.iterdir())
         for name in names:
-            if name != MANIFEST and not _check_name(name):
+            if name != MANIFEST and not safe_name(name):
                 continue  # not part of the entry (e.g. a stray temp file); never exported
             fd = os.open(entry.path / name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
             with os.fdopen(fd, "rb") as f:
@@ -142,8 +143,8 @@ def _member_path(info: tarfile.TarInfo) -> tuple[str, str] | None:
         return None
     if len(parts) == 2 and parts[0] == DECISIONS and _DECISION_RE.fullmatch(parts[1]) and ".." not in parts[1]:
         return DECISIONS, parts[1]
-    if (len(parts) == 3 and parts[0] == "entries" and _KEY_RE.fullmatch(parts[1])
-            and (parts[2] == MANIFEST or _check_name(parts[2]))):
+    if (len(parts) == 3 and parts[0] == "entries" and KEY_RE.fullmatch(parts[1])
+            and (parts[2] == MANIFEST or safe_name(parts[2]))):
         return parts[1], parts[2]
     raise ArchiveError(f"unexpected archive member {name!r} (expected manifest.json or entries/<key>/<file>)")
 
@@ -200,13 +201,13 @@ def _check_contents(manifest: dict, data: dict[str, dict[str, bytes]]) -> dict[s
                            f"{sorted(set(data) - set(entries) - {DECISIONS})}")
     for key, ent in entries.items():
         files = ent.get("files") if isinstance(ent, dict) else None
-        if not _KEY_RE.fullmatch(str(key)) or not isinstance(files, dict) or MANIFEST not in files:
+        if not KEY_RE.fullmatch(str(key)) or not isinstance(files, dict) or MANIFEST not in files:
             raise ArchiveError(f"archive manifest entry {key!r} is malformed")
         got = data.get(key, {})
         if set(got) != set(files):
             raise ArchiveError(f"entry {key}: files in the archive {sorted(got)} differ from its manifest {sorted(files)}")
         for fname, digest in files.items():
-            if not isinstance(digest, str) or not _SHA_RE.fullmatch(digest):
+            if not isinstance(digest, str) or not SHA_RE.fullmatch(digest):
                 raise ArchiveError(f"entry {key}: bad sha256 for {fname!r} in the archive manifest")
             if hashlib.sha256(got[fname]).hexdigest() != digest:
                 raise ArchiveError(f"entry {key}: {fname!r} does not match its sha256 in the archive manifest "
@@ -267,7 +268,7 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
                 fd = os.open(d / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
                 with os.fdopen(fd, "wb") as f:
                     f.write(blob)
-                if _sha256_file(d / fname) != entries[key]["files"][fname]:
+                if sha256_file(d / fname) != entries[key]["files"][fname]:
                     raise ArchiveError(f"entry {key}: {fname!r} changed while staging")
             man = json.loads(data[key][MANIFEST])
             if not isinstance(man, dict) or man.get("key") != key or set(man.get("files", {})) | {MANIFEST} != set(data[key]):
@@ -275,18 +276,10 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
             os.chmod(d, 0o755)
             staged[key] = d
         for key, d in staged.items():
-            with cache._locked(key, blocking=True):
-                if cache._load(key) is not None:
-                    skipped.append(key)
-                    continue
-                cache._move_aside(key)  # a bad entry, if any
-                final = cache._entry_dir(key)
-                final.parent.mkdir(exist_ok=True)
-                os.rename(d, final)
-                if cache._load(key) is None:  # verified by the cache itself, as any load would be
-                    cache._move_aside(key)
-                    raise ArchiveError(f"entry {key} failed the cache's own verification after import")
-                imported.append(key)
+            try:
+                (imported if cache.publish(key, d) else skipped).append(key)
+            except CacheError as exc:
+                raise ArchiveError(str(exc)) from None
         imported += _import_decisions(root, data.get(DECISIONS, {}), skipped)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -17,7 +17,7 @@ from ctypes import POINTER, c_char_p, c_int, c_uint32, c_uint64, c_void_p
 from compiler.errors import TargetError
 from runtime.errors import DeviceError
 
-from . import sdk, sdk_probe
+from ..build import sdk, sdk_probe
 
 # name -> argument types, in the header's order; every function returns int (0 or -XPUERR_*)
 SIGNATURES = {

@@ -4,24 +4,31 @@ Targets are plugins found through the `tilejit.targets` entry-point group (the b
 also registered here, so a source checkout works without installing). A target is named
 `name` or `name:variant` (`kunlun:xpu2`, `gpu:sm_90`). The default comes from `TILEJIT_TARGET`
 (`cpu` when unset); `use_target(...)` overrides it for a block of launches, and
-`@kernel(target=...)` for one kernel.
+`@kernel(target=...)` for one kernel. The interface a plugin implements is in protocol.py.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib
 import os
 import threading
 from importlib import metadata
 
-from . import plugins
-from .errors import TargetError
+from ..errors import TargetError
+from ..loader import LoadError, load_ref
+from . import requirements
+from .grid import launch_grid
+from .protocol import INT32_MAX, Caps, Target, TargetPlugin
+from .requirements import PluginVersionError, Requirement, command_version
 
-_BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET", "gpu": "targets.gpu:TARGET", "kunlun": "targets.kunlun:TARGET"}
-_plugins: dict[str, object] = {}        # name -> plugin object (has .create(variant))
+__all__ = ["INT32_MAX", "Caps", "Target", "TargetPlugin", "Requirement", "PluginVersionError", "command_version", "launch_grid",
+           "register_target", "target_names", "get_target", "load_plugin", "available_targets",
+           "default_target_name", "current_target", "use_target", "requirements"]
+
+BUILTIN_PLUGINS = {"cpu": "targets.cpu:TARGET", "gpu": "targets.gpu:TARGET", "kunlun": "targets.kunlun:TARGET"}
+_plugins: dict[str, TargetPlugin] = {}  # name -> plugin object (has .create(variant))
 _plugin_refs: dict[str, str] = {}       # name -> "module:attr" not yet loaded
-_instances: dict[str, object] = {}
+_instances: dict[str, Target] = {}
 _lock = threading.Lock()
 _discovered = False
 _override: contextvars.ContextVar = contextvars.ContextVar("tilejit_target", default=None)
@@ -45,7 +52,7 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    for name, ref in _BUILTIN_PLUGINS.items():
+    for name, ref in BUILTIN_PLUGINS.items():
         register_target(name, ref)
     try:
         eps = metadata.entry_points(group="tilejit.targets")
@@ -56,19 +63,27 @@ def _discover() -> None:
     _discovered = True
 
 
-def _load_plugin(name: str):
+def _load_plugin(name: str) -> TargetPlugin | None:
     if name in _plugins:
         return _plugins[name]
     ref = _plugin_refs.get(name)
     if ref is None:
         return None
-    mod, _, attr = ref.partition(":")
     try:
-        obj = getattr(importlib.import_module(mod), attr)
-    except Exception as e:  # noqa: BLE001
-        raise TargetError(f"target '{name}' failed to load from {ref}: {type(e).__name__}: {e}") from None
+        obj = load_ref(ref, f"target '{name}'")
+    except LoadError as e:
+        raise TargetError(str(e)) from None
     _plugins[name] = obj
     return obj
+
+
+def load_plugin(name: str) -> TargetPlugin:
+    """The plugin registered as `name` (entry points discovered first); TargetError if unknown."""
+    _discover()
+    plugin = _load_plugin(name)
+    if plugin is None:
+        raise TargetError(f"unknown target '{name}'. Known targets: {', '.join(target_names())}")
+    return plugin
 
 
 def target_names() -> list[str]:
@@ -76,7 +91,7 @@ def target_names() -> list[str]:
     return sorted(set(_plugins) | set(_plugin_refs))
 
 
-def get_target(spec: str | object):
+def get_target(spec: str | Target) -> Target:
     """The Target for `spec` ("cpu", "kunlun:xpu2", ...); a Target object passes through."""
     if not isinstance(spec, str):
         return spec
@@ -89,11 +104,12 @@ def get_target(spec: str | object):
     if plugin is None:
         raise TargetError(f"unknown target '{spec}'. Available targets: {', '.join(target_names())}. "
                           "Set TILEJIT_TARGET or pass target=... to one of them.")
-    ok, why = plugin.available() if hasattr(plugin, "available") else (True, "")
+    requirements.info(name, plugin)
+    ok, why = plugin.available()
     if not ok:
         raise TargetError(f"target '{spec}' is not available here: {why}. "
                           f"Available targets: {', '.join(available_targets())}.")
-    plugins.check(name, plugin)   # declared toolchain/driver versions, once per plugin, before first use
+    requirements.check(name, plugin)   # declared toolchain/driver versions, once per plugin, before first use
     inst = plugin.create(variant or None)
     _instances[spec] = inst
     return inst
@@ -106,7 +122,7 @@ def available_targets() -> list[str]:
             p = _load_plugin(n)
         except TargetError:
             continue
-        if p is not None and plugins.availability(n, p)[0]:
+        if p is not None and requirements.availability(n, p)[0]:
             out.append(n)
     return out
 
@@ -118,7 +134,7 @@ def default_target_name() -> str:
 _default = None
 
 
-def current_target():
+def current_target() -> Target:
     """The target launches go to now: `use_target` block, else TILEJIT_TARGET (read at the
     first launch), else cpu."""
     t = _override.get()

@@ -1,82 +1,15 @@
-"""Renders a kernel's IR as Kunlun XPU C++ (`.xpu`): the shared C-family lowering with the
-memory model of the chip. Compute touches only LM: every tile that is read is copied from GM
-into an `__local__` buffer with GM2LM, every result goes back with LM2GM; the grid is walked
-by a stride loop over `cluster_id() * core_num() + core_id()`; indices are 32-bit."""
+"""The C-family lowering with the chip's memory model: compute touches only LM, so every tile a
+program reads is copied from GM into an `__local__` buffer (GM2LM, one DMA per contiguous row
+segment where the pointer's step allows it) and every result goes back with LM2GM; the fast
+policy computes 16 lanes at a time (simd.py)."""
 from __future__ import annotations
 
-import os
-
-import jinja2
-
 from compiler import dtypes as D
-from compiler.errors import CompilationError
 from compiler.ir import Function, Op
-from targets.cfamily.dialect import CDialect
+from compiler.ir.analysis import index_step
 from targets.cfamily.lowering import CLowering, Nest
 
 from . import simd
-from .arch import Arch
-from .index_width import check_int64_feeds_addresses
-from .strides import step
-
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
-                          keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-
-
-class KunlunDialect(CDialect):
-    # int64 registers are 32-bit: index_width.py proves they only feed addresses
-    reg_types = {**CDialect.reg_types, D.int64: "int32_t"}
-    mem_types = {k: v for k, v in CDialect.mem_types.items() if k is not D.int64}
-    dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
-
-    def reg_type(self, dt: D.dtype) -> str:
-        if dt.is_ptr():
-            return f"__global_ptr__ {self.mem_type(dt.element_ty)}*"
-        if dt is D.float64:
-            raise CompilationError("the kunlun target has no fp64 (software-only on xpu2, absent on xpu3)")
-        return super().reg_type(dt)
-
-    def literal(self, value, dt: D.dtype) -> str:
-        if dt is D.int64:   # computed in 32 bits (see index_width.py): the value modulo 2**32
-            value = (int(value) + 2 ** 31) % 2 ** 32 - 2 ** 31
-            dt = D.int32
-        return super().literal(value, dt)
-
-    def mem_type(self, dt: D.dtype) -> str:
-        try:
-            return self.mem_types[dt]
-        except KeyError:
-            raise CompilationError(f"dtype {dt} is not supported in Kunlun global memory") from None
-
-    def reg_size(self, dt: D.dtype) -> int:
-        return 4 if dt.is_ptr() else super().reg_size(dt)   # device pointers are 4 bytes
-
-    def local_buffer_decl(self, ctype: str, name: str, numel: int) -> str:
-        # `;`-joined: the lowering appends the final `;`
-        return f"__simd__ __local__ {ctype} {name}[{numel}]; TJ_LM_USE({name})"
-
-    def copy_buffer(self, dst: str, src: str, numel: int, ctype: str) -> str:
-        return f"for (int j = 0; j < {numel}; ++j) {dst}[j] = {src}[j]"
-
-    def load_elem(self, dt, ptr):   # compute never dereferences GM: loads go through GM2LM
-        raise CompilationError("internal: kunlun lowering tried to dereference a global pointer")
-
-    def store_elem(self, dt, ptr, val):
-        raise CompilationError("internal: kunlun lowering tried to store through a global pointer")
-
-    # GM <-> LM element conversions (memory representation <-> register representation)
-    @staticmethod
-    def from_mem(dt: D.dtype, x: str) -> str:
-        return {D.float16: f"tj_h2f({x})", D.bfloat16: f"tj_bf2f({x})", D.int1: f"({x} != 0)"}.get(dt, x)
-
-    @staticmethod
-    def to_mem(dt: D.dtype, x: str) -> str:
-        return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
-
-    dma_suffix = {D.float16: "f16", D.bfloat16: "bf16"}   # tilejit_xpu.h's widening/narrowing copies
-
-    def same_repr(self, dt: D.dtype) -> bool:
-        return self.reg_types[dt] == self.mem_types[dt]
 
 
 class KunlunLowering(CLowering):
@@ -128,7 +61,7 @@ class KunlunLowering(CLowering):
             return None
         axes = [k for k, n in enumerate(ptr.shape) if n > 1] or [len(ptr.shape) - 1]
         for a in reversed(axes if transposed_ok else axes[-1:]):
-            if step(ptr, a) == 1:
+            if index_step(ptr, a, narrow_int64=True) == 1:   # int64 indices proven 32-bit (index_width.py)
                 return a
         return None
 
@@ -248,8 +181,7 @@ class KunlunLowering(CLowering):
                 lm_step = 1
                 for n_ in v.shape[axis + 1:]:
                     lm_step *= n_
-                tr = self.fresh("tr")
-                self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(v.dtype), tr, v.shape[axis])};")
+                tr = self.local_buffer(self.d.reg_type(v.dtype), self.fresh("tr"), v.shape[axis], v)
 
                 def copy(gm, row, start, n, tr=tr, lm_step=lm_step):
                     return (f"{self._dma_in(v.dtype, gm, tr, n)} for (int t_ = 0; t_ < {n}; ++t_) "
@@ -299,8 +231,7 @@ class KunlunLowering(CLowering):
 
     def _as_staging(self, val, shape) -> str:
         """An LM buffer holding `val` for LM2GM (a fresh one: narrowing to fp16/bf16 is done in place)."""
-        name = self.fresh("st")
-        self.emit(f"{self.d.local_buffer_decl(self.d.reg_type(val.dtype), name, val.type.numel)};")
+        name = self.local_buffer(self.d.reg_type(val.dtype), self.fresh("st"), val.type.numel, val)
         vec = simd.vector_form(self, val) if self.vectorize and val.shape == tuple(shape) else None
         if vec is not None:
             simd.vector_nest(self, val.shape, name, vec)
@@ -309,58 +240,3 @@ class KunlunLowering(CLowering):
         e = self.ev(val, nest.idx, nest)
         self.close_nest(nest, [f"{name}[{self.linear(nest.idx, shape)}] = {e};"])
         return name
-
-
-class LMBudgetError(CompilationError):
-    pass
-
-
-class KunlunRenderer:
-    dialect = KunlunDialect()
-
-    def __init__(self, arch: Arch):
-        self.arch = arch
-
-    def lm_buffers(self, source: str) -> list[tuple[str, int]]:
-        """(name, bytes) of every `__local__` buffer declared in a rendered program."""
-        import re  # noqa: PLC0415
-        sizes = {"float": 4, "int32_t": 4, "int16_t": 2, "int8_t": 1, "bool": 1, "uint16_t": 2, "uint8_t": 1}
-        return [(m.group(2), sizes[m.group(1)] * int(m.group(3)))
-                for m in re.finditer(r"__local__ (\w+) (\w+)\[(\d+)\]", source)]
-
-    def check_lm(self, fn: Function, body: str) -> int:
-        """Footprint = every `__local__` buffer of the program (an upper bound on the live set) + the
-        arch's stack reserve; a config over the per-core LM is refused with the buffer listing."""
-        bufs = self.lm_buffers(body)
-        total = sum(b for _, b in bufs)
-        a = self.arch
-        if total + a.lm_stack_reserve > a.lm_bytes_per_core:
-            listing = "\n".join(f"  __local__ {n}: {b} bytes" for n, b in bufs)
-            raise LMBudgetError(
-                f"kernel '{fn.name}': this config needs {total} bytes of LM tile buffers + {a.lm_stack_reserve} "
-                f"bytes stack reserve = {total + a.lm_stack_reserve} bytes per core, over {a.name}'s "
-                f"{a.lm_bytes_per_core} bytes of local memory per core. Buffers:\n{listing}\n"
-                "Use smaller BLOCK sizes.")
-        return total
-
-    def render(self, fn: Function, policy: str) -> tuple[str, int]:
-        for p in fn.params:
-            if p.type.dtype is D.int64:
-                raise CompilationError(
-                    f"kernel '{fn.name}': argument '{p.name}' is a 64-bit integer; the kunlun target uses 32-bit "
-                    "index arithmetic (device `long` and `void*` are 4 bytes): pass sizes and offsets < 2**31, "
-                    "or split the tensor")
-        for op in fn.walk():
-            for v in list(op.results) + list(op.operands):
-                if v.dtype is D.float64:
-                    raise CompilationError(f"kernel '{fn.name}': the kunlun target has no fp64 (software-only on "
-                                           "xpu2, absent on xpu3); compute in float32")
-        check_int64_feeds_addresses(fn)
-        low = KunlunLowering(fn, self.dialect, policy)
-        body = low.lower()
-        lm = self.check_lm(fn, body)
-        params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
-                  for p in fn.params]
-        src = _ENV.get_template("kernel.xpu.j2").render(
-            name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm)
-        return src, lm

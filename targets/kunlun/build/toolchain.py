@@ -11,9 +11,9 @@ import subprocess
 from compiler.errors import TargetError
 from targets.cpu import toolchain as cpu_toolchain
 
-from .arch import Arch
+from ..arch import Arch
 
-HEADER_DIR = os.path.dirname(__file__)
+HEADER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "include")   # tilejit_xpu.h, xpu_emulation.h
 EMU_FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno",
              "-fno-trapping-math", "-ffp-contract=off", "-fno-strict-aliasing"]
 

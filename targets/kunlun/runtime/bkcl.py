@@ -20,7 +20,8 @@ import torch
 
 from runtime.collectives import CollectiveError
 
-from . import sdk, sdk_probe, xpurt
+from ..build import sdk, sdk_probe
+from . import xpurt
 
 SIGNATURES = {
     "bkcl_get_unique_id": [c_void_p],                                   # (BKCLUniqueId*)

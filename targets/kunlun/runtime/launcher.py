@@ -10,6 +10,7 @@ import torch
 
 from compiler import dtypes as D
 from compiler.errors import KernelArgumentError, TargetError
+from compiler.target import launch_grid
 
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
            D.float32: ctypes.c_float}
@@ -25,7 +26,7 @@ def ctype_of(dt: D.dtype):
 
 
 class KunlunLauncher:
-    def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, emulation: bool):
+    def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, caps, emulation: bool):
         self.lib = ctypes.CDLL(lib_path)
         self.entry = self.lib.tj_launch
         self.entry.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types]
@@ -37,19 +38,13 @@ class KunlunLauncher:
             self.lib.tj_emu_error.restype = ctypes.c_char_p
         self.name = fn_name
         self.plan = [(i, t.is_ptr()) for i, t in zip(arg_indices, param_types)]
+        self.caps = caps                # 32-bit program ids: at most INT32_MAX programs a launch
         self._lock = threading.Lock()   # the emulation's region table is per library
 
     def __call__(self, grid, args) -> None:
-        g = tuple(grid) + (1,) * (3 - len(grid))
-        if len(grid) not in (1, 2, 3):
-            raise KernelArgumentError(f"kernel '{self.name}': grid must have 1 to 3 dimensions, got {grid!r}")
-        if any(x < 0 for x in g):
-            raise KernelArgumentError(f"kernel '{self.name}': grid sizes must be >= 0, got {grid!r}")
-        if 0 in g:
+        g = launch_grid(self.name, grid, self.caps)
+        if g is None:
             return
-        if g[0] * g[1] * g[2] > INT32_MAX:
-            raise KernelArgumentError(f"kernel '{self.name}': {g[0] * g[1] * g[2]} programs do not fit the "
-                                      "kunlun target's 32-bit program ids")
         vals = [args[i].data_ptr() if ptr else args[i] for i, ptr in self.plan]
         with self._lock:
             if self.emulation:

@@ -1,7 +1,7 @@
 """`python -m compiler.cache {ls, stats, export, import, verify, prune, clear} [--cache-dir DIR]`.
 
 The default directory is ``$TILEJIT_CACHE_DIR``, else the platform default (see
-``compiler.cache.default_cache_dir``). Exit status: 0 on success, 1 when ``verify`` found bad
+``compiler.cache.store.default_cache_dir``). Exit status: 0 on success, 1 when ``verify`` found bad
 entries (even if ``--delete`` removed them), 2 on an error (message on stderr).
 """
 from __future__ import annotations
@@ -12,18 +12,12 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Iterator
 
-from .cache import _KEY_RE, MANIFEST, CacheError, KernelCache, _BadEntry
+from .archive import export_cache, import_cache
+from .safety import CacheError
+from .store import MANIFEST, BadEntry, KernelCache
 
 __all__ = ["main"]
-
-
-def _entry_dirs(cache: KernelCache) -> Iterator[tuple[str, pathlib.Path]]:
-    """(key, dir) of everything laid out like an entry, valid or not."""
-    for d in sorted(cache.root.glob("[0-9a-f][0-9a-f]/*")):
-        if _KEY_RE.fullmatch(d.name) and d.name[:2] == d.parent.name:
-            yield d.name, d
 
 
 def _size(path: pathlib.Path) -> int:
@@ -60,18 +54,6 @@ def _human(n: float) -> str:
     return str(n)
 
 
-def _remove(cache: KernelCache, key: str) -> bool:
-    """Unpublish and delete one entry under its lock; False if someone else holds the lock."""
-    from filelock import Timeout  # noqa: PLC0415
-    try:
-        with cache._locked(key, blocking=False):
-            cache._move_aside(key)
-            cache._mem.pop(key, None)
-            return True
-    except Timeout:
-        return False
-
-
 def cmd_ls(cache: KernelCache, args) -> int:
     rows = _rows(cache)
     if args.json:
@@ -93,7 +75,7 @@ def cmd_stats(cache: KernelCache, args) -> int:
         t = per.setdefault(str(r["target"] or "-"), {"count": 0, "bytes": 0})
         t["count"] += 1
         t["bytes"] += r["size"]
-    bad = sum(1 for _ in _entry_dirs(cache)) - len(rows)
+    bad = sum(1 for _ in cache.entry_dirs()) - len(rows)
     out = {"cache_dir": str(cache.root), "count": len(rows), "bytes": sum(r["size"] for r in rows),
            "bad": bad, "targets": per}
     if args.json:
@@ -107,7 +89,6 @@ def cmd_stats(cache: KernelCache, args) -> int:
 
 
 def cmd_export(cache: KernelCache, args) -> int:
-    from .cache_archive import export_cache  # noqa: PLC0415
     man = export_cache(cache, args.archive)
     print(f"exported {len(man['entries'])} entries ({', '.join(sorted(man['targets'])) or 'no targets'}) "
           f"to {args.archive}")
@@ -115,7 +96,6 @@ def cmd_export(cache: KernelCache, args) -> int:
 
 
 def cmd_import(cache: KernelCache, args) -> int:
-    from .cache_archive import import_cache  # noqa: PLC0415
     res = import_cache(cache, args.archive, force=args.force)
     for p in res["problems"]:
         print(f"warning (--force): {p}", file=sys.stderr)
@@ -126,14 +106,14 @@ def cmd_import(cache: KernelCache, args) -> int:
 
 def cmd_verify(cache: KernelCache, args) -> int:
     good = bad = 0
-    for key, _d in _entry_dirs(cache):
+    for key, _d in cache.entry_dirs():
         try:
-            cache._verify(key)
-        except (_BadEntry, CacheError) as exc:
+            cache.verify(key)
+        except (BadEntry, CacheError) as exc:
             bad += 1
             action = ""
             if args.delete:
-                action = " (deleted)" if _remove(cache, key) else " (busy, not deleted)"
+                action = " (deleted)" if cache.remove(key) else " (busy, not deleted)"
             print(f"BAD  {key}: {exc}{action}")
         else:
             good += 1
@@ -158,7 +138,7 @@ def cmd_prune(cache: KernelCache, args) -> int:
             doomed.append(r)
     removed = freed = 0
     for r in doomed:
-        if _remove(cache, r["key"]):
+        if cache.remove(r["key"]):
             removed += 1
             freed += r["size"]
     print(f"pruned {removed} entries ({_human(freed)}) from {cache.root}")
@@ -166,7 +146,7 @@ def cmd_prune(cache: KernelCache, args) -> int:
 
 
 def cmd_clear(cache: KernelCache, args) -> int:
-    n = sum(1 for _ in _entry_dirs(cache))
+    n = sum(1 for _ in cache.entry_dirs())
     cache.clear()
     print(f"cleared {n} entries from {cache.root}")
     return 0

@@ -1,7 +1,7 @@
 """The gpu target's devices: CUDA (or ROCm) GPUs through torch.cuda.
 
-Memory is torch uint8 storage on the GPU, copies are torch copies (any direction), streams are
-runtime.stream's CudaStream. On a machine without a GPU `device_count()` is 0 and every
+Memory is torch uint8 storage on the GPU, copies are torch copies (any direction), streams and
+events are stream.py's CudaStream / CudaEvent. On a machine without a GPU `device_count()` is 0 and every
 operation on a device raises DeviceError(ENODEV) naming the target; nothing else here has run on
 a GPU yet (see docs/runtime.md).
 """
@@ -11,14 +11,14 @@ import errno
 
 import torch
 
-from .device import Device, DeviceProperties
-from .errors import OutOfMemoryError
+from runtime.device import Device, DeviceProperties
+from runtime.errors import OutOfMemoryError
 
 
 class CUDADevice(Device):
     kind = "cuda"
-    stream_class = "runtime.stream:Stream"     # Stream(device="cuda:N") is a CudaStream
-    event_class = "runtime.stream:Event"
+    stream_class = "targets.gpu.stream:CudaStream"
+    event_class = "targets.gpu.stream:CudaEvent"
 
     def device_count(self) -> int:
         return torch.cuda.device_count() if torch.cuda.is_available() else 0

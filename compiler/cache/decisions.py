@@ -1,4 +1,4 @@
-"""Decision store of the autotuner: per-config results and the winner, on disk beside the kernel cache.
+"""The autotuner's decisions: per-config results and the winner, on disk beside the kernel entries.
 
 Layout (under the kernel cache root, ``default_cache_dir()`` unless given)::
 
@@ -25,7 +25,9 @@ import time
 
 from filelock import FileLock
 
-from compiler.cache import CacheError, default_cache_dir, stable_hash, strict_mode
+from .keys import stable_hash
+from .safety import CacheError, strict_mode
+from .store import default_cache_dir
 
 FORMAT = 1
 SUBDIR = "autotune"
@@ -35,15 +37,15 @@ def config_key(config: dict) -> str:
     return ",".join(f"{k}={config[k]}" for k in sorted(config))
 
 
+_FP_HASHES: dict[int, tuple[object, str]] = {}
+
+
 def fingerprint_hash(target) -> str:
-    fp = getattr(target, "_tilejit_autotune_fp", None)
-    if fp is None:
-        fp = stable_hash(json.loads(json.dumps(target.fingerprint())))
-        try:
-            target._tilejit_autotune_fp = fp
-        except AttributeError:
-            pass
-    return fp
+    """stable_hash of the target's fingerprint, computed once per target object."""
+    hit = _FP_HASHES.get(id(target))
+    if hit is None or hit[0] is not target:
+        hit = _FP_HASHES[id(target)] = (target, stable_hash(json.loads(json.dumps(target.fingerprint()))))
+    return hit[1]
 
 
 class DecisionStore:
@@ -117,11 +119,19 @@ def result(config: dict, status: str, time_s=None, reason=None, estimated=False,
 
 # ------------------------------------------------------------------ run-time lookup (cheap, memoised)
 _MEMO: dict[tuple, dict] = {}
+_GENERATION = [0]
 
 
 def clear_memo() -> None:
-    """Forget what lookups have read (a later lookup re-reads the store files)."""
+    """Forget what lookups have read (a later lookup re-reads the store files); callers that
+    memoise decisions themselves compare `generation()`."""
     _MEMO.clear()
+    _GENERATION[0] += 1
+
+
+def generation() -> int:
+    """A counter that changes whenever a decision may have changed in this process."""
+    return _GENERATION[0]
 
 
 def lookup(op: str, target, policy: str, shape_key: str, root=None):

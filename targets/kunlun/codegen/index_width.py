@@ -19,11 +19,6 @@ from compiler.ir.ops import OPS
 _RING_OPS = ("add", "sub", "mul", "neg")   # exact modulo 2**32
 
 
-def _where(op: Op) -> str:
-    loc = op.loc
-    return f" at {loc.filename}:{loc.lineno}" if loc is not None else ""
-
-
 def check_int64_feeds_addresses(fn: Function) -> None:
     """Raises CompilationError naming the kernel and the op when an int64 value is used for
     anything but address arithmetic (see the module docstring)."""
@@ -31,10 +26,10 @@ def check_int64_feeds_addresses(fn: Function) -> None:
         if op.name in ("load", "store"):
             for v in op.operands[1:] if op.name == "store" else ():
                 if v.dtype is D.int64:
-                    raise _refuse(fn, op, "stores a 64-bit integer")
+                    raise _refuse(fn, op, "store writes a 64-bit integer")
             for r in op.results:
                 if r.dtype is D.int64:
-                    raise _refuse(fn, op, "loads a 64-bit integer")
+                    raise _refuse(fn, op, "load reads a 64-bit integer")
         if not any(v.dtype is D.int64 for v in op.operands):
             continue
         if op.name in _RING_OPS or OPS[op.name].kind == "view":
@@ -43,12 +38,12 @@ def check_int64_feeds_addresses(fn: Function) -> None:
             continue   # narrowing keeps the low bits, which 32-bit arithmetic has exactly
         if op.name == "yield":
             continue   # a loop-carried index; its uses inside the loop are checked
-        raise _refuse(fn, op, f"uses a 64-bit integer in '{op.name}'")
+        raise _refuse(fn, op, f"'{op.name}' uses a 64-bit integer")
 
 
 def _refuse(fn: Function, op: Op, what: str) -> CompilationError:
-    return CompilationError(
-        f"kernel '{fn.name}'{_where(op)} {what}: the kunlun target computes integers in 32 bits "
+    return CompilationError.at(
+        op.loc, f"this {what}: the kunlun target computes integers in 32 bits "
         "(device `long` and `void*` are 4 bytes), which is exact for 64-bit values only when they "
         "feed addresses (+, -, * into a pointer). Keep this arithmetic in int32, or run the kernel on "
-        "another target.")
+        "another target.", kernel=fn.name)

@@ -1,0 +1,126 @@
+"""Tuning the library ops: every op spec (compiler.opspec) on its shapes, through the generic tuner.
+
+For each op and shape the candidates are the spec's space for the target's tile class; a
+candidate that would not run as given on this shape is "pruned" (it runs as a smaller candidate),
+one the target cannot compile or that gives a wrong result is "rejected" with the message, and the
+rest are timed on this machine where the target's timings mean something (`Caps.measurable`) or
+ranked by the target's cost model (`Target.estimate`, each decision labelled "estimated").
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+
+from ..cache.decisions import DecisionStore, clear_memo, config_key, fingerprint_hash
+from ..opspec import OpSpec, library_ops
+from .tuner import DecisionKey, time_call, tune
+
+__all__ = ["AutotuneError", "tune_ops", "load_shapes"]
+
+
+class AutotuneError(Exception):
+    pass
+
+
+def load_shapes(path=None, quick: bool = False, specs: dict[str, OpSpec] | None = None) -> dict:
+    """{op: [shape, ...]}: from a shapes file ({"shapes": {op: [...]}, "quick": {op: [...]}}), or
+    when `path` is None, every op spec's own `tune_shapes` (`quick_shapes` with `quick`)."""
+    if path is None:
+        specs = specs if specs is not None else library_ops()
+        return {name: list(s.quick_shapes if quick else s.tune_shapes) for name, s in specs.items()}
+    doc = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+    if quick and "quick" in doc:
+        return doc["quick"]
+    return doc.get("shapes", doc)
+
+
+def _runnable(tgt) -> bool:
+    if not tgt.caps.measurable and not tgt.has_cost_model:
+        raise AutotuneError(
+            f"target {tgt.name!r} cannot run kernels on this machine and has no cost model "
+            f"(no estimate(spec, config, shape)), so there is nothing to rank candidates by; "
+            f"run the autotuner on a machine with this target (measurements are never faked)")
+    return tgt.caps.measurable
+
+
+def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
+    """One (op, shape): the generic tuner over the spec's candidates; returns the summary row."""
+    policy, runnable = ctx["policy"], ctx["runnable"]
+    dims = spec.dims_of(shape)
+    skey = spec.shape_key(**dims)
+    space = [dict(c) for c in (ctx["spaces"] or {}).get(spec.name) or spec.candidates(tgt.caps)]
+    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy)
+    prob = spec.problem(shape) if runnable else None
+    ref = prob.ref() if runnable else None
+    key = DecisionKey(spec.name, tgt.name, ctx["fp"], policy, skey, spec.key_of(**dims))
+    out = ctx["out"]
+
+    def progress(i, n, ck):
+        if ctx["progress"]:
+            print(f"\r[{ctx['job']}] {spec.name} {skey}  config {i + 1}/{n} {ck:<40}", end="", file=out, flush=True)
+
+    tuned = tune(space, (lambda cfg: prob.run(cfg)) if runnable else None,
+                 (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
+                 estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
+                 effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral),
+                 repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress)
+    ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
+    entry, res = tuned.entry, tuned.entry["results"]
+    dk = config_key(default_cfg)
+    default_t = res.get(dk, {}).get("time_s") if res.get(dk, {}).get("status") == "ok" else None
+    if default_t is None and runnable and entry.get("winner"):
+        try:   # the default config is not in the space: time it, unstored
+            default_t = time_call(lambda: prob.run(default_cfg), ctx["repeat"])
+        except Exception:  # noqa: BLE001
+            default_t = None
+    eager_t = None
+    if runnable and prob.eager is not None and entry.get("winner"):
+        import torch  # noqa: PLC0415
+        with torch.no_grad():
+            eager_t = time_call(prob.eager, ctx["repeat"])
+    return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=entry.get("winner"),
+                time_s=entry.get("winner_time_s"), default=dk, default_time_s=default_t, eager_time_s=eager_t,
+                estimated=bool(entry.get("estimated")), measured=tuned.measured, reused=tuned.reused,
+                skipped=tuned.skipped, rejected=sum(r.get("status") == "rejected" for r in res.values()),
+                pruned=sum(r.get("status") == "pruned" for r in res.values()))
+
+
+def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, policy="fast", spaces=None,
+             repeat=3, progress=True, quick=False, out=None) -> list[dict]:
+    """Tunes library `ops` (names; default: every op with shapes) on `shapes` ({op: [shape dicts]};
+    default: the specs' own). Returns one summary row per (op, shape): op, shape, shape_key, winner,
+    time_s, default, default_time_s, eager_time_s, estimated, measured, reused, rejected, pruned,
+    skipped. Rejections are printed as they happen; each config's result is stored."""
+    from .. import get_target, use_target  # noqa: PLC0415
+    from ..numerics import numerics, validate_policy  # noqa: PLC0415
+
+    out = out if out is not None else sys.stderr
+    policy = validate_policy(policy)
+    tgt = get_target(target) if isinstance(target, str) else target
+    specs = library_ops()
+    shapes = shapes if shapes is not None else load_shapes(None, quick=quick, specs=specs)
+    ops = list(ops) if ops else [op for op in specs if op in shapes]
+    for op in ops:
+        if op not in specs:
+            raise AutotuneError(f"unknown kernel {op!r}; choose from {', '.join(specs)}")
+    runnable = _runnable(tgt)
+    ctx = dict(policy=policy, runnable=runnable, spaces=spaces, fp=fingerprint_hash(tgt), out=out,
+               store=DecisionStore(cache_dir), repeat=repeat, rejected=[],
+               deadline=time.perf_counter() + budget if budget else None,
+               # a `\r` progress line only makes sense on a terminal; in logs (CI, pipes) it is noise
+               progress=progress and getattr(out, "isatty", lambda: False)())
+    jobs = [(specs[op], sh) for op in ops for sh in shapes.get(op, [])]
+    rows = []
+    with use_target(tgt), numerics(policy):
+        for ji, (spec, shape) in enumerate(jobs):
+            ctx["job"] = f"{ji + 1}/{len(jobs)}"
+            n_rej = len(ctx["rejected"])
+            rows.append(_tune_one(spec, shape, tgt, ctx))
+            for op, skey, ck, why in ctx["rejected"][n_rej:]:
+                print(f"\n  rejected {op} {skey} {ck}: {why}", file=out, flush=True)
+    if ctx["progress"]:
+        print("\r" + " " * 100 + "\r", end="", file=out, flush=True)
+    clear_memo()
+    return rows

@@ -1,0 +1,59 @@
+"""Policies that decide whether the cache may compile or load: strict (no-compile) mode, and the
+refusal to load executable artifacts from a directory other users can write to."""
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import stat
+import warnings
+
+log = logging.getLogger("compiler.cache")
+
+
+class CacheError(Exception):
+    """The cache cannot do what was asked (e.g. it is read-only and the entry is missing)."""
+
+
+def strict_mode() -> bool:
+    """True when ``TILEJIT_CACHE_STRICT`` is set to a true value: any cache miss that would compile is an error."""
+    return os.environ.get("TILEJIT_CACHE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_warned_dirs: set[tuple[str, str]] = set()
+
+
+def check_dir_safety(*dirs: pathlib.Path) -> None:
+    """Refuse (CacheError) to load artifacts - executable code - from a directory other users can
+    write to: world-writable without the sticky bit, or owned by another user (not root). A
+    group-writable directory is only warned about, loudly and once per directory: umask 002 (user
+    private groups) makes every directory group-writable by default, and a shared team cache is
+    deliberately so. ``TILEJIT_CACHE_ALLOW_UNSAFE=1`` turns the refusal into a warning as well.
+    Missing directories are skipped (nothing to load from them)."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for d in dirs:
+        try:
+            st = os.stat(d)
+        except OSError:
+            continue
+        mode = st.st_mode
+        problem = None
+        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+            problem = "is world-writable (no sticky bit)"
+        elif uid is not None and st.st_uid not in (uid, 0):
+            problem = f"is owned by another user (uid {st.st_uid})"
+        if problem is not None:
+            msg = (f"kernel cache directory {d} {problem}: other users could plant executable code in it. "
+                   f"Refusing to load artifacts from it; fix its permissions (chmod go-w, chown), point "
+                   f"TILEJIT_CACHE_DIR elsewhere, or set TILEJIT_CACHE_ALLOW_UNSAFE=1 to load anyway.")
+            if os.environ.get("TILEJIT_CACHE_ALLOW_UNSAFE", "") != "1":
+                raise CacheError(msg)
+        elif mode & stat.S_IWGRP:
+            msg = (f"kernel cache directory {d} is group-writable: members of its group can change "
+                   f"executable kernel code loaded from it (chmod g-w if that is not intended)")
+        else:
+            continue
+        if (str(d), msg) not in _warned_dirs:  # once per directory and problem
+            _warned_dirs.add((str(d), msg))
+            log.warning("tilejit cache: WARNING: %s", msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)

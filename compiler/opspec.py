@@ -1,0 +1,200 @@
+"""Op specs: everything the compiler's tools know about a library op, declared by the op itself.
+
+A library op (kernels/matmul.py, kernels/norm.py, ...) exports `SPECS`, a tuple of `OpSpec`s. The
+autotuner (`python -m compiler.autotune`), `config_for`, the pre-builder and the targets' cost
+models read an op only through its spec, so adding an op is one new module that exports one, and
+no tool names an op. Op libraries are found like target plugins: the `tilejit.ops` entry-point
+group names objects that map op names to specs (the built-in library is `kernels:OP_SPECS`).
+
+Configs depend only on an op's non-batch dimensions (`key_dims`), so a tuned decision, and with
+it every result bit, is the same whatever the batch: see docs/numerics.md (batch invariance).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from importlib import metadata
+from typing import Callable
+
+from .errors import TilejitError
+from .loader import LoadError, load_ref
+
+BUILTIN_LIBRARIES = {"kernels": "kernels:OP_SPECS"}
+
+
+def npow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def align32(n: int) -> int:
+    return max(32, -(-int(n) // 32) * 32)
+
+
+# how a key dimension is bucketed: exact, next power of two, or aligned up to a multiple of 32
+BUCKETS: dict[str, Callable[[int], int]] = {"exact": int, "pow2": npow2, "align32": align32}
+
+
+@dataclasses.dataclass
+class Problem:
+    """One tuning problem: inputs built once, the op's call with a config, its fp64 reference, the
+    torch eager baseline (None when torch has no equal op) and the relative tolerance."""
+
+    run: Callable[[dict], object]
+    ref: Callable[[], object]
+    eager: Callable[[], object] | None
+    tol: float = 1e-4
+
+    def check(self, out, ref) -> str | None:
+        """None if `out` matches the reference, else the reason."""
+        import torch  # noqa: PLC0415
+        if tuple(out.shape) != tuple(ref.shape):
+            return f"wrong output shape {tuple(out.shape)}, reference {tuple(ref.shape)}"
+        if not torch.isfinite(out).all():
+            return "output has non-finite values"
+        err = (out.double() - ref).abs().max().item()
+        scale = max(ref.abs().max().item(), 1e-30)
+        if err > self.tol * scale:
+            return f"does not match the reference: max abs error {err:.3e} > {self.tol:g} * max|ref| ({scale:.3e})"
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one call of an op does, for a target's cost model: programs launched, and per program
+    the elements moved between memory and the program's tiles, the contiguous memory segments
+    they come in (one DMA each on a scratchpad target) and the floating-point operations."""
+
+    programs: int
+    elements: int
+    segments: int
+    flops: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One library op, as the tools see it.
+
+    name          the op's name ("matmul")
+    key_dims      the non-batch dims that key configs and decisions, with their bucket
+                  ({"N": "align32", "K": "align32"}); nothing else may influence a config
+    space         autotune candidates; `spaces` may replace them per tile class (Caps.tile_class)
+    defaults      tile class -> the default config, or a function of the dims returning it ("cache"
+                  is the fallback for any other class)
+    clamp         (config, dims) -> the config launched for those dims (block sizes shrunk to the
+                  problem); the single definition config_for and the autotuner both apply
+    dims_of       a shapes-file entry -> the dims config_for reads
+    problem       a shapes-file entry -> `Problem`
+    describe      a shapes-file entry -> a short text for tables
+    probe         (config, shape) -> None: calls the op on tiny inputs with `config`, so that
+                  render_only / compile_only see exactly the kernels a call launches
+    work          (config, shape) -> `Work`, for cost models
+    tune_shapes   the shapes `python -m compiler.autotune` tunes by default (serving shapes)
+    quick_shapes  one or two tiny shapes (`--quick`, tests)
+    strict_fixed  params that fix a summation order: in the strict policy one value on every
+                  target (then clamped like any block size), so strict bits agree across targets
+    bit_neutral   params that never change a result bit (they only group work into programs)
+    """
+
+    name: str
+    key_dims: dict
+    space: tuple
+    defaults: dict
+    clamp: Callable[[dict, dict], dict]
+    dims_of: Callable[[dict], dict]
+    problem: Callable[[dict], Problem]
+    describe: Callable[[dict], str]
+    probe: Callable[[dict, dict], None]
+    work: Callable[[dict, dict], Work]
+    tune_shapes: tuple = ()
+    quick_shapes: tuple = ()
+    strict_fixed: dict = dataclasses.field(default_factory=dict)
+    bit_neutral: frozenset = frozenset()
+    spaces: dict = dataclasses.field(default_factory=dict)
+
+    # -- keys -------------------------------------------------------------------------------------
+    def key_of(self, **dims) -> dict:
+        """The bucketed key dims (batch-like dims passed along are ignored)."""
+        try:
+            return {d: BUCKETS[b](dims[d]) for d, b in self.key_dims.items()}
+        except KeyError as e:
+            raise TilejitError(f"op '{self.name}': dimension {e} is needed to pick a config "
+                               f"(key dims: {', '.join(self.key_dims)})") from None
+
+    def shape_key(self, **dims) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.key_of(**dims).items())
+
+    # -- configs ----------------------------------------------------------------------------------
+    def candidates(self, caps) -> list[dict]:
+        return [dict(c) for c in self.spaces.get(caps.tile_class, self.space)]
+
+    def default_config(self, caps, dims: dict) -> dict:
+        """The default for the target's tile class ("cache" for a class the op does not list); a
+        default may be a function of the key dims (e.g. of the head dim)."""
+        d = self.defaults.get(caps.tile_class, self.defaults["cache"])
+        return dict(d(dims) if callable(d) else d)
+
+    def launched(self, config: dict, dims: dict, policy: str) -> dict:
+        """The config a call launches: strict's fixed order parameters, then the clamps."""
+        cfg = dict(config)
+        if policy == "strict":
+            cfg.update(self.strict_fixed)
+        return self.clamp(cfg, dims)
+
+    def effective(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> tuple[dict, str | None]:
+        """(the config launched for candidate `config`, why the candidate is pruned or None). A
+        candidate is pruned when a parameter that can change result bits would not run as given
+        (it runs as a smaller candidate, measured on its own); bit-neutral parameters (the op's
+        and the target's `neutral`) may follow the shape."""
+        eff = self.launched(config, dims, policy)
+        for k, v in config.items():
+            if eff.get(k) == v or k in self.bit_neutral or k in neutral:
+                continue
+            if policy == "strict" and k in self.strict_fixed:
+                return eff, f"strict fixes {k}={eff[k]} on every target"
+            return eff, f"{k}={v} runs as {k}={eff.get(k)} for {self.shape_key(**dims)}"
+        return eff, None
+
+
+# ---------------------------------------------------------------------------------------------
+# op libraries: the registry the tools read specs from
+# ---------------------------------------------------------------------------------------------
+_lock = threading.Lock()
+_specs: dict[str, OpSpec] | None = None
+
+
+def library_ops() -> dict[str, OpSpec]:
+    """Every op spec of every installed op library, by name (loaded once, at the first call)."""
+    global _specs
+    if _specs is None:
+        with _lock:
+            if _specs is None:
+                _specs = _load_libraries()
+    return _specs
+
+
+def _load_libraries() -> dict[str, OpSpec]:
+    refs = dict(BUILTIN_LIBRARIES)
+    try:
+        refs.update({ep.name: ep.value for ep in metadata.entry_points(group="tilejit.ops")})
+    except Exception:  # noqa: BLE001 - a broken environment must not hide the built-in library
+        pass
+    found: dict[str, OpSpec] = {}
+    for name, ref in refs.items():
+        try:
+            specs = load_ref(ref, f"op library '{name}'")
+        except LoadError as e:
+            raise TilejitError(str(e)) from None
+        for op, spec in dict(specs).items():
+            if not isinstance(spec, OpSpec):
+                raise TilejitError(f"op library '{name}' ({ref}): '{op}' is not a compiler.opspec.OpSpec")
+            found.setdefault(op, spec)
+    return found
+
+
+def op_spec(name: str) -> OpSpec:
+    specs = library_ops()
+    try:
+        return specs[name]
+    except KeyError:
+        raise TilejitError(f"unknown library op {name!r}; known: {', '.join(sorted(specs))}") from None

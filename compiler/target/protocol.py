@@ -1,0 +1,141 @@
+"""The target interface, in one place: what a target plugin provides and what the compiler, the
+autotuner, the library kernels and the runtime may ask of it.
+
+A target package (targets/cpu, targets/kunlun, a third-party one) exposes a `TargetPlugin`
+through the `tilejit.targets` entry-point group; the plugin's `create(variant)` makes `Target`
+objects. Both are subclasses of the classes below, which supply every optional member with its
+default, so no caller ever probes a target with `getattr`:
+
+Target (one compiled-for machine, e.g. `kunlun:xpu2`)
+    name, device_type, source_suffix, caps     identity, the torch device type of its tensors, and
+                                                its capabilities as data (`Caps`)
+    fast_software_math                          numerics: the fast policy also uses the software math
+    fingerprint() -> dict                       what its binaries depend on (part of every cache key)
+    render(fn) -> str                           Tile IR (after passes) -> source text
+    build(fn, source, out_dir) -> dict          source -> files in out_dir; returns the entry's meta
+    load(fn, entry, arg_indices, cache)         a cache entry -> a launcher `launcher(grid, args)`;
+                                                `cache` is the KernelCache the entry came from
+    check_tensor(kernel, arg, tensor)           refuses tensors it cannot take (device, dtype, size)
+    estimate(spec, config, shape)               optional cost model: seconds, or None (no model)
+    inspect_extras(fn) -> {title: text}         optional sections for `python -m compiler.inspect`
+
+TargetPlugin (one target family, e.g. `kunlun`)
+    name, version, device_kinds, capabilities   metadata shown by `python -m targets`
+    requirements                                `Requirement`s checked before the first use
+    device_backend                              a runtime.device.Device subclass or "module:attr"
+    collective_backends                         {name: "module"} of communicator backends it adds
+    available() -> (ok, why)                    conditions that are not versions (a device present)
+    status() -> [lines]                         what it found on this machine, for `targets -v`
+    create(variant) -> Target                   the factory
+"""
+from __future__ import annotations
+
+import dataclasses
+
+INT32_MAX = 2 ** 31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Caps:
+    """A target's capabilities, as data. Library ops pick default configs and candidate spaces
+    from them (`tile_class`), never from the target's name; launchers check grids against them.
+
+    local_memory_bytes  bytes of tile buffers one program may hold (None: no fixed limit)
+    lanes_per_program   hardware threads that cooperate on one program (a GPU's warps x 32; 1 on
+                        targets where a program is one thread with SIMD)
+    pow2_tiles          tile dimensions must be powers of two (Triton)
+    max_grid            the largest program count per grid axis
+    max_programs        the largest number of programs in one launch
+    index_bits          width of the target's integer index arithmetic
+    measurable          timings taken on this machine are this target's real speed (the autotuner
+                        measures only then; otherwise it asks `estimate`)
+    bit_neutral         config parameters that never change a result bit on this target, beyond
+                        those an op declares itself (see docs/numerics.md, batch invariance)
+    """
+
+    local_memory_bytes: int | None = None
+    lanes_per_program: int = 1
+    pow2_tiles: bool = False
+    max_grid: tuple[int, int, int] = (INT32_MAX, INT32_MAX, INT32_MAX)
+    max_programs: int = 2 ** 63 - 1
+    index_bits: int = 64
+    measurable: bool = True
+    bit_neutral: frozenset = frozenset()
+
+    @property
+    def tile_class(self) -> str:
+        """How a program holds its tiles: "scratchpad" (a small software-managed local memory, at
+        most 64 KiB a program: Kunlun's LM), "simt" (spread over many threads: GPUs), or "cache"
+        (one thread's stack, served by a cache hierarchy: CPUs)."""
+        if self.local_memory_bytes is not None and self.local_memory_bytes <= 64 * 1024:
+            return "scratchpad"
+        if self.lanes_per_program > 1:
+            return "simt"
+        return "cache"
+
+
+class Target:
+    """One compiled-for machine. Subclasses set `name` and implement fingerprint/render/build/load."""
+
+    name = "unnamed"
+    device_type = "cpu"
+    source_suffix = ".txt"
+    caps = Caps()
+    fast_software_math = False
+
+    def fingerprint(self) -> dict:
+        raise NotImplementedError(f"target {self.name!r} does not implement fingerprint()")
+
+    def render(self, fn) -> str:
+        raise NotImplementedError(f"target {self.name!r} does not implement render()")
+
+    def build(self, fn, source: str, out_dir) -> dict:
+        raise NotImplementedError(f"target {self.name!r} does not implement build()")
+
+    def load(self, fn, entry, arg_indices: list[int], cache):
+        raise NotImplementedError(f"target {self.name!r} does not implement load()")
+
+    def check_tensor(self, kernel_name: str, arg_name: str, t) -> None:
+        """Refuses a tensor this target cannot take; the default checks the device type."""
+        if t.device.type != self.device_type:
+            from ..errors import KernelArgumentError  # noqa: PLC0415
+            raise KernelArgumentError(
+                f"kernel '{kernel_name}': argument '{arg_name}' is on device '{t.device}', but target "
+                f"'{self.name}' runs on '{self.device_type}' tensors. Move it with .to('{self.device_type}') "
+                "or choose the matching target (TILEJIT_TARGET / use_target).")
+
+    def estimate(self, spec, config: dict, shape: dict) -> float | None:
+        """Estimated seconds of one call of library op `spec` with `config` on `shape`, or None when
+        the target has no cost model. Raise (e.g. a CompilationError) for a config that cannot run."""
+        return None
+
+    @property
+    def has_cost_model(self) -> bool:
+        return type(self).estimate is not Target.estimate
+
+    def inspect_extras(self, fn) -> dict[str, str]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class TargetPlugin:
+    """One target family, the object an entry point of `tilejit.targets` names."""
+
+    name = "unnamed"
+    version = "unknown"
+    device_kinds: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    requirements: tuple = ()
+    device_backend = None
+    collective_backends: dict[str, str] = {}
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def status(self) -> list[str]:
+        return []
+
+    def create(self, variant: str | None) -> Target:
+        raise NotImplementedError(f"target plugin {self.name!r} does not implement create(variant)")

@@ -1,0 +1,57 @@
+"""Which config a library op launches: the autotuner's stored decision for the op's non-batch
+dims on this target, else the op spec's default for the target's tile class, then the spec's
+clamps (and, in the strict policy, its fixed summation-order parameters).
+
+The answer depends only on (op, target, policy, dims), so it is memoised: after the first call
+for a shape, a lookup is one dict hit. The memo is dropped whenever the decision store changes
+(`compiler.cache.decisions.generation()`), and is keyed by the cache directory settings and the
+strict-cache mode, which change which decisions are visible."""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+
+from compiler import current_target, get_target
+from compiler.cache import decisions, strict_mode
+from compiler.numerics import current_policy
+from compiler.opspec import OpSpec
+
+_TUNED = contextvars.ContextVar("tilejit_tuned_decisions", default=True)
+_memo: dict[tuple, dict] = {}
+
+
+@contextlib.contextmanager
+def tuned_decisions(enabled: bool):
+    """`with tuned_decisions(False):` makes config_for ignore the autotuner's stored decisions."""
+    token = _TUNED.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _TUNED.reset(token)
+
+
+def resolve_target(target=None):
+    """A target object from a name, an object or None (the current target)."""
+    if target is None:
+        return current_target()
+    if isinstance(target, str):
+        return get_target(target)
+    return target
+
+
+def select(spec: OpSpec, target=None, **dims) -> dict:
+    """The config `spec`'s op launches on `target` (None: the current one) for `dims`."""
+    tgt = resolve_target(target)
+    policy = current_policy()
+    tuned = _TUNED.get()
+    key = (spec.name, tgt.name, id(tgt), policy, tuned, decisions.generation(), strict_mode(),
+           os.environ.get("TILEJIT_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), *sorted(dims.items()))
+    cfg = _memo.get(key)
+    if cfg is None:
+        found = decisions.lookup_or_default(spec.name, tgt, policy, spec.shape_key(**dims)) if tuned else None
+        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy)
+        if len(_memo) > 4096:
+            _memo.clear()
+        _memo[key] = cfg
+    return dict(cfg)

@@ -1,0 +1,171 @@
+"""Reductions and dots of the C-family lowering (a mixin of CLowering): the fast policy's
+vectorisable reductions, the strict policy's pairwise tree, and the dot as register-blocked
+ascending-k fused multiply-adds."""
+from __future__ import annotations
+
+from compiler.ir import Op, Value
+
+from .buffers import Nest
+
+
+class ReduceDotLowering:
+    def op_reduce(self, op: Op) -> None:
+        if op.attrs.get("order") == "pairwise":
+            self._reduce_pairwise(op)
+            return
+        x = op.operands[0]
+        r = op.results[0]
+        axis, kind = op.attrs["axis"], op.attrs["kind"]
+        acc_t = r.dtype
+        ctype = self.d.reg_type(acc_t)
+        init = self.d.reduce_identity(kind, acc_t)
+        if r.type.is_scalar:
+            name = self.name(r)
+            self.emit(f"{ctype} {name} = {init};")
+            pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
+            if pragma:
+                self.emit(pragma)
+            nest = self.open_nest(x.shape, simd=False)
+            e = self.ev(x, nest.idx, nest)
+            self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
+            return
+        name = self.declare_buffer(r)
+        if axis == len(x.shape) - 1 and self.d.simd_reduction_pragma(kind, acc_t):
+            # innermost axis: one accumulator per output element, vectorised as a SIMD reduction
+            # (a fixed lane order for a given binary: deterministic and batch-invariant)
+            nest = self.open_nest(x.shape[:-1], simd=False)
+            self.emit(f"{ctype} acc = {init};")
+            self.emit(self.d.simd_reduction_pragma(kind, acc_t))
+            j = f"i{len(x.shape) - 1}"
+            self.emit(f"for ({self.index_type} {j} = 0; {j} < {x.shape[-1]}; ++{j}) {{")
+            self.indent += 1
+            inner = Nest(nest.idx + (j,))
+            e = self.ev(x, inner.idx, inner)
+            for st in inner.stmts:
+                self.emit(st)
+            self.emit(f"acc = {self.d.combine(kind, 'acc', e, acc_t)};")
+            self.indent -= 1
+            self.emit("}")
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, r.shape)}] = acc;"])
+            return
+        self.emit(f"for ({self.index_type} j = 0; j < {r.type.numel}; ++j) {name}[j] = {init};")
+        # inner loop vectorises whenever the reduced axis is not the innermost one
+        nest = self.open_nest(x.shape, simd=axis != len(x.shape) - 1)
+        out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
+        e = self.ev(x, nest.idx, nest)
+        self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
+
+    def _reduce_pairwise(self, op: Op) -> None:
+        """The strict tree: pad the axis to a power of two P with the identity, then combine
+        element a with a + s for s = P/2, P/4, ..., 1 (the order docs/numerics.md defines)."""
+        x, r = op.operands[0], op.results[0]
+        axis, kind = op.attrs["axis"], op.attrs["kind"]
+        acc_t = r.dtype
+        ctype = self.d.reg_type(acc_t)
+        ext = x.shape[axis]
+        P = 1 << max(0, (ext - 1).bit_length())
+        outer = 1
+        for d in x.shape[:axis]:
+            outer *= d
+        inner = 1
+        for d in x.shape[axis + 1:]:
+            inner *= d
+        tmp = self.local_buffer(ctype, self.fresh("tree"), outer * P * inner, x)
+        padded = x.shape[:axis] + (P,) + x.shape[axis + 1:]
+        if P > ext:
+            init = self.d.reduce_identity(kind, acc_t)
+            self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
+            self.emit(f"    for ({self.index_type} a = {ext}; a < {P}; ++a)")
+            self.emit(f"        for ({self.index_type} i = 0; i < {inner}; ++i) {tmp}[(o * {P} + a) * {inner} + i] = {init};")
+        nest = self.open_nest(x.shape)
+        e = self.ev(x, nest.idx, nest)
+        if x.dtype is not acc_t:
+            e = self.d.cast(e, x.dtype, acc_t)
+        self.close_nest(nest, [f"{tmp}[{self.linear(nest.idx, padded)}] = {e};"])
+        a_at = f"{tmp}[(o * {P} + a) * {inner} + i]"
+        b_at = f"{tmp}[(o * {P} + a + s) * {inner} + i]"
+        self.emit(f"for ({self.index_type} s = {P // 2}; s >= 1; s >>= 1)")
+        self.emit(f"    for ({self.index_type} o = 0; o < {outer}; ++o)")
+        self.emit(f"        for ({self.index_type} a = 0; a < s; ++a) {{")
+        self.emit(f"            {self.d.simd_pragma}")
+        self.emit(f"            for ({self.index_type} i = 0; i < {inner}; ++i)")
+        self.emit(f"                {a_at} = {self.d.combine(kind, a_at, b_at, acc_t)};")
+        self.emit("        }")
+        if r.type.is_scalar:
+            self.emit(f"{ctype} const {self.name(r)} = {tmp}[0];")
+            return
+        name = self.declare_buffer(r)
+        self.emit(f"for ({self.index_type} o = 0; o < {outer}; ++o)")
+        self.emit(f"    for ({self.index_type} i = 0; i < {inner}; ++i) {name}[o * {inner} + i] = {tmp}[o * {P * inner} + i];")
+
+    def _as_buffer(self, v: Value) -> str:
+        """A contiguous buffer holding `v`: views and expressions are copied first."""
+        if id(v) in self.buffers:
+            return self.name(v)
+        name = self.local_buffer(self.d.reg_type(v.dtype), self.fresh("m"), v.type.numel, v)
+        nest = self.open_nest(v.shape)
+        e = self.ev(v, nest.idx, nest)
+        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+        return name
+
+    def op_dot(self, op: Op) -> None:
+        a, b, acc = op.operands
+        r = op.results[0]
+        M, K = a.shape
+        N = b.shape[1]
+        A, B = self._as_buffer(a), self._as_buffer(b)
+        if self._accumulates_in_place(op):
+            # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself
+            C = self.name(acc)
+            self.names[id(r)] = C
+            self.buffers.add(id(r))
+        else:
+            C = self.declare_buffer(r)
+            nest = self.open_nest(r.shape)
+            self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
+        self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
+
+    def _accumulates_in_place(self, op: Op) -> bool:
+        """True when the dot's accumulator is a carried value of the innermost loop, read only by
+        this dot, and the dot's result is yielded back into the same carried slot."""
+        acc, r = op.operands[2], op.results[0]
+        if not self.loop_stack or len(self.uses.get(id(acc), [])) != 1:
+            return False
+        args = self.loop_stack[-1]
+        if acc not in args:
+            return False
+        slot = args.index(acc)
+        yields = [u for u in self.uses.get(id(r), []) if u.name == "yield"]
+        return len(yields) == 1 and yields[0].operands.index(r) == slot and yields[0].operands.count(r) == 1
+
+    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. Where the
+        dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
+        the same per-element order as plain loops (vectorised over n)."""
+        it, rt = self.index_type, self.d.reg_type(in_dt)
+        step = self.d.dot_step
+        kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
+        if kernel:
+            # the largest register-block height that tiles M exactly, so no row runs the edge loop
+            mr = next((m for m in self.d.dot_mr_choices if M % m == 0), self.d.dot_mr_choices[0])
+            nr = self.d.dot_nr
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"constexpr {it} MR = {mr}, NR = {nr}, Mb = ({M} / MR) * MR, Nb = ({N} / NR) * NR;")
+            self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
+            self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
+            self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {N}, {C} + m0 * {N} + n0, {N}, {K});")
+            edges = (("Mb", str(M), "0", str(N)), ("0", "Mb", "Nb", str(N)))
+        else:
+            edges = (("0", str(M), "0", str(N)),)
+        for m_lo, m_hi, n_lo, n_hi in edges:
+            self.emit(f"for ({it} m = {m_lo}; m < {m_hi}; ++m)")
+            self.emit(f"    for ({it} k = 0; k < {K}; ++k) {{")
+            self.emit(f"        {rt} const a_mk = {A}[m * {K} + k];")
+            self.emit(f"        {self.d.simd_pragma}")
+            self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
+            self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
+            self.emit("    }")
+        if kernel:
+            self.indent -= 1
+            self.emit("}")

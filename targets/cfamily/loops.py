@@ -1,0 +1,130 @@
+"""Loops of the C-family lowering (a mixin of CLowering): run-time `for` loops with carried
+values, and the two-phase copy of yielded values into the carried slots."""
+from __future__ import annotations
+
+from compiler.ir import Op, Value
+from compiler.ir.ops import OPS
+
+
+class LoopLowering:
+    def op_for(self, op: Op) -> None:
+        self.has_loops = True
+        body = op.blocks[0]
+        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
+        iv = body.args[0]
+        ivt = self.d.reg_type(iv.dtype)
+        carried = op.operands[3:]
+        cnames = []
+        for arg, init, res in zip(body.args[1:], carried, op.results):
+            if arg.type.is_scalar:
+                n = self.fresh("c")
+                self.emit(f"{self.d.reg_type(arg.dtype)} {n} = {self.ev(init, (), None)};")
+                self.names[id(arg)] = n
+            else:
+                n = self.declare_buffer(arg, self.fresh("c"))
+                nest = self.open_nest(arg.shape)
+                self.close_nest(nest, [f"{n}[{self.linear(nest.idx, arg.shape)}] = {self.ev(init, nest.idx, nest)};"])
+            self.names[id(res)] = n
+            if not res.type.is_scalar:
+                self.buffers.add(id(res))
+            cnames.append(n)
+        trip = self.fresh("n")
+        k = self.fresh("k")
+        self.emit(f"const {ivt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
+        self.emit(f"for ({ivt} {k} = 0; {k} < {trip}; ++{k}) {{")
+        self.indent += 1
+        self.emit(f"const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
+        self.loop_stack.append(body.args[1:])
+        self.flag_scopes.append({})
+        self.lower_block(body)
+        self.flag_scopes.pop()
+        self.loop_stack.pop()
+        self.indent -= 1
+        self.emit("}")
+
+    def op_yield(self, op: Op) -> None:
+        loop_args = self.loop_stack[-1]
+        arg_ids = {id(a) for a in loop_args}
+        reads = [self._carried_reads(v, arg_ids) if not v.type.is_scalar else {} for v in op.operands]
+        # a tile expression that reads no carried value but its own slot, element by element, is
+        # written straight into that slot, if no other yielded value reads the slot
+        in_place = []
+        for i, (val, arg) in enumerate(zip(op.operands, loop_args)):
+            ok = not val.type.is_scalar and id(val) not in self.buffers and val is not arg \
+                and set(reads[i]) <= {id(arg)} and all(reads[i].values()) \
+                and not any(id(arg) in r for j, r in enumerate(reads) if j != i)
+            in_place.append(ok)
+        for val, arg, ok in zip(op.operands, loop_args, in_place):
+            if ok:
+                def fill(masked: bool, val=val, arg=arg):
+                    nest = self.open_nest(arg.shape)
+                    e = self.ev(val, nest.idx, nest)
+                    self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
+                self._masked_or_fast(self._fused_load_mask(val), fill)
+        # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
+        # carried value is overwritten while another yielded value still reads it
+        staged = []
+        for val, arg, ok in zip(op.operands, loop_args, in_place):
+            if val is arg or ok:
+                staged.append(None)
+            elif val.type.is_scalar:
+                t = self.fresh("y")
+                self.emit(f"{self.d.reg_type(val.dtype)} const {t} = {self.ev(val, (), None)};")
+                staged.append(t)
+            elif id(val) in self.buffers and id(val) not in arg_ids:
+                staged.append(self.name(val))
+            else:
+                staged.append(self._as_buffer(val))
+        # phase 2: copy into the carried slots
+        for src, arg in zip(staged, loop_args):
+            if src is None or src == self.name(arg):   # unchanged, or updated in place
+                continue
+            dst = self.name(arg)
+            if arg.type.is_scalar:
+                self.emit(f"{dst} = {src};")
+            else:
+                self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
+
+    def _fused_load_mask(self, v: Value) -> Value | None:
+        """The mask shared by every masked load fused into `v`'s per-element expression (at the
+        same index as `v`), or None. A nest evaluating `v` can then take an unmasked fast path."""
+        masks: set[int] = set()
+        found = None
+        stack, seen = [v], set()
+        while stack:
+            x = stack.pop()
+            if id(x) in seen or x.type.is_scalar or id(x) in self.buffers or x.owner is None:
+                continue
+            seen.add(id(x))
+            op = x.owner
+            if op.name == "load":   # its pointer and mask expressions do not matter here
+                if len(op.operands) > 1:
+                    masks.add(id(op.operands[1]))
+                    found = op.operands[1]
+            elif OPS[op.name].kind == "elementwise":
+                stack.extend(op.operands)
+            elif OPS[op.name].kind == "view":
+                return None   # a view changes the index: the load's mask is not at v's index
+        return found if len(masks) == 1 and found.shape == v.shape else None
+
+    def _carried_reads(self, v: Value, arg_ids: set[int]) -> dict[int, bool]:
+        """Carried values that evaluating `v` per element reads: id -> read only at the same index.
+        Stops at buffers already computed; any view on the way makes the access non-identity."""
+        out: dict[int, bool] = {}
+        stack = [(v, True)]
+        seen = set()
+        while stack:
+            x, ident = stack.pop()
+            if (id(x), ident) in seen:
+                continue
+            seen.add((id(x), ident))
+            if id(x) in arg_ids:
+                out[id(x)] = out.get(id(x), True) and ident
+                continue
+            if x.type.is_scalar or id(x) in self.buffers or x.owner is None:
+                continue
+            kind = OPS[x.owner.name].kind
+            if kind in ("elementwise", "view") or x.owner.name == "load":   # fused loads read their pointers
+                for o in x.owner.operands:
+                    stack.append((o, ident and kind != "view"))
+        return out

@@ -1,0 +1,61 @@
+"""The Kunlun XPU C++ dialect: the C-family table with the chip's types and memory spaces
+(`__global_ptr__` GM pointers, `__simd__ __local__` LM buffers, 32-bit integers and pointers)."""
+from __future__ import annotations
+
+from compiler import dtypes as D
+from compiler.errors import CompilationError
+from targets.cfamily.dialect import CDialect
+
+
+class KunlunDialect(CDialect):
+    # int64 registers are 32-bit: index_width.py proves they only feed addresses
+    reg_types = {**CDialect.reg_types, D.int64: "int32_t"}
+    mem_types = {k: v for k, v in CDialect.mem_types.items() if k is not D.int64}
+    pointer_bytes = 4   # device pointers are 4 bytes
+    dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
+
+    def reg_type(self, dt: D.dtype) -> str:
+        if dt.is_ptr():
+            return f"__global_ptr__ {self.mem_type(dt.element_ty)}*"
+        if dt is D.float64:
+            raise CompilationError("the kunlun target has no fp64 (software-only on xpu2, absent on xpu3)")
+        return super().reg_type(dt)
+
+    def literal(self, value, dt: D.dtype) -> str:
+        if dt is D.int64:   # computed in 32 bits (see index_width.py): the value modulo 2**32
+            value = (int(value) + 2 ** 31) % 2 ** 32 - 2 ** 31
+            dt = D.int32
+        return super().literal(value, dt)
+
+    def mem_type(self, dt: D.dtype) -> str:
+        try:
+            return self.mem_types[dt]
+        except KeyError:
+            raise CompilationError(f"dtype {dt} is not supported in Kunlun global memory") from None
+
+    def local_buffer_decl(self, ctype: str, name: str, numel: int) -> str:
+        # `;`-joined: the lowering appends the final `;`
+        return f"__simd__ __local__ {ctype} {name}[{numel}]; TJ_LM_USE({name})"
+
+    def copy_buffer(self, dst: str, src: str, numel: int, ctype: str) -> str:
+        return f"for (int j = 0; j < {numel}; ++j) {dst}[j] = {src}[j]"
+
+    def load_elem(self, dt, ptr):   # compute never dereferences GM: loads go through GM2LM
+        raise CompilationError("internal: kunlun lowering tried to dereference a global pointer")
+
+    def store_elem(self, dt, ptr, val):
+        raise CompilationError("internal: kunlun lowering tried to store through a global pointer")
+
+    # GM <-> LM element conversions (memory representation <-> register representation)
+    @staticmethod
+    def from_mem(dt: D.dtype, x: str) -> str:
+        return {D.float16: f"tj_h2f({x})", D.bfloat16: f"tj_bf2f({x})", D.int1: f"({x} != 0)"}.get(dt, x)
+
+    @staticmethod
+    def to_mem(dt: D.dtype, x: str) -> str:
+        return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
+
+    dma_suffix = {D.float16: "f16", D.bfloat16: "bf16"}   # tilejit_xpu.h's widening/narrowing copies
+
+    def same_repr(self, dt: D.dtype) -> bool:
+        return self.reg_types[dt] == self.mem_types[dt]

@@ -1,0 +1,72 @@
+"""Renders a kernel's IR as Kunlun XPU C++ (`.xpu`): the Kunlun lowering (lowering.py) for the
+program body, the jinja2 skeleton in templates/ for the kernel (a stride loop over
+`cluster_id() * core_num() + core_id()`) and its host wrapper, and the LM budget check."""
+from __future__ import annotations
+
+import os
+
+import jinja2
+
+from compiler import dtypes as D
+from compiler.errors import CompilationError
+from compiler.ir import Function
+from targets.cfamily.lowering import LocalBuffer
+
+from ..arch import Arch
+from .dialect import KunlunDialect
+from .index_width import check_int64_feeds_addresses
+from .lowering import KunlunLowering
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
+                          keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+
+class LMBudgetError(CompilationError):
+    pass
+
+
+class KunlunRenderer:
+    dialect = KunlunDialect()
+
+    def __init__(self, arch: Arch):
+        self.arch = arch
+
+    def check_lm(self, fn: Function, buffers: list[LocalBuffer]) -> int:
+        """Footprint = every `__local__` buffer of the program (an upper bound on the live set) + the
+        arch's stack reserve; a config over the per-core LM is refused with the buffer listing, at the
+        source line of the largest buffer's value."""
+        total = sum(b.nbytes for b in buffers)
+        a = self.arch
+        if total + a.lm_stack_reserve > a.lm_bytes_per_core:
+            listing = "\n".join(f"  __local__ {b.name}: {b.nbytes} bytes" for b in buffers)
+            largest = max(buffers, key=lambda b: b.nbytes)
+            raise LMBudgetError.at(
+                largest.value.loc if largest.value is not None else None,
+                f"this config needs {total} bytes of LM tile buffers + {a.lm_stack_reserve} "
+                f"bytes stack reserve = {total + a.lm_stack_reserve} bytes per core, over {a.name}'s "
+                f"{a.lm_bytes_per_core} bytes of local memory per core. Buffers:\n{listing}\n"
+                "Use smaller BLOCK sizes.", kernel=fn.name)
+        return total
+
+    def render(self, fn: Function, policy: str) -> tuple[str, list[LocalBuffer]]:
+        """(the .xpu source, the LM buffers one program declares)."""
+        for p in fn.params:
+            if p.type.dtype is D.int64:
+                raise CompilationError(
+                    f"argument '{p.name}' is a 64-bit integer; the kunlun target uses 32-bit "
+                    "index arithmetic (device `long` and `void*` are 4 bytes): pass sizes and offsets < 2**31, "
+                    "or split the tensor", kernel=fn.name)
+        for op in fn.walk():
+            for v in list(op.results) + list(op.operands):
+                if v.dtype is D.float64:
+                    raise CompilationError.at(op.loc, "the kunlun target has no fp64 (software-only on xpu2, "
+                                              "absent on xpu3); compute in float32", kernel=fn.name)
+        check_int64_feeds_addresses(fn)
+        low = KunlunLowering(fn, self.dialect, policy)
+        body = low.lower()
+        lm = self.check_lm(fn, low.local_buffers)
+        params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
+                  for p in fn.params]
+        src = _ENV.get_template("kernel.xpu.j2").render(
+            name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm)
+        return src, list(low.local_buffers)

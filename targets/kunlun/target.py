@@ -1,0 +1,89 @@
+"""The kunlun Target: `.xpu` from the codegen package, built by the build package (XTDK, or the
+host emulation), launched by runtime/launcher.py, tuned offline by the tune package."""
+from __future__ import annotations
+
+import collections
+import os
+
+from compiler.ir import Function
+from compiler.numerics import current_policy
+from compiler.target import INT32_MAX, Caps, Target
+from compiler.version import package_source_hash
+
+from .arch import get_arch
+from .build import toolchain
+from .codegen.renderer import KunlunRenderer
+from .runtime.launcher import KunlunLauncher, check_tensor
+from .tune import cost_model
+
+_HERE = os.path.dirname(__file__)
+
+
+class KunlunTarget(Target):
+    device_type = "cpu"          # host emulation: tensors live on the host
+    source_suffix = ".xpu"
+    fast_software_math = False   # fast policy: the target's own math library
+
+    def __init__(self, arch: str | None = None):
+        self.arch = get_arch(arch)
+        self.name = f"kunlun:{self.arch.name}"
+        # 32-bit program ids and indices; tiles in the LM budget; emulated timings mean nothing
+        self.caps = Caps(local_memory_bytes=self.arch.lm_budget, index_bits=32, measurable=False,
+                         max_programs=INT32_MAX)
+        self.renderer = KunlunRenderer(self.arch)
+        self._fingerprint = None
+        # source -> LM buffers, for what was rendered lately (render_only probes read it back)
+        self._rendered: collections.OrderedDict[str, list] = collections.OrderedDict()
+
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = {"target": self.name, **toolchain.fingerprint(self.arch),
+                                 "source": package_source_hash(_HERE),
+                                 "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+        return self._fingerprint
+
+    def estimate(self, spec, config: dict, shape: dict) -> float:
+        """Estimated seconds of a library op call (tune/cost_model.py); the autotuner ranks by it
+        and labels every decision "estimated". A config over the LM budget raises LMBudgetError."""
+        return cost_model.estimate(self, spec, config, shape, current_policy())
+
+    def check_tensor(self, kernel_name, arg_name, t) -> None:
+        check_tensor(kernel_name, arg_name, t)
+
+    def render(self, fn: Function) -> str:
+        src, buffers = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        self._rendered[src] = buffers
+        while len(self._rendered) > 256:
+            self._rendered.popitem(last=False)
+        return src
+
+    def lm_buffers(self, fn: Function) -> list:
+        """The LM buffers one program of `fn` declares (raises LMBudgetError over budget)."""
+        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))[1]
+
+    def footprint(self, source: str) -> int:
+        """Bytes of LM tile buffers of a program this target rendered lately (from its renderer's record)."""
+        return sum(b.nbytes for b in self._rendered[source])
+
+    def inspect_extras(self, fn: Function) -> dict[str, str]:
+        """For `python -m compiler.inspect`: the LM footprint of one program, buffer by buffer."""
+        buffers = self.lm_buffers(fn)
+        total = sum(b.nbytes for b in buffers)
+        a = self.arch
+        lines = [f"__local__ {b.name}: {b.nbytes} bytes" for b in buffers]
+        lines.append(f"total {total} bytes of tile buffers + {a.lm_stack_reserve} stack reserve = "
+                     f"{total + a.lm_stack_reserve} of {a.lm_bytes_per_core} bytes per core ({a.name})")
+        return {f"LM footprint ({self.name})": "\n".join(lines)}
+
+    def build(self, fn: Function, source: str, out_dir) -> dict:
+        src = os.path.join(out_dir, "kernel.xpu")
+        with open(src, "w") as f:
+            f.write(source)
+        mode = toolchain.build(self.arch, src, str(out_dir))
+        return {"kernel": fn.name, "entry": "tj_launch", "target": self.name, "mode": mode,
+                "fingerprint": self.fingerprint(), "params": [(p.name, p.type.dtype.name) for p in fn.params]}
+
+    def load(self, fn: Function, entry, arg_indices: list[int], cache) -> KunlunLauncher:
+        return KunlunLauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
+                              [p.name for p in fn.params], arg_indices, self.caps,
+                              emulation=self.fingerprint()["mode"] == "emulation")
