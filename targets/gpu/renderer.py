@@ -114,9 +114,7 @@ class _Emitter:
         return self.names[id(v)]
 
     def err(self, op: Op, msg: str) -> CompilationError:
-        loc = op.loc
-        return CompilationError(f"gpu target: {msg}", kernel=self.fn.name,
-                                filename=loc.filename if loc else None, lineno=loc.lineno if loc else None)
+        return CompilationError.at(op.loc, f"gpu target: {msg}", kernel=self.fn.name)
 
     # -- operands --------------------------------------------------------------------------------
     def typed(self, v: Value) -> _Arg:
