@@ -94,6 +94,9 @@ class OpSpec:
     strict_fixed  params that fix a summation order: in the strict policy one value on every
                   target (then clamped like any block size), so strict bits agree across targets
     bit_neutral   params that never change a result bit (they only group work into programs)
+    follows       {param: batch dim}: a param that may follow a batch-like dim (shrink to its next
+                  power of two) on targets that declare it bit-neutral (`Caps.bit_neutral`): there
+                  it cannot change a bit, so small batches need not run large blocks
     """
 
     name: str
@@ -111,6 +114,7 @@ class OpSpec:
     strict_fixed: dict = dataclasses.field(default_factory=dict)
     bit_neutral: frozenset = frozenset()
     spaces: dict = dataclasses.field(default_factory=dict)
+    follows: dict = dataclasses.field(default_factory=dict)
 
     # -- keys -------------------------------------------------------------------------------------
     def key_of(self, **dims) -> dict:
@@ -134,19 +138,24 @@ class OpSpec:
         d = self.defaults.get(caps.tile_class, self.defaults["cache"])
         return dict(d(dims) if callable(d) else d)
 
-    def launched(self, config: dict, dims: dict, policy: str) -> dict:
-        """The config a call launches: strict's fixed order parameters, then the clamps."""
+    def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> dict:
+        """The config a call launches: strict's fixed order parameters, then the clamps, then the
+        params that follow a batch dim where the target declares them bit-neutral (`neutral`)."""
         cfg = dict(config)
         if policy == "strict":
             cfg.update(self.strict_fixed)
-        return self.clamp(cfg, dims)
+        cfg = self.clamp(cfg, dims)
+        for param, dim in self.follows.items():
+            if param in neutral and param in cfg and dims.get(dim) is not None:
+                cfg[param] = min(cfg[param], npow2(max(1, dims[dim])))
+        return cfg
 
     def effective(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> tuple[dict, str | None]:
         """(the config launched for candidate `config`, why the candidate is pruned or None). A
         candidate is pruned when a parameter that can change result bits would not run as given
         (it runs as a smaller candidate, measured on its own); bit-neutral parameters (the op's
         and the target's `neutral`) may follow the shape."""
-        eff = self.launched(config, dims, policy)
+        eff = self.launched(config, dims, policy, neutral)
         for k, v in config.items():
             if eff.get(k) == v or k in self.bit_neutral or k in neutral:
                 continue

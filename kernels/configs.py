@@ -50,7 +50,7 @@ def select(spec: OpSpec, target=None, **dims) -> dict:
     cfg = _memo.get(key)
     if cfg is None:
         found = decisions.lookup_or_default(spec.name, tgt, policy, spec.shape_key(**dims)) if tuned else None
-        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy)
+        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = cfg

@@ -118,7 +118,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         out.copy_(_epilogue(torch.zeros(out_shape, dtype=torch.float64, device=a.device), bias, activation))
         return out
     _, szc, _, _, scm, scn = _batch_view(out)
-    cfg = dict(config) if config else select(SPEC, None, N=N, K=K)
+    cfg = dict(config) if config else select(SPEC, None, N=N, K=K, M=M)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
@@ -193,7 +193,7 @@ SPEC = OpSpec(
         "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
     },
     clamp=_clamp,
-    dims_of=lambda s: {"N": s["N"], "K": s["K"]},
+    dims_of=lambda s: {"N": s["N"], "K": s["K"], "M": s["M"]},
     problem=_problem,
     describe=lambda s: f"{s['M']}x{s['N']}x{s['K']}",
     probe=_probe,
@@ -202,6 +202,9 @@ SPEC = OpSpec(
                  {"label": "prefill kv-proj (8 kv heads)", "M": 128, "N": 1024, "K": 4096},
                  {"label": "small", "M": 64, "N": 256, "K": 256}),
     quick_shapes=({"label": "tiny", "M": 16, "N": 64, "K": 32},),
+    # where a target declares BLOCK_M bit-neutral (cpu: every element of C is one ascending-k fma
+    # chain whatever BLOCK_M is), a small M runs small row blocks
+    follows={"BLOCK_M": "M"},
 )
 SPECS = (SPEC,)
 

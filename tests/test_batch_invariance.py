@@ -57,6 +57,27 @@ def test_matmul_rows_of_a(policy, dtype, bias, activation):
     assert_rows_invariant(lambda a: matmul(a, B, bias=b, activation=activation), A)
 
 
+@pytest.mark.parametrize("dtype,bias,activation", [(F32, False, None), (BF16, True, "gelu")], ids=str)
+def test_cpu_declares_block_m_bit_neutral_and_proves_it(policy, dtype, bias, activation):
+    """The cpu target's Caps declare matmul's BLOCK_M bit-neutral (each element of C is one
+    ascending-k fma chain whatever the row block), so BLOCK_M may follow M there: every BLOCK_M
+    gives the same bits, and config_for shrinks it for small M on cpu only."""
+    import kernels
+    from compiler import get_target
+    M, K, N = 37, 129, 100
+    A, B = randn(M, K, dtype=dtype, seed=4), randn(K, N, dtype=dtype, seed=5)
+    b = randn(N, dtype=dtype, seed=6) if bias else None
+    base = kernels.config_for("matmul", "cpu", N=N, K=K)
+    outs = [matmul(A, B, bias=b, activation=activation, config={**base, "BLOCK_M": bm})
+            for bm in (1, 2, 4, 8, 16, 32, 64, 128)]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert "BLOCK_M" in get_target("cpu").caps.bit_neutral
+    assert kernels.config_for("matmul", "cpu", M=2, N=N, K=K)["BLOCK_M"] == 2
+    assert kernels.config_for("matmul", "cpu", M=1000, N=N, K=K)["BLOCK_M"] == base["BLOCK_M"]
+    for other in ("gpu:sm_90", "kunlun:xpu2"):   # no such declaration: BLOCK_M stays put
+        assert kernels.config_for("matmul", other, M=2, N=N, K=K) == kernels.config_for("matmul", other, N=N, K=K)
+
+
 def test_matmul_batched_3d_slices(policy):
     # batch element z of a 3-D matmul equals the 2-D matmul of that slice
     A, B = randn(4, 33, 129, seed=4), randn(4, 129, 20, seed=5)

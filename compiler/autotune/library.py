@@ -51,7 +51,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     dims = spec.dims_of(shape)
     skey = spec.shape_key(**dims)
     space = [dict(c) for c in (ctx["spaces"] or {}).get(spec.name) or spec.candidates(tgt.caps)]
-    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy)
+    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
     prob = spec.problem(shape) if runnable else None
     ref = prob.ref() if runnable else None
     key = DecisionKey(spec.name, tgt.name, ctx["fp"], policy, skey, spec.key_of(**dims))
