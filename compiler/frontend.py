@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import inspect
 import os
 import textwrap
@@ -20,6 +21,7 @@ from . import dtypes as D
 from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
+from .frontend_flow import FlowMixin, _Return
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -42,11 +44,6 @@ class ArgSpec:
     value: object = None      # the constexpr's value
     dtype: D.dtype | None = None
     hints: dict | None = None
-
-
-class _Return(Exception):
-    def __init__(self, value):
-        self.value = value
 
 
 @lru_cache(maxsize=None)
@@ -82,7 +79,7 @@ def constexpr_params(fn) -> set[str]:
     return {a.arg for a in fdef.args.args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
 
 
-class FunctionVisitor(ast.NodeVisitor):
+class FunctionVisitor(FlowMixin, ast.NodeVisitor):
     """Walks one function body (a kernel, or a helper being inlined) with a shared builder."""
 
     def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0):
@@ -99,7 +96,9 @@ class FunctionVisitor(ast.NodeVisitor):
                     self.globals[name] = cell.cell_contents
                 except ValueError:
                     pass
-        self.loop_depth = 0
+        self.loop_depth = 0     # run-time loops around the statement being walked
+        self.static_depth = 0   # tl.static_range loops around it
+        self.gone: dict[str, str] = {}   # names no longer defined, and why
 
     # -- errors and locations ---------------------------------------------------------------
     def _lineno(self, node) -> int:
@@ -147,10 +146,6 @@ class FunctionVisitor(ast.NodeVisitor):
             return r.value
         return None
 
-    def visit_stmts(self, stmts):
-        for s in stmts:
-            self.visit(s)
-
     # -- statements -------------------------------------------------------------------------
     def visit_Expr(self, node):
         self.visit(node.value)
@@ -188,18 +183,6 @@ class FunctionVisitor(ast.NodeVisitor):
             raise self.error(target, "assignment target must be a name or a tuple of names "
                                      "(use tl.store to write memory)")
 
-    def visit_Return(self, node):
-        if self.loop_depth:
-            raise self.error(node, "'return' inside a loop is not supported")
-        raise _Return(self.visit(node.value) if node.value is not None else None)
-
-    def visit_If(self, node):
-        cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node.test, "'if' on a tensor value is not supported: the condition must be a "
-                                        "tl.constexpr (use tl.where, or a mask, for run-time choices)")
-        self.visit_stmts(node.body if cond else node.orelse)
-
     def visit_Assert(self, node):
         cond = self.visit(node.test)
         if isinstance(cond, Tile):
@@ -208,100 +191,6 @@ class FunctionVisitor(ast.NodeVisitor):
         if not cond:
             msg = self.visit(node.msg) if node.msg is not None else "assertion failed"
             raise self.error(node, str(msg))
-
-    def visit_For(self, node):
-        if node.orelse:
-            raise self.error(node, "'for ... else' is not supported")
-        it = node.iter
-        if not isinstance(it, ast.Call):
-            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
-        func = self.visit(it.func)
-        args = [self.visit(a) for a in it.args]
-        kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
-        if func is lang.static_range or getattr(func, "__name__", "") == "static_range":
-            sr = lang.static_range(*args, **{k: v for k, v in kwargs.items() if k == "step"})
-            for v in (sr.start, sr.stop, sr.step):
-                if not isinstance(v, int):
-                    raise self.error(it, "tl.static_range bounds must be constexpr ints")
-            if not isinstance(node.target, ast.Name):
-                raise self.error(node.target, "loop variable must be a plain name")
-            for i in range(sr.start, sr.stop, sr.step):
-                self.scope[node.target.id] = i
-                self.visit_stmts(node.body)
-            return
-        if func is not range and getattr(func, "__name__", "") != "range":
-            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
-        if kwargs:
-            args += [kwargs[k] for k in ("step",) if k in kwargs]
-        if not 1 <= len(args) <= 3:
-            raise self.error(it, "range takes 1 to 3 arguments")
-        lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-        if isinstance(step, int) and step == 0:
-            raise self.error(it, "range step must not be zero")
-        if not isinstance(node.target, ast.Name):
-            raise self.error(node.target, "loop variable must be a plain name")
-        self._runtime_loop(node, lb, ub, step)
-
-    def _runtime_loop(self, node, lb, ub, step):
-        b = self.builder
-        for v in (lb, ub, step):
-            if isinstance(v, Tile) and (v.shape or not v.dtype.is_int() or v.dtype.is_bool()):
-                raise self.error(node.iter, "range bounds must be integer scalars")
-            if not isinstance(v, (Tile, int)) or isinstance(v, bool):
-                raise self.error(node.iter, f"range bounds must be integers, got {v!r}")
-        iv_dt = D.int64 if any(isinstance(v, Tile) and v.dtype is D.int64 for v in (lb, ub, step)) else D.int32
-        bounds = [b.cast(b.to_tile(v, iv_dt), iv_dt) for v in (lb, ub, step)]
-        assigned = _assigned_names(node.body)
-        carried = [n for n in sorted(assigned) if n in self.scope
-                   and isinstance(self.scope[n], (Tile, int, float)) and n != node.target.id]
-        inits = {}
-        for n in carried:
-            v = self.scope[n]
-            inits[n] = v if isinstance(v, Tile) else b.to_tile(v)
-        outer_block, outer_scope = b.block, dict(self.scope)
-        for _attempt in range(3):
-            body = Block([Value(TileType(iv_dt))] + [Value(inits[n].type) for n in carried])
-            self.scope = dict(outer_scope)
-            self.scope[node.target.id] = Tile(body.args[0])
-            for n, arg in zip(carried, body.args[1:]):
-                self.scope[n] = Tile(arg)
-            b.block = body
-            self.loop_depth += 1
-            try:
-                self.visit_stmts(node.body)
-            finally:
-                self.loop_depth -= 1
-                b.block = outer_block
-            new = {}
-            retry = False
-            for n in carried:
-                y = self.scope.get(n)
-                if not isinstance(y, Tile):
-                    b.block = body
-                    y = b.to_tile(y, inits[n].dtype)
-                    b.block = outer_block
-                if y.shape != inits[n].shape:
-                    raise self.error(node, f"loop-carried '{n}' changes shape from {list(inits[n].shape)} "
-                                           f"to {list(y.shape)} in the loop body; initialise it with that "
-                                           f"shape before the loop (e.g. tl.zeros({list(y.shape)}, ...))")
-                if y.dtype is not inits[n].dtype:
-                    b.block = outer_block
-                    inits[n] = b.cast(inits[n], D.promote(inits[n].dtype, y.dtype))
-                    retry = True
-                new[n] = y
-            if not retry:
-                break
-        else:
-            raise self.error(node, "could not settle the types of the loop-carried values")
-        b.block = body
-        b.op("yield", [b.cast(new[n], inits[n].dtype) for n in carried])
-        b.block = outer_block
-        results = b.op("for", bounds + [inits[n] for n in carried], blocks=[body])
-        self.scope = outer_scope
-        for n, r in zip(carried, results):
-            self.scope[n] = r
-        for n in assigned - set(carried):
-            self.scope.pop(n, None)   # body-local values do not exist after the loop
 
     # -- expressions ------------------------------------------------------------------------
     def visit_Constant(self, node):
@@ -331,8 +220,9 @@ class FunctionVisitor(ast.NodeVisitor):
             return _map_global(self.globals[name])
         if name in _PY_BUILTINS:
             return _PY_BUILTINS[name]
-        raise self.error(node, f"name '{name}' is not defined"
-                               + (" here (it was assigned only inside a loop body)" if self.loop_depth == 0 else ""))
+        why = self.gone.get(name)
+        hint = f" here ({why})" if why else _did_you_mean(name, list(self.scope) + list(self.globals))
+        raise self.error(node, f"name '{name}' is not defined{hint}")
 
     def visit_Attribute(self, node):
         base = self.visit(node.value)
@@ -434,25 +324,6 @@ class FunctionVisitor(ast.NodeVisitor):
             return (a is b) if name == "is" else (a is not b)
         return self._binary(name, a, b)
 
-    def visit_BoolOp(self, node):
-        vals = []
-        for v in node.values:
-            x = self.visit(v)
-            if isinstance(x, Tile):
-                raise self.error(node, "'and'/'or' on tensors is not supported; use '&' and '|'")
-            vals.append(x)
-            if isinstance(node.op, ast.And) and not x:
-                return x
-            if isinstance(node.op, ast.Or) and x:
-                return x
-        return vals[-1]
-
-    def visit_IfExp(self, node):
-        cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node, "conditional expression on a tensor: use tl.where(cond, a, b)")
-        return self.visit(node.body if cond else node.orelse)
-
     def visit_Call(self, node):
         func = self.visit(node.func)
         args = []
@@ -506,13 +377,9 @@ class FunctionVisitor(ast.NodeVisitor):
         return result
 
 
-def _assigned_names(stmts) -> set[str]:
-    out = set()
-    for s in stmts:
-        for n in ast.walk(s):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                out.add(n.id)
-    return out
+def _did_you_mean(name: str, candidates, prefix: str = "") -> str:
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
 
 
 def _map_global(obj):

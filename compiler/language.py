@@ -41,6 +41,46 @@ class static_range:
         self.step = step
 
 
+class tensor:
+    """The type of tile values, for annotations (`-> tl.tensor`, `x: tl.tensor`); a kernel never
+    constructs one, and annotations are not checked."""
+
+
+# loop options of tl.range, accepted for Triton compatibility: the gpu target forwards them to
+# Triton's own tl.range, the C targets have no use for them
+RANGE_OPTIONS = ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
+                 "warp_specialize", "disable_licm")
+
+
+class range:  # noqa: A001 - spelled as in triton.language
+    """`for i in tl.range(start, stop, step, num_stages=..., ...)`: a run-time loop, as `range`.
+
+    The loop options (num_stages, loop_unroll_factor, disallow_acc_multi_buffer, flatten,
+    warp_specialize, disable_licm) must be constexprs; the gpu target passes them on to Triton,
+    the cpu and kunlun targets ignore them.
+    """
+
+    def __init__(self, arg1, arg2=None, step=None, **options):
+        self.args, self.options = (arg1, arg2, step), options
+
+
+def range_options(kwargs: dict) -> dict:
+    """The loop options among `kwargs` (tl.range's keywords), checked; the frontend's helper."""
+    out = {}
+    for k, v in kwargs.items():
+        if k == "step":
+            continue
+        if k not in RANGE_OPTIONS:
+            raise TypeError(f"tl.range() got an unexpected keyword argument '{k}' (loop options: "
+                            f"{', '.join(RANGE_OPTIONS)})")
+        if v is None or v is False:
+            continue
+        if not isinstance(v, (bool, int)):
+            raise TypeError(f"tl.range option {k} must be a constexpr int or bool, got {v!r}")
+        out[k] = v
+    return out
+
+
 BUILTINS: dict[str, object] = {}
 
 

@@ -6,7 +6,12 @@ Kinds drive generic code in passes and renderers:
 - "elementwise": result element i depends on operand elements i (same shape everywhere);
 - "view": re-indexes one operand (broadcast, expand_dims, trans) without computing;
 - "source": makes a value from attributes only (const, arange, program_id, num_programs);
-- "memory": load / store; "reduce"; "dot"; "control": for / yield.
+- "memory": load / store; "reduce"; "dot"; "control": for / while / if / yield.
+Structured control flow: `for` (bounds, then carried initial values; one body block whose args are
+the induction variable and the carried values), `while` (carried initial values; a condition block
+and a body block, both taking the carried values; the condition block yields one int1 scalar, the
+body yields the next carried values), `if` (an int1 scalar; a then and an else block, each yielding
+the op's results, whose types are the attribute `types`).
 Traits:
 - "arith": arithmetic (bool operands are computed as int32);  "compare": gives int1;
 - "bitwise": integer operands only;  "float_only": floating-point operands only;
@@ -229,6 +234,17 @@ def _for(ts, attrs):
     return list(ts[3:])
 
 
+def _while(ts, attrs):
+    return list(ts)
+
+
+def _if(ts, attrs):
+    (c,) = ts
+    if c.dtype is not D.int1 or not c.is_scalar:
+        raise TypeRuleError(f"an 'if' condition must be an int1 scalar, got {c}")
+    return list(attrs.get("types", ()))
+
+
 def _yield(ts, attrs):
     return []
 
@@ -279,6 +295,8 @@ _def("store", "memory", _store, (2, 3), pure=False)
 _def("reduce", "reduce", _reduce, 1)
 _def("dot", "dot", _dot, 3)
 _def("for", "control", _for, (3, None), pure=False)
+_def("while", "control", _while, (0, None), pure=False)
+_def("if", "control", _if, 1, pure=False)
 _def("yield", "control", _yield, (0, None), pure=False)
 
 ARITH = ops_with("arith")

@@ -129,7 +129,7 @@ class ReduceDotLowering:
         """True when the dot's accumulator is a carried value of the innermost loop, read only by
         this dot, and the dot's result is yielded back into the same carried slot."""
         acc, r = op.operands[2], op.results[0]
-        if not self.loop_stack or len(self.uses.get(id(acc), [])) != 1:
+        if not self.loop_stack or self.regions[-1][0] != "loop" or len(self.uses.get(id(acc), [])) != 1:
             return False
         args = self.loop_stack[-1]
         if acc not in args:

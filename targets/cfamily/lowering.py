@@ -22,6 +22,7 @@ from .dialect import CDialect
 from .loops import LoopLowering
 
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
+_MULTI_RESULT = ()
 
 
 def _writes_memory(op: Op) -> bool:
@@ -55,6 +56,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
         self.static_work = 0      # elements touched by one program's loop nests, loops not counted
         self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
+        self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
         self.flag_scopes: list[dict[int, str]] = [{}]
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
         self.uses: dict[int, list[Op]] = {}
@@ -115,7 +117,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
             return True
         if op.name == "load":
             return not self._load_fuses(v)
-        if op.name in ("reduce", "dot", "for"):
+        if op.name in ("reduce", "dot", "for", "while", "if") or op.name in _MULTI_RESULT:
             return True
         if _is_cheap(op):
             return False
@@ -143,7 +145,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
         if len(roots) != 1:
             return False
         root = self.op_by_id.get(next(iter(roots)))
-        if root is None or root.name == "for" or id(root) not in self.position:
+        if root is None or root.name in ("for", "while", "if") or id(root) not in self.position:
             return False
         block, start = self.position[id(v.owner)]
         rblock, end = self.position[id(root)]
@@ -174,7 +176,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
 
     def local_buffer(self, ctype: str, name: str, numel: int, value: Value | None = None) -> str:
         """Declares local array `name` (recorded in `local_buffers`) and returns the name."""
-        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * self.d.ctype_bytes[ctype], value))
+        size = self.d.pointer_bytes if ctype.endswith("*") else self.d.ctype_bytes[ctype]
+        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * size, value))
         self.emit(f"{self.d.local_buffer_decl(ctype, name, numel)};")
         return name
 

@@ -45,6 +45,13 @@ class _Arg:
         self.text, self.literal, self.dtype, self.shape = text, literal, dtype, shape
 
 
+class _Flag:
+    """A name a yield assigns that is no IR value (a while loop's condition)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
 class _Line:
     __slots__ = ("indent", "text", "defs", "uses", "pure")
 
@@ -83,6 +90,9 @@ class _Emitter:
         self.indent = 0
         self.notes: list[str] = []
         self.loops: list[list[Value]] = []     # carried values of the enclosing for ops
+        # scalars that Triton's interpreter holds as Python ints (a loop's induction variable and
+        # integer arithmetic on it): a cast first makes them a tensor
+        self.pyints: set[int] = set()
 
     # -- names -------------------------------------------------------------------------------------
     def _assign_names(self) -> list[str]:
@@ -96,22 +106,18 @@ class _Emitter:
             counter[0] += 1
 
         def walk(block):   # the printer's numbering: for = iv, carried, results, then the body
-            for op in block.ops:
-                if op.name == "for":
-                    body = op.blocks[0]
-                    for a in body.args:
-                        define(a)
-                    for r in op.results:
-                        define(r)
-                    walk(body)
-                else:
-                    for r in op.results:
-                        define(r)
+            for op in block.ops:   # while = both blocks' args, results, blocks; if = results, blocks
+                for a in (a for blk in op.blocks for a in blk.args):
+                    define(a)
+                for r in op.results:
+                    define(r)
+                for blk in op.blocks:
+                    walk(blk)
         walk(self.fn.body)
         return params
 
-    def name(self, v: Value) -> str:
-        return self.names[id(v)]
+    def name(self, v) -> str:
+        return v.name if isinstance(v, _Flag) else self.names[id(v)]
 
     def err(self, op: Op, msg: str) -> CompilationError:
         return CompilationError.at(op.loc, f"gpu target: {msg}", kernel=self.fn.name)
@@ -292,6 +298,9 @@ class _Emitter:
         if name == "neg" and src.is_bool():
             self.assign(r, args[0].text)
             return
+        if not r.shape and name in BINARY and src.is_int() and all(
+                id(v) in self.pyints or id(v) in self.literals for v in op.operands):
+            self.pyints.add(id(r))
         table = BINARY if name in BINARY else UNARY if name in UNARY else TERNARY
         fmt = table[name]
         if self.strict and src.is_floating() and name in STRICT_FLOAT:
@@ -334,7 +343,10 @@ class _Emitter:
 
     def op_cast(self, op: Op) -> None:
         x, r = op.operands[0], op.results[0]
-        self.assign(r, self.cast_expr(self.typed(x).text, x.dtype, r.dtype, self.name(r)))
+        text = self.typed(x).text
+        if id(x) in self.pyints:
+            text = f"tl.full([], {text}, {tl_dtype(x.dtype)})"
+        self.assign(r, self.cast_expr(text, x.dtype, r.dtype, self.name(r)))
 
     def round_from_f32(self, x: str, dst: D.dtype, hint: str) -> str:
         """An fp32 value rounded to nearest even to fp16/bf16."""
@@ -501,7 +513,16 @@ class _Emitter:
         lb, ub, st = (self.literals.get(id(v)) or self.name(v) for v in op.operands[:3])
         for c, init in zip(carried, op.operands[3:]):
             self.emit(f"{self.name(c)} = {self.typed(init).text}")
-        self.emit(f"for {self.name(iv)} in range({lb}, {ub}, {st}):")
+        if id(op.operands[2]) not in self.literals:
+            # a run-time step of 0 runs no iteration, as on the C targets
+            ub, st = f"tl.where({st} == 0, {lb}, {ub})", f"tl.where({st} == 0, 1, {st})"
+        options = op.attrs.get("options")
+        if options:
+            opts = "".join(f", {k}={v!r}" for k, v in sorted(options.items()))
+            self.emit(f"for {self.name(iv)} in tl.range({lb}, {ub}, {st}{opts}):")
+        else:
+            self.emit(f"for {self.name(iv)} in range({lb}, {ub}, {st}):")
+        self.pyints.add(id(iv))
         self.indent += 1
         n_before = len(self.lines)
         self.loops.append(carried)
@@ -514,11 +535,50 @@ class _Emitter:
             self.assign(res, self.name(c))
 
     def op_yield(self, op: Op) -> None:
-        # the enclosing for's carried values take the yielded ones (one tuple assignment: parallel)
+        # the enclosing op's carried values / results take the yielded ones (one tuple assignment:
+        # parallel); a while's condition block yields its condition
         carried = self.loops[-1] if self.loops else []
         if not carried:
             return
         lhs = ", ".join(self.name(c) for c in carried)
         rhs = ", ".join(self.typed(v).text for v in op.operands)
         self.emit(f"{lhs} = {rhs}")
+
+    def _sub_block(self, block, targets) -> None:
+        self.indent += 1
+        n_before = len(self.lines)
+        self.loops.append(targets)
+        self.block(block)
+        self.loops.pop()
+        if len(self.lines) == n_before:
+            self.emit("pass")
+        self.indent -= 1
+
+    def op_if(self, op: Op) -> None:
+        self.emit(f"if {self.name(op.operands[0])}:")
+        self._sub_block(op.blocks[0], op.results)
+        self.emit("else:")
+        self._sub_block(op.blocks[1], op.results)
+
+    def op_while(self, op: Op) -> None:
+        """The condition block is rendered before the loop and again at the end of the body,
+        into one name the `while` tests (Triton carries it like every name the body assigns)."""
+        cond, body = op.blocks
+        for c, init in zip(cond.args, op.operands):
+            self.emit(f"{self.name(c)} = {self.typed(init).text}")
+        flag = f"{self.name(op.results[0]) if op.results else 'w' + str(len(self.lines))}_cond"
+        self.loops.append([_Flag(flag)])
+        self.block(cond)
+        self.emit(f"while {flag}:")
+        self.indent += 1
+        for a, c in zip(body.args, cond.args):
+            self.emit(f"{self.name(a)} = {self.name(c)}", defs=[self.name(a)], pure=True)
+        self.loops.append(cond.args)
+        self.block(body)
+        self.loops.pop()
+        self.block(cond)
+        self.loops.pop()
+        self.indent -= 1
+        for c, res in zip(cond.args, op.results):
+            self.assign(res, self.name(c))
 

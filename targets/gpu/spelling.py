@@ -41,7 +41,7 @@ ROUNDING = ROUNDS
 BF16_EXACT = {"neg", "abs", "floor", "ceil", "max", "min"} | COMPARE
 # ops rendered by a method rather than a table entry
 SPECIAL = {"const", "arange", "program_id", "num_programs", "cast", "bitcast", "broadcast", "expand_dims",
-           "trans", "load", "store", "reduce", "dot", "for", "yield"}
+           "trans", "load", "store", "reduce", "dot", "for", "while", "if", "yield"}
 # every op of compiler.ir.ops.OPS is covered here or rejected with a reason (a test checks it)
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | SPECIAL
 REJECTED: dict[str, str] = {}
