@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import difflib
 import inspect
 import os
 import textwrap
@@ -22,6 +21,7 @@ from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
+from .frontend_names import BoundMethod, did_you_mean, map_global, other_attr, tile_attr
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -217,37 +217,18 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.globals:
-            return _map_global(self.globals[name])
+            return map_global(self.globals[name])
         if name in _PY_BUILTINS:
             return _PY_BUILTINS[name]
         why = self.gone.get(name)
-        hint = f" here ({why})" if why else _did_you_mean(name, list(self.scope) + list(self.globals))
+        hint = f" here ({why})" if why else did_you_mean(name, list(self.scope) + list(self.globals))
         raise self.error(node, f"name '{name}' is not defined{hint}")
 
     def visit_Attribute(self, node):
         base = self.visit(node.value)
-        attr = node.attr
         if isinstance(base, Tile):
-            if attr == "dtype":
-                return base.dtype
-            if attr == "shape":
-                return base.shape
-            if attr == "T":
-                return self.builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
-            if attr in _TILE_METHODS:
-                return _BoundMethod(base, attr)
-            raise self.error(node, f"tensor values have no attribute '{attr}'")
-        if isinstance(base, D.dtype):
-            if attr == "element_ty" and base.is_ptr():
-                return base.element_ty
-            if attr in ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name"):
-                return getattr(base, attr)
-            raise self.error(node, f"dtype has no attribute '{attr}'")
-        if base is lang:
-            if not hasattr(lang, attr) or getattr(lang, attr) is None:
-                raise self.error(node, f"tl.{attr} is not part of the tile language subset")
-            return getattr(lang, attr)
-        return _map_global(getattr(base, attr))
+            return tile_attr(self.builder, base, node.attr)
+        return other_attr(self.builder, base, node.attr)
 
     def visit_Subscript(self, node):
         base = self.visit(node.value)
@@ -284,10 +265,23 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
                 raise SemanticError(f"unsupported operator {name}")
             return fold_python_binary(name, a, b)
         if name == "pow":
-            raise SemanticError("'**' on tensors is not supported; use tl.exp2(y * tl.log2(x)) or repeated '*'")
+            return self._power(a, b)
         if name not in PY_BINARY:
             raise SemanticError(f"unsupported operator {name}")
         return self.builder.binary(name, a, b)
+
+    def _power(self, a, b):
+        """`x ** n` for a constexpr int 0 <= n <= 16: repeated multiplication, left to right (exact as
+        written); any other exponent: tl.pow (floats)."""
+        if isinstance(a, Tile) and isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 16:
+            if b == 0:
+                return self.builder.broadcast_to(self.builder.const(1, a.dtype), a.shape)
+            r = a
+            for _ in range(b - 1):
+                r = self.builder.binary("mul", r, a)
+            return r
+        from .builtins_tiles import HANDLERS  # noqa: PLC0415
+        return HANDLERS["pow"](self.builder, "pow", {"x": a, "y": b})
 
     def visit_UnaryOp(self, node):
         v = self.visit(node.operand)
@@ -335,7 +329,7 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         kwargs = {k.arg: self.visit(k.value) for k in node.keywords}
         args = [a.value if isinstance(a, lang.constexpr) else a for a in args]
         kwargs = {k: (v.value if isinstance(v, lang.constexpr) else v) for k, v in kwargs.items()}
-        if isinstance(func, _BoundMethod):
+        if isinstance(func, BoundMethod):
             return func.call(self, node, args, kwargs)
         name = getattr(func, "__tilejit_builtin__", None)
         if name is not None:
@@ -377,50 +371,6 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         return result
 
 
-def _did_you_mean(name: str, candidates, prefix: str = "") -> str:
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
-
-
-def _map_global(obj):
-    """Maps Triton's language objects onto ours, so Triton kernels compile unchanged."""
-    if isinstance(obj, types.ModuleType):
-        if obj is lang or obj.__name__ in ("triton.language", "triton.language.core"):
-            return lang
-        return obj
-    if isinstance(obj, lang.constexpr):
-        return obj.value
-    mod = getattr(type(obj), "__module__", "") or ""
-    if mod.startswith("triton.language"):
-        tname = type(obj).__name__
-        if tname in ("dtype", "pointer_type"):
-            return D.from_name(str(obj))
-        if tname == "constexpr":
-            return obj.value
-    fmod = getattr(obj, "__module__", "") or ""
-    if callable(obj) and fmod.startswith("triton") and getattr(obj, "__name__", None):
-        name = obj.__name__
-        if name in lang.BUILTINS:
-            return lang.BUILTINS[name]
-        if name in ("static_range", "constexpr"):
-            return getattr(lang, name)
-    return obj
-
-
-class _BoundMethod:
-    def __init__(self, tile: Tile, name: str):
-        self.tile, self.name = tile, name
-
-    def call(self, visitor, node, args, kwargs):
-        from .builtins_impl import call_builtin  # noqa: PLC0415
-        if self.name == "to":
-            return call_builtin(visitor, node, "_to", [self.tile] + args, kwargs)
-        return call_builtin(visitor, node, self.name, [self.tile] + args, kwargs)
-
-
-_TILE_METHODS = {"to", "sum", "max", "min", "trans", "expand_dims", "broadcast_to"}
-
-
 def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict) -> Function:
     """Runs the frontend over `fn` for one specialisation and returns the kernel's IR."""
     body = Block()
@@ -429,7 +379,7 @@ def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization
     params = []
     for spec in argspecs:
         if spec.kind == "constexpr":
-            visitor.scope[spec.name] = spec.value
+            visitor.scope[spec.name] = map_global(spec.value)   # e.g. a triton.language dtype
             continue
         ty = TileType(spec.dtype)
         v = Value(ty, name_hint=spec.name)

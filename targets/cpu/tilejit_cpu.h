@@ -79,11 +79,17 @@ template <class To, class From> static inline To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     To y; std::memcpy(&y, &x, sizeof(To)); return y;
 }
-// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`
+// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`, computed on the unsigned
+// distance so that no intermediate overflows; a step of 0 runs no iteration
 template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
-    if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;
-    if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
+    typedef typename std::make_unsigned<T>::type U;
+    if (st > 0 && ub > lb) { U d = (U)ub - (U)lb, s = (U)st; return (T)(d / s + (d % s != 0)); }
+    if (st < 0 && lb > ub) { U d = (U)lb - (U)ub, s = (U)0 - (U)st; return (T)(d / s + (d % s != 0)); }
     return 0;
+}
+// the high 32 bits of the unsigned 64-bit product
+static inline int32_t tj_umulhi(int32_t a, int32_t b) {
+    return (int32_t)(uint32_t)(((uint64_t)(uint32_t)a * (uint64_t)(uint32_t)b) >> 32);
 }
 
 // ---- dot micro-kernel ------------------------------------------------------------------------

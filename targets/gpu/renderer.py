@@ -29,7 +29,7 @@ from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function, Op, Value
 
-from .spelling import (BF16_EXACT, BINARY, COVERED, MAX_NUMEL, NARROW_FLOATS, REJECTED, ROUNDING,  # noqa: F401
+from .spelling import (BF16_EXACT, BINARY, COVERED, EXACT_VIA_F32, MAX_NUMEL, NARROW_FLOATS, REJECTED, ROUNDING,  # noqa: F401
                        STRICT_FLOAT, TERNARY, UNARY, _bshape, _is_pow2, param_names, tl_dtype,
                        triton_signature_type)
 
@@ -305,7 +305,8 @@ class _Emitter:
         fmt = table[name]
         if self.strict and src.is_floating() and name in STRICT_FLOAT:
             fmt = STRICT_FLOAT[name]
-        wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT)
+        wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT) \
+            or (src in NARROW_FLOATS and name in EXACT_VIA_F32)
         if wide:
             texts = [a.text if a.literal or a.dtype is not src else f"{a.text}.to(tl.float32)" for a in args]
             expr = fmt.format(*texts)

@@ -89,10 +89,20 @@ template <class To, class From> TJ_DEV To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     union { From f; To t; } c; c.f = x; return c.t;
 }
+// trip count on the unsigned distance (no intermediate overflows); a step of 0 runs no iteration
 template <class T> TJ_DEV T tj_trip_count(T lb, T ub, T st) {
-    if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;
-    if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
+    typedef typename tj_lim<T>::U U;
+    if (st > 0 && ub > lb) { U d = (U)ub - (U)lb, s = (U)st; return (T)(d / s + (d % s != 0)); }
+    if (st < 0 && lb > ub) { U d = (U)lb - (U)ub, s = (U)0 - (U)st; return (T)(d / s + (d % s != 0)); }
     return 0;
+}
+// the high 32 bits of the unsigned 64-bit product, from 16-bit halves (no 64-bit integers here)
+TJ_DEV int32_t tj_umulhi(int32_t a, int32_t b) {
+    uint32_t x = (uint32_t)a, y = (uint32_t)b;
+    uint32_t xl = x & 0xffffu, xh = x >> 16, yl = y & 0xffffu, yh = y >> 16;
+    uint32_t ll = xl * yl, lh = xl * yh, hl = xh * yl, hh = xh * yh;
+    uint32_t mid = (ll >> 16) + (lh & 0xffffu) + (hl & 0xffffu);
+    return (int32_t)(hh + (lh >> 16) + (hl >> 16) + (mid >> 16));
 }
 
 // ---- row-segment DMA with fp16/bf16 <-> fp32 conversion, no staging buffer -----------------
