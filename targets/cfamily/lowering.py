@@ -21,8 +21,9 @@ from .compute import ReduceDotLowering
 from .dialect import CDialect
 from .loops import LoopLowering
 
-_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
-_MULTI_RESULT = ()
+_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
+          "split"}
+_MULTI_RESULT = ("argreduce", "scan")
 
 
 def _writes_memory(op: Op) -> bool:
@@ -106,7 +107,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
         for u in self.uses.get(id(v), []):
             if u.results and id(u.results[0]) in self.roots and id(u.results[0]) not in self.materialized \
                     and OPS[u.name].kind in ("elementwise", "view") and not u.results[0].type.is_scalar:
-                out |= self.roots[id(u.results[0])]
+                for r in u.results:   # (split has two)
+                    out |= self.roots.get(id(r), set())
             else:
                 out.add(id(u))
         return out
@@ -264,6 +266,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
             for i, p in enumerate(perm):
                 sidx[p] = idx[i]
             return self.ev(op.operands[0], tuple(sidx), nest)
+        if name in ("reshape", "join", "split"):
+            return self._ev_view(op, v, idx, nest)
         if OPS[name].kind == "elementwise":
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
@@ -273,6 +277,20 @@ class CLowering(ReduceDotLowering, LoopLowering):
                 val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
             return val
         raise CompilationError(f"internal: op '{name}' cannot be evaluated per element")
+
+    def _ev_view(self, op: Op, v: Value, idx, nest) -> str:
+        src = op.operands[0]
+        if op.name == "split":   # result k is element k of the last axis
+            return self.ev(src, tuple(idx) + (str(op.results.index(v)),), nest)
+        if op.name == "join":
+            a, b = (self.ev(o, tuple(idx[:-1]), nest) for o in op.operands)
+            return f"({idx[-1]} == 0 ? {a} : {b})"
+        lin = self.linear(idx, v.shape)   # reshape: the same row-major position in the source
+        sidx, stride = [], 1
+        for n in reversed(src.shape):
+            sidx.append("0" if n == 1 else f"(({lin}) / {stride} % {n})" if stride > 1 else f"(({lin}) % {n})")
+            stride *= n
+        return self.ev(src, tuple(reversed(sidx)), nest)
 
     # -- statements -----------------------------------------------------------------------------
     def lower(self) -> str:

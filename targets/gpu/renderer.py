@@ -281,6 +281,17 @@ class _Emitter:
         else:
             self.assign(r, f"tl.permute({self.typed(x).text}, {perm})")
 
+    def op_reshape(self, op: Op) -> None:
+        self.assign(op.results[0], f"tl.reshape({self.typed(op.operands[0]).text}, {list(op.results[0].shape)})")
+
+    def op_join(self, op: Op) -> None:
+        a, b = (self.typed(v).text for v in op.operands)
+        self.assign(op.results[0], f"tl.join({a}, {b})")
+
+    def op_split(self, op: Op) -> None:
+        lo, hi = (self.name(r) for r in op.results)
+        self.emit(f"{lo}, {hi} = tl.split({self.typed(op.operands[0]).text})", defs=[lo, hi], pure=True)
+
     # -- elementwise --------------------------------------------------------------------------------
     def op_elementwise(self, op: Op) -> None:
         name, r = op.name, op.results[0]
@@ -459,6 +470,43 @@ class _Emitter:
             # one element left: a reduction of a single element returns it unchanged
             res = f"tl.max({t}, axis=0)" if not acc_t.is_bool() else f"tl.max({t}.to(tl.int32), axis=0) != 0"
         self.assign(r, f"{res}.to({tl_dtype(back)})" if back is not None else res)
+
+    def op_argreduce(self, op: Op) -> None:
+        """Triton's max/min with indices, ties to the lowest index (bf16 compared in fp32: exact)."""
+        x = op.operands[0]
+        rv, ri = op.results
+        xs = self.typed(x).text
+        if x.dtype is D.bfloat16:
+            xs = f"{xs}.to(tl.float32)"
+        v, i = self.name(rv), self.name(ri)
+        self.emit(f"{v}_x, {i} = tl.{op.attrs['kind']}({xs}, axis={op.attrs['axis']}, return_indices=True, "
+                  "return_indices_tie_break_left=True)", defs=[f"{v}_x", i], pure=True)
+        self.assign(rv, f"{v}_x.to(tl.bfloat16)" if x.dtype is D.bfloat16 else f"{v}_x")
+
+    def op_scan(self, op: Op) -> None:
+        """fast: tl.cumsum. strict: the C targets' order, one element after the other: element i
+        is taken out with a masked sum whose other terms are the exact identity (-0.0 / 0)."""
+        x, r = op.operands[0], op.results[0]
+        axis, rev = op.attrs["axis"], bool(op.attrs.get("reverse"))
+        xs = self.typed(x).text
+        if not self.strict:
+            self.assign(r, f"tl.cumsum({xs}, axis={axis}{', reverse=True' if rev else ''})")
+            return
+        n, ext = self.name(r), x.shape[axis]
+        zero = "-0.0" if r.dtype.is_floating() else "0"
+        kshape = [1] * len(x.shape)
+        kshape[axis] = ext
+        others = [d for k, d in enumerate(x.shape) if k != axis]
+        self.emit(f"# {n} = prefix sums along axis {axis} in index order (strict)")
+        self.emit(f"{n}_t = {xs}")
+        self.emit(f"{n}_k = tl.reshape(tl.arange(0, {ext}), {kshape})")
+        self.emit(f"{n}_acc = tl.full({others}, 0, {tl_dtype(r.dtype)})")
+        self.emit(f"{n} = tl.full({list(x.shape)}, 0, {tl_dtype(r.dtype)})", defs=[n])
+        self.emit(f"for {n}_i in range({ext - 1 if rev else 0}, {-1 if rev else ext}, {-1 if rev else 1}):")
+        self.indent += 1
+        self.emit(f"{n}_acc = {n}_acc + tl.sum(tl.where({n}_k == {n}_i, {n}_t, {zero}), axis={axis})")
+        self.emit(f"{n} = tl.where({n}_k == {n}_i, tl.expand_dims({n}_acc, {axis}), {n})")
+        self.indent -= 1
 
     # -- dot -------------------------------------------------------------------------------------------
     def op_dot(self, op: Op) -> None:
