@@ -8,6 +8,7 @@ from . import dtypes as D
 from . import language as lang
 from .ir.ops import MATH
 from .builtins_common import _const_int, _dtype, _shape
+from .builtins_memory import HANDLERS as _MEMORY_HANDLERS
 from .builtins_random import HANDLERS as _RANDOM_HANDLERS
 from .builtins_tiles import HANDLERS as _TILE_HANDLERS
 from .builtins_tiles import convert
@@ -140,6 +141,7 @@ _HANDLERS = {
 
 _HANDLERS.update(_TILE_HANDLERS)
 _HANDLERS.update(_RANDOM_HANDLERS)
+_HANDLERS.update(_MEMORY_HANDLERS)
 
 
 def call_builtin(visitor, node, name: str, args: list, kwargs: dict):

@@ -185,9 +185,11 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
 
     def visit_Assert(self, node):
         cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node, "'assert' on a tensor value is not supported; use tl.static_assert on "
-                                   "constexprs")
+        if isinstance(cond, Tile):   # a run-time check, as Triton: tl.device_assert
+            from .builtins_memory import device_assert  # noqa: PLC0415
+            msg = self.visit(node.msg) if node.msg is not None else f"assert {ast.unparse(node.test)}"
+            device_assert(self.builder, "device_assert", {"cond": cond, "msg": str(msg), "mask": None})
+            return
         if not cond:
             msg = self.visit(node.msg) if node.msg is not None else "assertion failed"
             raise self.error(node, str(msg))
@@ -331,6 +333,8 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         kwargs = {k: (v.value if isinstance(v, lang.constexpr) else v) for k, v in kwargs.items()}
         if isinstance(func, BoundMethod):
             return func.call(self, node, args, kwargs)
+        if getattr(func, "__tilejit_method__", False):   # a method of a block pointer / descriptor
+            return func.fn(self.builder, *args, **kwargs)
         name = getattr(func, "__tilejit_builtin__", None)
         if name is not None:
             from .builtins_impl import call_builtin  # noqa: PLC0415

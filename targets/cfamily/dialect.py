@@ -170,6 +170,35 @@ class CDialect:
             return x
         return f"tj_bitcast<{self.reg_type(dst)}>({x})"
 
+    # atomics: tj_atomic<kind, conversion>(ptr, val) / tj_atomic_cas<conversion>(ptr, cmp, val) of the
+    # target's header; the conversion says how a register value maps to the memory format
+    atomic_kinds = {"add": 0, "max": 1, "min": 2, "xchg": 3, "and": 4, "or": 5, "xor": 6}
+
+    def atomic(self, kind: str, dt: D.dtype, ptr: str, args: list[str]) -> str:
+        conv = {D.float16: 1, D.bfloat16: 2}.get(dt, 0)
+        if kind == "cas":
+            return f"tj_atomic_cas<{conv}>({ptr}, {', '.join(args)})"
+        return f"tj_atomic<{self.atomic_kinds[kind]}, {conv}>({ptr}, {args[0]})"
+
+    def print_element(self, label: str, idx, value: str, dt: D.dtype, hexa: bool) -> str:
+        from .atomics import c_string  # noqa: PLC0415
+        ids = ", ".join(["%d"] * len(idx)) if idx else ""
+        if dt.is_floating():
+            fmt, val = "%.9g", f"(double)({value})"
+        elif dt.is_ptr():
+            fmt, val = "%p", f"(const void*)({value})"
+        elif dt is D.int64:
+            fmt, val = ("0x%llx", f"(unsigned long long)({value})") if hexa else ("%lld", f"(long long)({value})")
+        else:
+            fmt, val = ("0x%x", f"(unsigned)({value})") if hexa else ("%d", f"(int)({value})")
+        idx_args = "".join(f", (int){i}" for i in idx)
+        return (f'printf("pid (%d, %d, %d) idx ({ids}) %s{fmt}\\n", pid0, pid1, pid2{idx_args}, '
+                f"{c_string(label)}, {val});")
+
+    def assert_fail(self, k: int, msg: str) -> str:
+        from .atomics import c_string  # noqa: PLC0415
+        return f"tj_assert_fail({k}, {c_string(msg)}, pid0, pid1, pid2)"
+
     def load_elem(self, dt: D.dtype, ptr: str) -> str:
         if dt is D.float16:
             return f"tj_h2f(*({ptr}))"

@@ -16,6 +16,7 @@ from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.ops import OPS
 
+from .atomics import AtomicDebugLowering
 from .buffers import LocalBuffer, Nest
 from .compute import ReduceDotLowering
 from .dialect import CDialect
@@ -23,11 +24,11 @@ from .loops import LoopLowering
 
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
           "split"}
-_MULTI_RESULT = ("argreduce", "scan")
+_MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
 
 
 def _writes_memory(op: Op) -> bool:
-    if op.name == "store":
+    if op.name in ("store", "atomic_rmw", "atomic_cas"):
         return True
     return any(_writes_memory(o) for b in op.blocks for o in b.ops)
 
@@ -40,7 +41,7 @@ def _is_cheap(op: Op) -> bool:
     return False
 
 
-class CLowering(ReduceDotLowering, LoopLowering):
+class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
