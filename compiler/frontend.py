@@ -21,7 +21,8 @@ from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
-from .frontend_names import BoundMethod, did_you_mean, map_global, other_attr, tile_attr
+from .frontend_names import (BoundMethod, did_you_mean, map_global, missing_builtin, other_attr, tile_attr,
+                             unsupported)
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -130,9 +131,7 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             raise self.error(node, f"{type(e).__name__}: {e}") from None
 
     def generic_visit(self, node):
-        what = type(node).__name__
-        raise self.error(node, f"unsupported construct '{what}' in a kernel body "
-                               "(see the supported subset in the README)")
+        raise self.error(node, unsupported(node))
 
     # -- entry points ---------------------------------------------------------------------
     def run_body(self):
@@ -355,6 +354,9 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             return func(*args, **kwargs)
         if isinstance(func, types.BuiltinFunctionType) and getattr(func, "__module__", "") == "math":
             return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if (getattr(func, "__module__", "") or "").startswith("triton") and missing_builtin("tl.", name):
+            raise self.error(node, missing_builtin("tl.", name))
         raise self.error(node, f"call to '{ast.unparse(node.func)}' is not supported in a kernel: only tl.* "
                                "builtins, @kernel helper functions and constexpr Python builtins may be called")
 

@@ -243,6 +243,7 @@ class FlowMixin:
         yields = ([], [])
         plan = []
         for name, values in zip(what_names, values_per_item):
+            name = f"'{name}'" if name.isidentifier() else name
             flats = [flatten(v) for v in values]
             la, lb = flats[0][0], flats[1][0]
             if len(la) != len(lb):

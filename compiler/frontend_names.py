@@ -70,6 +70,10 @@ def namespace_attr(base, attr: str):
     """`tl.x`, `tl.math.x`, `libdevice.x`: the object, or a SemanticError naming it with a suggestion."""
     prefix = _NAMESPACE_PREFIX[id(base)]
     v = getattr(base, attr, None)
+    if v is None and base is not lang:   # tl.math.tanh and the like: the builtin of that name
+        v = lang.function_named(attr)
+    if v is None and missing_builtin(prefix, attr):
+        raise SemanticError(missing_builtin(prefix, attr))
     if v is None:
         names = [n for n in dir(base) if not n.startswith("_") and getattr(base, n, None) is not None]
         hint = did_you_mean(attr, names, prefix)
@@ -127,3 +131,63 @@ def other_attr(builder, base, attr: str):
     if is_namespace(base):
         return namespace_attr(base, attr)
     return map_global(getattr(base, attr))
+
+
+# constructs outside the tile language: what to write instead
+UNSUPPORTED = {
+    "Break": "'break' is not supported in a kernel: put the exit test into the loop's condition "
+             "(`while i < n and not done:`) or guard the rest of the body with an `if`",
+    "Continue": "'continue' is not supported in a kernel: guard the rest of the loop body with an `if`",
+    "Try": "'try' is not supported in a kernel: kernels do not raise or catch exceptions "
+           "(tl.static_assert checks constexprs, tl.device_assert run-time values)",
+    "Raise": "'raise' is not supported in a kernel: use tl.static_assert (compile time) or tl.device_assert "
+             "(run time)",
+    "With": "'with' is not supported in a kernel",
+    "Lambda": "lambda is not supported in a kernel: define a helper function at module level (it is inlined)",
+    "FunctionDef": "a function defined inside a kernel is not supported: define it at module level (calls to it "
+                   "are inlined)",
+    "ClassDef": "a class defined inside a kernel is not supported",
+    "ListComp": "comprehensions are not supported in a kernel: write a tl.static_range loop",
+    "SetComp": "comprehensions are not supported in a kernel: write a tl.static_range loop",
+    "DictComp": "comprehensions are not supported in a kernel: write a tl.static_range loop",
+    "GeneratorExp": "generator expressions are not supported in a kernel: write a tl.static_range loop",
+    "Dict": "dict displays are not supported in a kernel: pass constexprs or tuples",
+    "Set": "set displays are not supported in a kernel: use a tuple",
+    "Global": "'global' is not supported in a kernel: kernels read module globals (constexprs) but do not assign them",
+    "Nonlocal": "'nonlocal' is not supported in a kernel",
+    "Delete": "'del' is not supported in a kernel",
+    "NamedExpr": "assignment expressions (:=) are not supported in a kernel: assign on a line of its own",
+    "Await": "'await' is not supported in a kernel", "Yield": "'yield' is not supported in a kernel",
+    "YieldFrom": "'yield from' is not supported in a kernel",
+    "Match": "'match' is not supported in a kernel: use if/elif",
+    "Starred": "'*' unpacking is supported only in call arguments",
+    "AsyncFor": "'async for' is not supported in a kernel", "AsyncWith": "'async with' is not supported in a kernel",
+}
+
+
+def unsupported(node) -> str:
+    what = type(node).__name__
+    return UNSUPPORTED.get(what, f"unsupported construct '{what}' in a kernel body (see the supported subset "
+                                 "in the README)")
+
+
+# Triton builtins this language does not have, and what to use instead
+MISSING_BUILTINS = {
+    "associative_scan": "use tl.cumsum for prefix sums", "reduce": "use tl.sum / tl.max / tl.min / tl.argmax",
+    "sort": "sorting is not supported", "topk": "use tl.max with return_indices repeatedly",
+    "gather": "load with a pointer tile (ptr + index) instead", "histogram": "use tl.atomic_add into a histogram",
+    "flip": "index with a reversed arange instead", "cat": "use tl.join + tl.reshape",
+    "dot_scaled": "use tl.dot on converted operands", "inline_asm_elementwise": "inline assembly is not portable",
+    "map_elementwise": "write the elementwise function as a helper", "cumprod": "cumprod is not supported",
+    "xor_sum": "xor reductions are not supported", "reduce_or": "use tl.max on int1 values",
+    "softmax": "write exp(x - max) / sum", "swizzle2d": "compute the program ids with // and %",
+    "atomic_load": "use tl.atomic_add(ptr, 0)", "atomic_store": "use tl.atomic_xchg",
+    "expect_zero": "not supported", "condition": "not supported", "dispatch": "not supported",
+    "extern_elementwise": "not supported", "squeeze": "use tl.reshape", "unsqueeze": "use tl.expand_dims",
+    "empty": "use tl.zeros",
+}
+
+
+def missing_builtin(prefix: str, name: str) -> str | None:
+    alt = MISSING_BUILTINS.get(name)
+    return None if alt is None else f"{prefix}{name} is not supported by the tile language: {alt}"

@@ -54,7 +54,7 @@ def runtime_arange_kernel(out_ptr, n):
 
 
 def unsupported_call_kernel(out_ptr):
-    tl.atomic_add(out_ptr, 1)
+    tl.store(out_ptr, tl.sort(tl.arange(0, 4)))
 
 
 def _bad_helper(x):
@@ -73,7 +73,7 @@ COMPILE_ERRORS = [
     (tensor_if_kernel, "if v > 0:", lambda: (torch.ones(4), torch.zeros(1))),
     (shape_mismatch_kernel, "c = a + b", lambda: (torch.zeros(16, dtype=torch.int32),)),
     (runtime_arange_kernel, "offs = tl.arange(0, n)", lambda: (torch.zeros(16, dtype=torch.int32), 16)),
-    (unsupported_call_kernel, "tl.atomic_add(out_ptr, 1)", lambda: (torch.zeros(1, dtype=torch.int32),)),
+    (unsupported_call_kernel, "tl.sort(tl.arange(0, 4))", lambda: (torch.zeros(1, dtype=torch.int32),)),
 ]
 
 
