@@ -33,7 +33,7 @@ EXP_HI, EXP_LO = 88.72283935546875, -103.97207641601562
 
 
 class _StrictBuilder(StrictMoreMath):
-    EXP_POLY = EXP_POLY
+    EXP_POLY, LOG_POLY = EXP_POLY, LOG_POLY
 
     def __init__(self, b: Builder):
         self.b = b

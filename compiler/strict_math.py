@@ -60,12 +60,17 @@ class StrictMoreMath:
         return self.where(self.bin("ne", x, x), x, y)
 
     def log1p(self, x):
-        """u = 1 + x; log(u) * (x / (u - 1)), or x where u - 1 == 0; inf -> inf."""
+        """-0.2929 < x < 0.4142: s * P(s^2) with s = x / (x + 2) (log's polynomial, without rounding
+        1 + x); elsewhere u = 1 + x and log(u) * (x / (u - 1)); inf -> inf, +-0 kept."""
         c = self.c
+        s = self.bin("div", x, self.bin("add", x, c(2.0, x)))
+        near = self.bin("mul", s, self._horner(self.LOG_POLY, self.bin("mul", s, s)))
         u = self.bin("add", x, c(1.0, x))
         d = self.bin("sub", u, c(1.0, x))
         y = self.bin("mul", self.log(u), self.bin("div", x, d))
-        y = self.where(self.bin("eq", d, c(0.0, x)), x, y)
+        inside = self.b.op1("and", [self.bin("gt", x, c(-0.2928932188134524, x)),
+                                    self.bin("lt", x, c(0.41421356237309515, x))])
+        y = self.where(inside, near, y)
         return self.where(self.bin("eq", x, c(float("inf"), x)), x, y)
 
     def tanh(self, x):
