@@ -4,7 +4,8 @@ the kernel cache and target selection.
     from compiler import kernel, language as tl
 """
 from . import language
-from .errors import CompilationError, IRError, KernelArgumentError, TargetError, TilejitError
+from .errors import (CompilationError, DeviceAssertionError, IRError, KernelArgumentError, TargetError,
+                     TilejitError)
 from .jit import CompiledKernel, KernelFunction, compile_only, kernel, render_only
 from .numerics import current_policy, numerics
 from .target import available_targets, current_target, get_target, register_target, use_target

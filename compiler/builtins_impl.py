@@ -7,6 +7,11 @@ import inspect
 from . import dtypes as D
 from . import language as lang
 from .ir.ops import MATH
+from .builtins_common import _const_int, _dtype, _shape
+from .builtins_memory import HANDLERS as _MEMORY_HANDLERS
+from .builtins_random import HANDLERS as _RANDOM_HANDLERS
+from .builtins_tiles import HANDLERS as _TILE_HANDLERS
+from .builtins_tiles import convert
 from .semantic import SemanticError, Tile
 
 
@@ -21,37 +26,17 @@ def _bind(name, args, kwargs) -> dict:
     return b.arguments
 
 
-def _const_int(name, what, v) -> int:
-    if isinstance(v, Tile) or not isinstance(v, int) or isinstance(v, bool):
-        raise SemanticError(f"tl.{name}: {what} must be a constexpr int, got "
-                            f"{'a run-time value' if isinstance(v, Tile) else repr(v)} "
-                            "(declare it as a `tl.constexpr` parameter)")
-    return v
-
-
-def _shape(name, shape) -> tuple[int, ...]:
-    if isinstance(shape, int):
-        shape = (shape,)
-    if not isinstance(shape, (tuple, list)):
-        raise SemanticError(f"tl.{name}: shape must be a tuple of constexpr ints, got {shape!r}")
-    out = tuple(_const_int(name, "every shape entry", s) for s in shape)
-    if any(s <= 0 for s in out):
-        raise SemanticError(f"tl.{name}: shape entries must be positive, got {list(out)}")
-    return out
-
-
-def _dtype(name, dt) -> D.dtype:
-    if not isinstance(dt, D.dtype):
-        raise SemanticError(f"tl.{name}: expected a dtype such as tl.float32, got {dt!r}")
-    return dt
+def _to_signature(dtype, fp_downcast_rounding=None, bitcast=False):
+    """x.to(dtype, fp_downcast_rounding=None, bitcast=False)"""
 
 
 def _to(b, name, args, kwargs):
     tile, *rest = args
-    dt = rest[0] if rest else kwargs.get("dtype")
-    if kwargs.get("bitcast"):
-        raise SemanticError("bitcast is not supported")
-    return b.cast(b.to_tile(tile), _dtype("to", dt))
+    try:
+        a = inspect.signature(_to_signature).bind(*rest, **kwargs).arguments
+    except TypeError as e:
+        raise SemanticError(f"x.to(): {e}") from None
+    return convert(b, tile, a["dtype"], bool(a.get("bitcast")), "to")
 
 
 def _program_id(b, name, a):
@@ -82,12 +67,6 @@ def _dot(b, name, a):
     if a["out_dtype"] is not D.float32 and not isinstance(a["out_dtype"], D.dtype):
         raise SemanticError("tl.dot: out_dtype must be a dtype")
     return b.dot(a["input"], a["other"], a["acc"], a["out_dtype"])
-
-
-def _min_max(b, name, a):
-    if a["return_indices"]:
-        raise SemanticError(f"tl.{name}: return_indices is not supported")
-    return b.reduce(name, a["input"], a["axis"], a["keep_dims"])
 
 
 def _math(b, name, a):
@@ -148,7 +127,6 @@ _HANDLERS = {
     "store": lambda b, n, a: b.store(a["pointer"], a["value"], a["mask"]),
     "dot": _dot,
     "sum": lambda b, n, a: b.reduce("sum", a["input"], a["axis"], a["keep_dims"], a["dtype"]),
-    "max": _min_max, "min": _min_max,
     **{m: _math for m in MATH},
     "where": lambda b, n, a: b.where(a["condition"], a["x"], a["y"]),
     "maximum": lambda b, n, a: b.binary("max", a["x"], a["y"]),
@@ -159,6 +137,11 @@ _HANDLERS = {
     "max_constancy": lambda b, n, a: a["input"],
     "static_assert": _static_assert, "static_print": _static_print,
 }
+
+
+_HANDLERS.update(_TILE_HANDLERS)
+_HANDLERS.update(_RANDOM_HANDLERS)
+_HANDLERS.update(_MEMORY_HANDLERS)
 
 
 def call_builtin(visitor, node, name: str, args: list, kwargs: dict):

@@ -71,6 +71,12 @@ float32 = dtype("fp32", 32, "f")
 float16 = dtype("fp16", 16, "f")
 bfloat16 = dtype("bf16", 16, "f")
 float64 = dtype("fp64", 64, "f")
+# fp8 formats are storage types: values load and store as their bits, and every conversion to or
+# from another dtype is a defined sequence of integer operations (semantic.py), so arithmetic
+# on them happens in fp32
+float8e5 = dtype("fp8e5", 8, "f")      # e5m2: IEEE-like, with inf and NaN
+float8e4nv = dtype("fp8e4nv", 8, "f")  # e4m3fn: no inf; the one NaN pattern is s.1111.111
+FP8 = (float8e5, float8e4nv)
 int1 = dtype("int1", 1, "b")
 int8 = dtype("int8", 8, "i")
 int16 = dtype("int16", 16, "i")
@@ -81,6 +87,7 @@ int64 = dtype("int64", 64, "i")
 TORCH_TO_DTYPE = {
     torch.float32: float32, torch.float16: float16, torch.bfloat16: bfloat16,
     torch.int32: int32, torch.int64: int64, torch.bool: int1, torch.int8: int8, torch.int16: int16,
+    torch.float8_e5m2: float8e5, torch.float8_e4m3fn: float8e4nv,
 }
 DTYPE_TO_TORCH = {v: k for k, v in TORCH_TO_DTYPE.items()}
 
@@ -96,7 +103,7 @@ def from_name(name: str) -> dtype:
 
 
 def float_rank(d: dtype) -> int:
-    return {"fp16": 1, "bf16": 1, "fp32": 2, "fp64": 3}[d.name]
+    return {"fp8e5": 0, "fp8e4nv": 0, "fp16": 1, "bf16": 1, "fp32": 2, "fp64": 3}[d.name]
 
 
 def promote(a: dtype, b: dtype) -> dtype:
@@ -105,7 +112,7 @@ def promote(a: dtype, b: dtype) -> dtype:
         return a
     if a.is_floating() or b.is_floating():
         if a.is_floating() and b.is_floating():
-            if {a.name, b.name} == {"fp16", "bf16"}:
+            if {a.name, b.name} == {"fp16", "bf16"} or (a in FP8 and b in FP8):
                 return float32
             return a if float_rank(a) >= float_rank(b) else b
         return a if a.is_floating() else b

@@ -64,3 +64,11 @@ class TargetError(TilejitError):
 
 class IRError(CompilationError):
     """The Tile IR failed verification: a compiler bug, reported at the offending op's source line."""
+
+
+class DeviceAssertionError(TilejitError, AssertionError):
+    """A tl.device_assert failed while a kernel ran; reported at the assert's source line."""
+
+    @classmethod
+    def at(cls, loc, message: str, *, kernel: str | None = None):
+        return cls(str(CompilationError.at(loc, message, kernel=kernel)))

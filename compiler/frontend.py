@@ -20,6 +20,9 @@ from . import dtypes as D
 from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
+from .frontend_flow import FlowMixin, _Return
+from .frontend_names import (BoundMethod, did_you_mean, map_global, missing_builtin, other_attr, tile_attr,
+                             unsupported)
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
@@ -42,11 +45,6 @@ class ArgSpec:
     value: object = None      # the constexpr's value
     dtype: D.dtype | None = None
     hints: dict | None = None
-
-
-class _Return(Exception):
-    def __init__(self, value):
-        self.value = value
 
 
 @lru_cache(maxsize=None)
@@ -82,7 +80,7 @@ def constexpr_params(fn) -> set[str]:
     return {a.arg for a in fdef.args.args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
 
 
-class FunctionVisitor(ast.NodeVisitor):
+class FunctionVisitor(FlowMixin, ast.NodeVisitor):
     """Walks one function body (a kernel, or a helper being inlined) with a shared builder."""
 
     def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0):
@@ -99,7 +97,9 @@ class FunctionVisitor(ast.NodeVisitor):
                     self.globals[name] = cell.cell_contents
                 except ValueError:
                     pass
-        self.loop_depth = 0
+        self.loop_depth = 0     # run-time loops around the statement being walked
+        self.static_depth = 0   # tl.static_range loops around it
+        self.gone: dict[str, str] = {}   # names no longer defined, and why
 
     # -- errors and locations ---------------------------------------------------------------
     def _lineno(self, node) -> int:
@@ -131,9 +131,7 @@ class FunctionVisitor(ast.NodeVisitor):
             raise self.error(node, f"{type(e).__name__}: {e}") from None
 
     def generic_visit(self, node):
-        what = type(node).__name__
-        raise self.error(node, f"unsupported construct '{what}' in a kernel body "
-                               "(see the supported subset in the README)")
+        raise self.error(node, unsupported(node))
 
     # -- entry points ---------------------------------------------------------------------
     def run_body(self):
@@ -146,10 +144,6 @@ class FunctionVisitor(ast.NodeVisitor):
         except _Return as r:
             return r.value
         return None
-
-    def visit_stmts(self, stmts):
-        for s in stmts:
-            self.visit(s)
 
     # -- statements -------------------------------------------------------------------------
     def visit_Expr(self, node):
@@ -188,120 +182,16 @@ class FunctionVisitor(ast.NodeVisitor):
             raise self.error(target, "assignment target must be a name or a tuple of names "
                                      "(use tl.store to write memory)")
 
-    def visit_Return(self, node):
-        if self.loop_depth:
-            raise self.error(node, "'return' inside a loop is not supported")
-        raise _Return(self.visit(node.value) if node.value is not None else None)
-
-    def visit_If(self, node):
-        cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node.test, "'if' on a tensor value is not supported: the condition must be a "
-                                        "tl.constexpr (use tl.where, or a mask, for run-time choices)")
-        self.visit_stmts(node.body if cond else node.orelse)
-
     def visit_Assert(self, node):
         cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node, "'assert' on a tensor value is not supported; use tl.static_assert on "
-                                   "constexprs")
+        if isinstance(cond, Tile):   # a run-time check, as Triton: tl.device_assert
+            from .builtins_memory import device_assert  # noqa: PLC0415
+            msg = self.visit(node.msg) if node.msg is not None else f"assert {ast.unparse(node.test)}"
+            device_assert(self.builder, "device_assert", {"cond": cond, "msg": str(msg), "mask": None})
+            return
         if not cond:
             msg = self.visit(node.msg) if node.msg is not None else "assertion failed"
             raise self.error(node, str(msg))
-
-    def visit_For(self, node):
-        if node.orelse:
-            raise self.error(node, "'for ... else' is not supported")
-        it = node.iter
-        if not isinstance(it, ast.Call):
-            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
-        func = self.visit(it.func)
-        args = [self.visit(a) for a in it.args]
-        kwargs = {k.arg: self.visit(k.value) for k in it.keywords}
-        if func is lang.static_range or getattr(func, "__name__", "") == "static_range":
-            sr = lang.static_range(*args, **{k: v for k, v in kwargs.items() if k == "step"})
-            for v in (sr.start, sr.stop, sr.step):
-                if not isinstance(v, int):
-                    raise self.error(it, "tl.static_range bounds must be constexpr ints")
-            if not isinstance(node.target, ast.Name):
-                raise self.error(node.target, "loop variable must be a plain name")
-            for i in range(sr.start, sr.stop, sr.step):
-                self.scope[node.target.id] = i
-                self.visit_stmts(node.body)
-            return
-        if func is not range and getattr(func, "__name__", "") != "range":
-            raise self.error(it, "a kernel loop must iterate over range(...) or tl.static_range(...)")
-        if kwargs:
-            args += [kwargs[k] for k in ("step",) if k in kwargs]
-        if not 1 <= len(args) <= 3:
-            raise self.error(it, "range takes 1 to 3 arguments")
-        lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-        if isinstance(step, int) and step == 0:
-            raise self.error(it, "range step must not be zero")
-        if not isinstance(node.target, ast.Name):
-            raise self.error(node.target, "loop variable must be a plain name")
-        self._runtime_loop(node, lb, ub, step)
-
-    def _runtime_loop(self, node, lb, ub, step):
-        b = self.builder
-        for v in (lb, ub, step):
-            if isinstance(v, Tile) and (v.shape or not v.dtype.is_int() or v.dtype.is_bool()):
-                raise self.error(node.iter, "range bounds must be integer scalars")
-            if not isinstance(v, (Tile, int)) or isinstance(v, bool):
-                raise self.error(node.iter, f"range bounds must be integers, got {v!r}")
-        iv_dt = D.int64 if any(isinstance(v, Tile) and v.dtype is D.int64 for v in (lb, ub, step)) else D.int32
-        bounds = [b.cast(b.to_tile(v, iv_dt), iv_dt) for v in (lb, ub, step)]
-        assigned = _assigned_names(node.body)
-        carried = [n for n in sorted(assigned) if n in self.scope
-                   and isinstance(self.scope[n], (Tile, int, float)) and n != node.target.id]
-        inits = {}
-        for n in carried:
-            v = self.scope[n]
-            inits[n] = v if isinstance(v, Tile) else b.to_tile(v)
-        outer_block, outer_scope = b.block, dict(self.scope)
-        for _attempt in range(3):
-            body = Block([Value(TileType(iv_dt))] + [Value(inits[n].type) for n in carried])
-            self.scope = dict(outer_scope)
-            self.scope[node.target.id] = Tile(body.args[0])
-            for n, arg in zip(carried, body.args[1:]):
-                self.scope[n] = Tile(arg)
-            b.block = body
-            self.loop_depth += 1
-            try:
-                self.visit_stmts(node.body)
-            finally:
-                self.loop_depth -= 1
-                b.block = outer_block
-            new = {}
-            retry = False
-            for n in carried:
-                y = self.scope.get(n)
-                if not isinstance(y, Tile):
-                    b.block = body
-                    y = b.to_tile(y, inits[n].dtype)
-                    b.block = outer_block
-                if y.shape != inits[n].shape:
-                    raise self.error(node, f"loop-carried '{n}' changes shape from {list(inits[n].shape)} "
-                                           f"to {list(y.shape)} in the loop body; initialise it with that "
-                                           f"shape before the loop (e.g. tl.zeros({list(y.shape)}, ...))")
-                if y.dtype is not inits[n].dtype:
-                    b.block = outer_block
-                    inits[n] = b.cast(inits[n], D.promote(inits[n].dtype, y.dtype))
-                    retry = True
-                new[n] = y
-            if not retry:
-                break
-        else:
-            raise self.error(node, "could not settle the types of the loop-carried values")
-        b.block = body
-        b.op("yield", [b.cast(new[n], inits[n].dtype) for n in carried])
-        b.block = outer_block
-        results = b.op("for", bounds + [inits[n] for n in carried], blocks=[body])
-        self.scope = outer_scope
-        for n, r in zip(carried, results):
-            self.scope[n] = r
-        for n in assigned - set(carried):
-            self.scope.pop(n, None)   # body-local values do not exist after the loop
 
     # -- expressions ------------------------------------------------------------------------
     def visit_Constant(self, node):
@@ -328,36 +218,18 @@ class FunctionVisitor(ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.globals:
-            return _map_global(self.globals[name])
+            return map_global(self.globals[name])
         if name in _PY_BUILTINS:
             return _PY_BUILTINS[name]
-        raise self.error(node, f"name '{name}' is not defined"
-                               + (" here (it was assigned only inside a loop body)" if self.loop_depth == 0 else ""))
+        why = self.gone.get(name)
+        hint = f" here ({why})" if why else did_you_mean(name, list(self.scope) + list(self.globals))
+        raise self.error(node, f"name '{name}' is not defined{hint}")
 
     def visit_Attribute(self, node):
         base = self.visit(node.value)
-        attr = node.attr
         if isinstance(base, Tile):
-            if attr == "dtype":
-                return base.dtype
-            if attr == "shape":
-                return base.shape
-            if attr == "T":
-                return self.builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
-            if attr in _TILE_METHODS:
-                return _BoundMethod(base, attr)
-            raise self.error(node, f"tensor values have no attribute '{attr}'")
-        if isinstance(base, D.dtype):
-            if attr == "element_ty" and base.is_ptr():
-                return base.element_ty
-            if attr in ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name"):
-                return getattr(base, attr)
-            raise self.error(node, f"dtype has no attribute '{attr}'")
-        if base is lang:
-            if not hasattr(lang, attr) or getattr(lang, attr) is None:
-                raise self.error(node, f"tl.{attr} is not part of the tile language subset")
-            return getattr(lang, attr)
-        return _map_global(getattr(base, attr))
+            return tile_attr(self.builder, base, node.attr)
+        return other_attr(self.builder, base, node.attr)
 
     def visit_Subscript(self, node):
         base = self.visit(node.value)
@@ -394,10 +266,23 @@ class FunctionVisitor(ast.NodeVisitor):
                 raise SemanticError(f"unsupported operator {name}")
             return fold_python_binary(name, a, b)
         if name == "pow":
-            raise SemanticError("'**' on tensors is not supported; use tl.exp2(y * tl.log2(x)) or repeated '*'")
+            return self._power(a, b)
         if name not in PY_BINARY:
             raise SemanticError(f"unsupported operator {name}")
         return self.builder.binary(name, a, b)
+
+    def _power(self, a, b):
+        """`x ** n` for a constexpr int 0 <= n <= 16: repeated multiplication, left to right (exact as
+        written); any other exponent: tl.pow (floats)."""
+        if isinstance(a, Tile) and isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 16:
+            if b == 0:
+                return self.builder.broadcast_to(self.builder.const(1, a.dtype), a.shape)
+            r = a
+            for _ in range(b - 1):
+                r = self.builder.binary("mul", r, a)
+            return r
+        from .builtins_tiles import HANDLERS  # noqa: PLC0415
+        return HANDLERS["pow"](self.builder, "pow", {"x": a, "y": b})
 
     def visit_UnaryOp(self, node):
         v = self.visit(node.operand)
@@ -434,25 +319,6 @@ class FunctionVisitor(ast.NodeVisitor):
             return (a is b) if name == "is" else (a is not b)
         return self._binary(name, a, b)
 
-    def visit_BoolOp(self, node):
-        vals = []
-        for v in node.values:
-            x = self.visit(v)
-            if isinstance(x, Tile):
-                raise self.error(node, "'and'/'or' on tensors is not supported; use '&' and '|'")
-            vals.append(x)
-            if isinstance(node.op, ast.And) and not x:
-                return x
-            if isinstance(node.op, ast.Or) and x:
-                return x
-        return vals[-1]
-
-    def visit_IfExp(self, node):
-        cond = self.visit(node.test)
-        if isinstance(cond, Tile):
-            raise self.error(node, "conditional expression on a tensor: use tl.where(cond, a, b)")
-        return self.visit(node.body if cond else node.orelse)
-
     def visit_Call(self, node):
         func = self.visit(node.func)
         args = []
@@ -464,8 +330,10 @@ class FunctionVisitor(ast.NodeVisitor):
         kwargs = {k.arg: self.visit(k.value) for k in node.keywords}
         args = [a.value if isinstance(a, lang.constexpr) else a for a in args]
         kwargs = {k: (v.value if isinstance(v, lang.constexpr) else v) for k, v in kwargs.items()}
-        if isinstance(func, _BoundMethod):
+        if isinstance(func, BoundMethod):
             return func.call(self, node, args, kwargs)
+        if getattr(func, "__tilejit_method__", False):   # a method of a block pointer / descriptor
+            return func.fn(self.builder, *args, **kwargs)
         name = getattr(func, "__tilejit_builtin__", None)
         if name is not None:
             from .builtins_impl import call_builtin  # noqa: PLC0415
@@ -486,6 +354,9 @@ class FunctionVisitor(ast.NodeVisitor):
             return func(*args, **kwargs)
         if isinstance(func, types.BuiltinFunctionType) and getattr(func, "__module__", "") == "math":
             return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if (getattr(func, "__module__", "") or "").startswith("triton") and missing_builtin("tl.", name):
+            raise self.error(node, missing_builtin("tl.", name))
         raise self.error(node, f"call to '{ast.unparse(node.func)}' is not supported in a kernel: only tl.* "
                                "builtins, @kernel helper functions and constexpr Python builtins may be called")
 
@@ -506,54 +377,6 @@ class FunctionVisitor(ast.NodeVisitor):
         return result
 
 
-def _assigned_names(stmts) -> set[str]:
-    out = set()
-    for s in stmts:
-        for n in ast.walk(s):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                out.add(n.id)
-    return out
-
-
-def _map_global(obj):
-    """Maps Triton's language objects onto ours, so Triton kernels compile unchanged."""
-    if isinstance(obj, types.ModuleType):
-        if obj is lang or obj.__name__ in ("triton.language", "triton.language.core"):
-            return lang
-        return obj
-    if isinstance(obj, lang.constexpr):
-        return obj.value
-    mod = getattr(type(obj), "__module__", "") or ""
-    if mod.startswith("triton.language"):
-        tname = type(obj).__name__
-        if tname in ("dtype", "pointer_type"):
-            return D.from_name(str(obj))
-        if tname == "constexpr":
-            return obj.value
-    fmod = getattr(obj, "__module__", "") or ""
-    if callable(obj) and fmod.startswith("triton") and getattr(obj, "__name__", None):
-        name = obj.__name__
-        if name in lang.BUILTINS:
-            return lang.BUILTINS[name]
-        if name in ("static_range", "constexpr"):
-            return getattr(lang, name)
-    return obj
-
-
-class _BoundMethod:
-    def __init__(self, tile: Tile, name: str):
-        self.tile, self.name = tile, name
-
-    def call(self, visitor, node, args, kwargs):
-        from .builtins_impl import call_builtin  # noqa: PLC0415
-        if self.name == "to":
-            return call_builtin(visitor, node, "_to", [self.tile] + args, kwargs)
-        return call_builtin(visitor, node, self.name, [self.tile] + args, kwargs)
-
-
-_TILE_METHODS = {"to", "sum", "max", "min", "trans", "expand_dims", "broadcast_to"}
-
-
 def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict) -> Function:
     """Runs the frontend over `fn` for one specialisation and returns the kernel's IR."""
     body = Block()
@@ -562,7 +385,7 @@ def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization
     params = []
     for spec in argspecs:
         if spec.kind == "constexpr":
-            visitor.scope[spec.name] = spec.value
+            visitor.scope[spec.name] = map_global(spec.value)   # e.g. a triton.language dtype
             continue
         ty = TileType(spec.dtype)
         v = Value(ty, name_hint=spec.name)

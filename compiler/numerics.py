@@ -52,4 +52,5 @@ def lower_numerics(fn: Function, policy: str, target=None) -> None:
     if policy == "strict":
         lower_strict(fn)
     elif target is not None and target.fast_software_math:
-        lower_software_math(fn)
+        sw = target.fast_software_math
+        lower_software_math(fn, None if sw is True else frozenset(sw))

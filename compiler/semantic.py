@@ -81,6 +81,9 @@ class Builder:
 
     # -- constants --------------------------------------------------------------------------
     def const(self, value, dt: D.dtype, shape=()) -> Tile:
+        if dt in D.FP8:   # a storage type: its bits, reinterpreted
+            from .fp8 import const_bits  # noqa: PLC0415
+            return self.op1("bitcast", [self.const(const_bits(value, dt), D.int8, shape)], {"to": dt})
         if dt.is_floating():
             value = float(value)
         elif dt.is_bool():
@@ -147,7 +150,28 @@ class Builder:
         t = self.to_tile(t)
         if t.dtype is to:
             return t
+        if t.dtype in D.FP8 or to in D.FP8:
+            from .fp8 import convert  # noqa: PLC0415
+            return convert(self, t, to)
         return self.op1("cast", [t], {"to": to})
+
+    def bitcast(self, t: Tile, to: D.dtype) -> Tile:
+        t = self.to_tile(t)
+        if t.dtype is to:
+            return t
+        if t.dtype.is_ptr() or to.is_ptr():
+            if t.dtype.is_ptr() and to.is_ptr():
+                return self.op1("cast", [t], {"to": to})
+            raise SemanticError(f"cannot bitcast between {t.dtype} and {to}")
+        if t.dtype.bits != to.bits or t.dtype.is_bool() or to.is_bool():
+            raise SemanticError(f"bitcast needs dtypes of one width, got {t.dtype} ({t.dtype.bits} bits) and "
+                                f"{to} ({to.bits} bits)")
+        return self.op1("bitcast", [t], {"to": to})
+
+    @staticmethod
+    def compute_dtype(dt: D.dtype) -> D.dtype:
+        """fp8 values compute in fp32 (they are storage types)."""
+        return D.float32 if dt in D.FP8 else dt
 
     def _promote_pair(self, a, b):
         if not isinstance(a, Tile) and not isinstance(b, Tile):
@@ -170,7 +194,7 @@ class Builder:
             if name == "sub":
                 return self.op1("add", [a, self.op1("neg", [b])])
             return self.op1("add", [a, b])
-        dt = D.promote(a.dtype, b.dtype)
+        dt = self.compute_dtype(D.promote(a.dtype, b.dtype))
         if name == "div" and not dt.is_floating():
             dt = D.float32
         if name == "floordiv" and dt.is_floating():
@@ -183,6 +207,7 @@ class Builder:
 
     def unary(self, name: str, a) -> Tile:
         a = self.to_tile(a)
+        a = self.cast(a, self.compute_dtype(a.dtype))
         if name in FLOAT_ONLY and not a.dtype.is_floating():
             raise SemanticError(f"tl.{name} needs a floating-point tensor, got {a.dtype} "
                                 f"(cast with .to(tl.float32) first)")
@@ -206,6 +231,7 @@ class Builder:
         dt = tiles[0].dtype if tiles else D.float32
         for t in tiles[1:]:
             dt = D.promote(dt, t.dtype)
+        dt = self.compute_dtype(dt)
         if not dt.is_floating():
             raise SemanticError(f"tl.fma needs floating-point operands, got {dt}")
         xs = [self.cast(self.to_tile(t, dt), dt) for t in (x, y, z)]
@@ -276,6 +302,9 @@ class Builder:
         elif kind == "sum" and dt.is_int() and dt.bits < 32:
             x = self.cast(x, D.int32)
             dt = D.int32
+        if dt in D.FP8:
+            x = self.cast(x, D.float32)
+            dt = D.float32
         attrs = {"axis": axis, "kind": kind}
         if kind == "sum" and dt in (D.float16, D.bfloat16):
             # numerics contract: accumulate in fp32, round to the input dtype once
@@ -293,6 +322,8 @@ class Builder:
             raise SemanticError(f"tl.dot needs 2-D tiles, got {a.type} and {b.type}")
         if a.shape[1] != b.shape[0]:
             raise SemanticError(f"tl.dot inner dimensions differ: {a.type} @ {b.type}")
+        if a.dtype in D.FP8 or b.dtype in D.FP8:   # every fp8 value is exact in fp16
+            a, b = (self.cast(t, D.float16) if t.dtype in D.FP8 else t for t in (a, b))
         if a.dtype is not b.dtype:
             dt = D.promote(a.dtype, b.dtype)
             a, b = self.cast(a, dt), self.cast(b, dt)

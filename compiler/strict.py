@@ -9,7 +9,8 @@
   (targets implement exactly this tree).
 - `dot` needs no rewrite: every target computes it as a chain of fused multiply-adds in
   ascending k per output element, starting from the accumulator.
-- `sin`/`cos` have no strict sequence and are refused.
+- `tanh`, `erf`, `log1p`, `expm1`, `pow`, `rint`: sequences in strict_math.py.
+- `sin`/`cos` have no strict sequence and are refused; so is a floating-point `atomic_add`.
 The sequences are documented in docs/numerics.md, and tests emulate them with numpy.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import dtypes as D
 from .errors import CompilationError
 from .ir import Block, Function, Op, Value
 from .semantic import Builder, Tile
+from .strict_math import StrictMoreMath
 
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693145751953125          # ln2 split so n * LN2_HI is exact for |n| < 2^11
@@ -30,7 +32,9 @@ LOG_POLY = [2.0 / 11, 2.0 / 9, 2.0 / 7, 2.0 / 5, 2.0 / 3, 2.0]
 EXP_HI, EXP_LO = 88.72283935546875, -103.97207641601562
 
 
-class _StrictBuilder:
+class _StrictBuilder(StrictMoreMath):
+    EXP_POLY, LOG_POLY = EXP_POLY, LOG_POLY
+
     def __init__(self, b: Builder):
         self.b = b
 
@@ -87,6 +91,16 @@ class _StrictBuilder:
         return self.bin("mul", self.bin("mul", p, self._pow2(half)), self._pow2(rest))
 
     def log(self, x: Tile) -> Tile:
+        c = self.c
+        ef, lp = self._log_parts(x)
+        y = self.fma(ef, c(LN2_HI, x), self.fma(ef, c(LN2_LO, x), lp))
+        y = self.b.op1("where", [self.bin("eq", x, c(float("inf"), x)), x, y])
+        y = self.b.op1("where", [self.bin("eq", x, c(0.0, x)), c(float("-inf"), x), y])
+        y = self.b.op1("where", [self.bin("lt", x, c(0.0, x)), c(float("nan"), x), y])
+        return self.b.op1("where", [self.bin("ne", x, x), x, y])
+
+    def _log_parts(self, x: Tile) -> tuple[Tile, Tile]:
+        """(e, log(m)) with x = 2^e * m, m in (sqrt(1/2), sqrt(2)], for finite x > 0."""
         b, c = self.b, self.c
         i32 = lambda v: b.broadcast_to(b.const(v, D.int32), x.shape)  # noqa: E731
         tiny = self.bin("lt", x, c(1.1754943508222875e-38, x))
@@ -104,12 +118,7 @@ class _StrictBuilder:
         s2 = self.bin("mul", s, s)
         poly = self._horner(LOG_POLY, s2)
         lp = self.bin("mul", s, poly)
-        ef = b.cast(e, D.float32)
-        y = self.fma(ef, c(LN2_HI, x), self.fma(ef, c(LN2_LO, x), lp))
-        y = b.op1("where", [self.bin("eq", x, c(float("inf"), x)), x, y])
-        y = b.op1("where", [self.bin("eq", x, c(0.0, x)), c(float("-inf"), x), y])
-        y = b.op1("where", [self.bin("lt", x, c(0.0, x)), c(float("nan"), x), y])
-        return b.op1("where", [self.bin("ne", x, x), x, y])
+        return b.cast(e, D.float32), lp
 
     def log2(self, x: Tile) -> Tile:
         return self.bin("mul", self.log(x), self.c(LOG2E, x))
@@ -123,41 +132,52 @@ class _StrictBuilder:
 
 
 # the ops strict rewrites into sequences (a method of _StrictBuilder each), and those it refuses
-_REWRITES = ("exp", "exp2", "log", "log2", "rsqrt", "sigmoid")
+REWRITES = ("exp", "exp2", "log", "log2", "rsqrt", "sigmoid", "tanh", "erf", "log1p", "expm1", "pow", "rint")
 _REFUSED = ("sin", "cos")
 
 
 def lower_strict(fn: Function) -> None:
-    _lower_block(fn, fn.body, math_only=False)
+    _lower_block(fn, fn.body, math_only=False, only=None)
 
 
-def lower_software_math(fn: Function) -> None:
-    """Only the math sequences, for targets whose fast policy prefers them to their C library
-    (on cpu they vectorise; the C library's expf does not)."""
-    _lower_block(fn, fn.body, math_only=True)
+def lower_software_math(fn: Function, only=None) -> None:
+    """Only the math sequences (all of them, or the ops in `only`), for targets whose fast policy
+    prefers them to their own library (on cpu they vectorise, the C library's expf does not; the
+    gpu interpreter has no tanh, pow, log1p, expm1 or rint of its own)."""
+    _lower_block(fn, fn.body, math_only=True, only=only)
 
 
-def _lower_block(fn: Function, block: Block, math_only: bool) -> None:
+def _check_strict(fn: Function, op: Op) -> None:
+    if op.name in _REFUSED:
+        raise CompilationError.at(op.loc, f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the "
+                                  "fast numerics policy for this kernel", kernel=fn.name)
+    if op.name == "atomic_rmw" and op.attrs["kind"] == "add" and op.operands[1].dtype.is_floating():
+        raise CompilationError.at(op.loc, "tl.atomic_add of floating-point values is not reproducible: the order "
+                                  "of the additions is the hardware's, so the strict numerics policy refuses it. "
+                                  "Use integer atomics, or reduce in a fixed order (tl.sum within a program, or a "
+                                  "second kernel over per-program partial results)", kernel=fn.name)
+
+
+def _lower_block(fn: Function, block: Block, math_only: bool, only) -> None:
     out: list[Op] = []
     for op in block.ops:
         for sub in op.blocks:
-            _lower_block(fn, sub, math_only)
-        if op.name in _REFUSED and not math_only:
-            raise CompilationError.at(op.loc, f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the "
-                                      "fast numerics policy for this kernel", kernel=fn.name)
+            _lower_block(fn, sub, math_only, only)
+        if not math_only:
+            _check_strict(fn, op)
         if op.name == "reduce" and not math_only:
             op.attrs["order"] = "pairwise"
-        if op.name not in _REWRITES:
+        if op.name not in REWRITES or (only is not None and op.name not in only):
             out.append(op)
             continue
         tmp = Block()
         b = Builder(tmp)
         b.loc = op.loc
-        x = Tile(op.operands[0])
-        dt = x.dtype
+        xs = [Tile(v) for v in op.operands]
+        dt = xs[0].dtype
         if dt is not D.float32:
-            x = b.cast(x, D.float32)
-        y = getattr(_StrictBuilder(b), op.name)(x)
+            xs = [b.cast(x, D.float32) for x in xs]
+        y = getattr(_StrictBuilder(b), op.name)(*xs)
         if dt is not D.float32:
             y = b.cast(y, dt)
         out.extend(tmp.ops)

@@ -27,17 +27,18 @@ THIS_FILE = os.path.abspath(__file__)
 # --------------------------------------------------------------------------------------------
 # kernels that must not compile (each marks the offending line with a unique snippet)
 # --------------------------------------------------------------------------------------------
-def while_loop_kernel(out_ptr, n):
+def loop_exit_kernel(out_ptr, n):
     i = 0
     while i < n:
         i += 1
+        break
     tl.store(out_ptr, i)
 
 
-def runtime_if_kernel(x_ptr, out_ptr):
-    v = tl.load(x_ptr)
+def tensor_if_kernel(x_ptr, out_ptr):
+    v = tl.load(x_ptr + tl.arange(0, 4))
     if v > 0:
-        tl.store(out_ptr, v)
+        tl.store(out_ptr, 1.0)
 
 
 def shape_mismatch_kernel(out_ptr):
@@ -53,7 +54,7 @@ def runtime_arange_kernel(out_ptr, n):
 
 
 def unsupported_call_kernel(out_ptr):
-    tl.atomic_add(out_ptr, 1)
+    tl.store(out_ptr, tl.sort(tl.arange(0, 4)))
 
 
 def _bad_helper(x):
@@ -68,11 +69,11 @@ def bad_helper_caller_kernel(out_ptr):
 
 # (kernel, snippet on the offending line, launch args)
 COMPILE_ERRORS = [
-    (while_loop_kernel, "while i < n:", lambda: (torch.zeros(1, dtype=torch.int32), 4)),
-    (runtime_if_kernel, "if v > 0:", lambda: (torch.ones(1), torch.zeros(1))),
+    (loop_exit_kernel, "break", lambda: (torch.zeros(1, dtype=torch.int32), 4)),
+    (tensor_if_kernel, "if v > 0:", lambda: (torch.ones(4), torch.zeros(1))),
     (shape_mismatch_kernel, "c = a + b", lambda: (torch.zeros(16, dtype=torch.int32),)),
     (runtime_arange_kernel, "offs = tl.arange(0, n)", lambda: (torch.zeros(16, dtype=torch.int32), 16)),
-    (unsupported_call_kernel, "tl.atomic_add(out_ptr, 1)", lambda: (torch.zeros(1, dtype=torch.int32),)),
+    (unsupported_call_kernel, "tl.sort(tl.arange(0, 4))", lambda: (torch.zeros(1, dtype=torch.int32),)),
 ]
 
 

@@ -4,13 +4,23 @@ is derived from this table through `ops_with(trait)` and `OPS[name].kind`.
 
 Kinds drive generic code in passes and renderers:
 - "elementwise": result element i depends on operand elements i (same shape everywhere);
-- "view": re-indexes one operand (broadcast, expand_dims, trans) without computing;
+- "view": re-indexes its operands without computing (broadcast, expand_dims, trans, reshape;
+  join stacks two operands along a new last axis, split takes the two halves of a last axis of 2);
 - "source": makes a value from attributes only (const, arange, program_id, num_programs);
-- "memory": load / store; "reduce"; "dot"; "control": for / yield.
+- "memory": load / store, atomics (atomic_rmw, atomic_cas: read-modify-write of global memory,
+  returning the old values), barrier (orders a program's memory accesses); "reduce" (reduce,
+  argreduce); "scan" (prefix sums along an axis, in order); "dot"; "debug": print / assert;
+  "control": for / while / if / yield.
+Structured control flow: `for` (bounds, then carried initial values; one body block whose args are
+the induction variable and the carried values), `while` (carried initial values; a condition block
+and a body block, both taking the carried values; the condition block yields one int1 scalar, the
+body yields the next carried values), `if` (an int1 scalar; a then and an else block, each yielding
+the op's results, whose types are the attribute `types`).
 Traits:
 - "arith": arithmetic (bool operands are computed as int32);  "compare": gives int1;
 - "bitwise": integer operands only;  "float_only": floating-point operands only;
 - "math": a `tl.<name>` unary math builtin of the same name;
+- "int_only": integer operands only (umulhi);
 - "rounds": an fp16/bf16 result is computed in fp32 and rounded once to the narrow format.
 Renderers must cover or explicitly reject every op (a test checks this table against them).
 """
@@ -91,6 +101,10 @@ def _binary(ts, attrs, name):
         raise TypeRuleError("'/' on integers must be lowered to a float division first")
     if name == "floordiv" and not a.dtype.is_int():
         raise TypeRuleError("'//' is defined on integers only")
+    if OPS[name].has("float_only") and not a.dtype.is_floating():
+        raise TypeRuleError(f"'{name}' needs floating-point operands, got {a.dtype}")
+    if OPS[name].has("int_only") and (not a.dtype.is_int() or a.dtype.is_bool() or a.dtype.bits != 32):
+        raise TypeRuleError(f"'{name}' needs 32-bit integer operands, got {a.dtype}")
     return [a]
 
 
@@ -225,8 +239,91 @@ def _dot(ts, attrs):
     return [c]
 
 
+def _reshape(ts, attrs):
+    (a,) = ts
+    shape = tuple(attrs["shape"])
+    n = 1
+    for d in shape:
+        n *= d
+    if n != a.numel or not shape:
+        raise TypeRuleError(f"cannot reshape {a} ({a.numel} elements) to shape {list(shape)}")
+    return [a.with_shape(shape)]
+
+
+def _join(ts, attrs):
+    a, b = ts
+    if a != b:
+        raise TypeRuleError(f"join needs two operands of one type, got {a} and {b}")
+    return [a.with_shape(a.shape + (2,))]
+
+
+def _split(ts, attrs):
+    (a,) = ts
+    if not a.shape or a.shape[-1] != 2:
+        raise TypeRuleError(f"split needs a last axis of size 2, got {a}")
+    return [a.with_shape(a.shape[:-1])] * 2
+
+
+def _scan(ts, attrs):
+    (a,) = ts
+    if attrs["kind"] not in ("sum",) or not 0 <= attrs["axis"] < len(a.shape):
+        raise TypeRuleError(f"bad scan {attrs} of {a}")
+    return [a]
+
+
+def _argreduce(ts, attrs):
+    (a,) = ts
+    ax = attrs["axis"]
+    if attrs["kind"] not in ("max", "min") or not 0 <= ax < len(a.shape) or a.dtype.is_ptr():
+        raise TypeRuleError(f"bad argreduce {attrs} of {a}")
+    shape = a.shape[:ax] + a.shape[ax + 1:]
+    return [TileType(a.dtype, shape), TileType(D.int32, shape)]
+
+
+ATOMIC_KINDS = ("add", "max", "min", "xchg", "and", "or", "xor")
+
+
+def _atomic_rmw(ts, attrs):
+    p, v = ts[0], ts[1]
+    if not p.dtype.is_ptr() or attrs["kind"] not in ATOMIC_KINDS:
+        raise TypeRuleError(f"atomic_{attrs['kind']} needs a pointer, got {p.dtype}")
+    _same_shape(*ts)
+    if v.dtype is not p.dtype.element_ty or (len(ts) > 2 and ts[2].dtype is not D.int1):
+        raise TypeRuleError(f"atomic_{attrs['kind']} of {v.dtype} through {p.dtype}")
+    return [v]
+
+
+def _atomic_cas(ts, attrs):
+    p, c, v = ts
+    _same_shape(*ts)
+    if not p.dtype.is_ptr() or c.dtype is not p.dtype.element_ty or v.dtype is not c.dtype:
+        raise TypeRuleError(f"atomic_cas of {c.dtype}, {v.dtype} through {p.dtype}")
+    return [v]
+
+
+def _nothing(ts, attrs):
+    return []
+
+
+def _assert(ts, attrs):
+    if ts[0].dtype is not D.int1:
+        raise TypeRuleError(f"device_assert needs an int1 condition, got {ts[0]}")
+    return []
+
+
 def _for(ts, attrs):
     return list(ts[3:])
+
+
+def _while(ts, attrs):
+    return list(ts)
+
+
+def _if(ts, attrs):
+    (c,) = ts
+    if c.dtype is not D.int1 or not c.is_scalar:
+        raise TypeRuleError(f"an 'if' condition must be an int1 scalar, got {c}")
+    return list(attrs.get("types", ()))
 
 
 def _yield(ts, attrs):
@@ -263,10 +360,13 @@ for _n, _traits in (("sub", ("arith", "rounds")), ("div", ("arith", "rounds")), 
 _def("neg", "elementwise", _un("neg"), 1)
 _def("not", "elementwise", _un("not"), 1)
 _def("abs", "elementwise", _un("abs"), 1, "math")
-for _n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos"):
+for _n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "tanh", "erf", "log1p",
+           "expm1"):
     _def(_n, "elementwise", _un(_n), 1, "math", "float_only", "rounds")
-for _n in ("floor", "ceil"):   # exact in every format: no rounding
+for _n in ("floor", "ceil", "trunc", "rint"):   # exact in every format: no rounding
     _def(_n, "elementwise", _un(_n), 1, "math", "float_only")
+_def("pow", "elementwise", _bin("pow"), 2, "float_only", "rounds")
+_def("umulhi", "elementwise", _bin("umulhi"), 2, "int_only", commutative=True)
 _def("cast", "elementwise", _cast, 1)
 _def("bitcast", "elementwise", _bitcast, 1)
 _def("where", "elementwise", _where, 3)
@@ -274,11 +374,23 @@ _def("fma", "elementwise", _fma, 3, "rounds")
 _def("broadcast", "view", _broadcast, 1)
 _def("expand_dims", "view", _expand_dims, 1)
 _def("trans", "view", _trans, 1)
+_def("reshape", "view", _reshape, 1)
+_def("join", "view", _join, 2)
+_def("split", "view", _split, 1)
 _def("load", "memory", _load, (1, 3), pure=False)   # not pure: must stay ordered with stores
 _def("store", "memory", _store, (2, 3), pure=False)
+_def("atomic_rmw", "memory", _atomic_rmw, (2, 3), pure=False)
+_def("atomic_cas", "memory", _atomic_cas, 3, pure=False)
+_def("barrier", "memory", _nothing, 0, pure=False)
 _def("reduce", "reduce", _reduce, 1)
+_def("argreduce", "reduce", _argreduce, 1)
+_def("scan", "scan", _scan, 1)
+_def("print", "debug", _nothing, (0, None), pure=False)
+_def("assert", "debug", _assert, 1, pure=False)
 _def("dot", "dot", _dot, 3)
 _def("for", "control", _for, (3, None), pure=False)
+_def("while", "control", _while, (0, None), pure=False)
+_def("if", "control", _if, 1, pure=False)
 _def("yield", "control", _yield, (0, None), pure=False)
 
 ARITH = ops_with("arith")

@@ -69,11 +69,46 @@ def _print_op(op: Op, namer: _Namer, depth: int, with_locs: bool) -> list[str]:
         sub: list[str] = []
         _print_block(body, namer, sub, depth + 1, with_locs)
         return out + sub + [f"{ind}}}"]
+    if op.name == "while":
+        return _print_while(op, namer, depth, with_locs, loc_s)
+    if op.name == "if":
+        return _print_if(op, namer, depth, with_locs, loc_s)
     res = ", ".join(namer.define(r) for r in op.results)
     types = ", ".join(str(r.type) for r in op.results)
     lhs = f"{res} = " if res else ""
     rhs_t = f" : {types}" if types else ""
     return [f"{ind}{lhs}{op.name}{attr_s} {operands}".rstrip() + rhs_t + loc_s]
+
+
+def _print_while(op: Op, namer: _Namer, depth: int, with_locs: bool, loc_s: str) -> list[str]:
+    """`%r = while (%c = %init, ...) -> (types) { cond; yield %b } do (%x, ...) { body; yield ... }`;
+    the numbering defines the condition's arguments, the body's, the results, then the blocks."""
+    ind = "  " * depth
+    cond, body = op.blocks
+    cargs = [namer.define(a) for a in cond.args]
+    bargs = [namer.define(a) for a in body.args]
+    res = [namer.define(r) for r in op.results]
+    inits = ", ".join(f"{c} = {namer(v)}" for c, v in zip(cargs, op.operands))
+    head = f"{ind}{', '.join(res) + ' = ' if res else ''}while ({inits})"
+    head += " -> (" + ", ".join(str(r.type) for r in op.results) + ") {" + loc_s
+    out = [head]
+    _print_block(cond, namer, out, depth + 1, with_locs)
+    out.append(f"{ind}}} do ({', '.join(bargs)}) {{")
+    _print_block(body, namer, out, depth + 1, with_locs)
+    return out + [f"{ind}}}"]
+
+
+def _print_if(op: Op, namer: _Namer, depth: int, with_locs: bool, loc_s: str) -> list[str]:
+    """`%r, ... = if %c -> (types) { ...; yield ... } else { ...; yield ... }` (results numbered first)."""
+    ind = "  " * depth
+    res = [namer.define(r) for r in op.results]
+    head = f"{ind}{', '.join(res) + ' = ' if res else ''}if {namer(op.operands[0])}"
+    head += " -> (" + ", ".join(str(r.type) for r in op.results) + ") {" + loc_s
+    out = [head]
+    _print_block(op.blocks[0], namer, out, depth + 1, with_locs)
+    out.append(f"{ind}}} else {{")
+    _print_block(op.blocks[1], namer, out, depth + 1, with_locs)
+    return out + [f"{ind}}}"]
 
 
 def structural_hash(fn: Function) -> str:

@@ -36,11 +36,13 @@ def _verify_block(fn: Function, block: Block, defined: set[int], top: bool = Fal
         for r in op.results:
             if r.owner is not op:
                 _fail(fn, op, "result's owner is not its op")
-        if op.name == "for":
-            _verify_for(fn, op, defined)
+        if op.name in _STRUCTURED:
+            _STRUCTURED[op.name](fn, op, defined)
+        elif op.blocks:
+            _fail(fn, op, "only for, while and if have blocks")
         defined |= {id(r) for r in op.results}
     if top and block.ops and block.ops[-1].name == "yield":
-        _fail(fn, block.ops[-1], "yield outside a loop")
+        _fail(fn, block.ops[-1], "yield outside a loop or an if")
 
 
 def _verify_for(fn: Function, op: Op, defined: set[int]) -> None:
@@ -62,3 +64,39 @@ def _verify_for(fn: Function, op: Op, defined: set[int]) -> None:
         _fail(fn, op, "yielded types differ from the carried types: "
               f"{[str(v.type) for v in y.operands]} vs {[str(c.type) for c in carried]}")
     _verify_block(fn, body, defined)
+
+
+def _yielded(fn: Function, op: Op, block, what: str) -> list:
+    if not block.ops or block.ops[-1].name != "yield":
+        _fail(fn, op, f"{what} must end with yield")
+    return [v.type for v in block.ops[-1].operands]
+
+
+def _verify_while(fn: Function, op: Op, defined: set[int]) -> None:
+    if len(op.blocks) != 2:
+        _fail(fn, op, "a while loop has a condition block and a body block")
+    types = [v.type for v in op.operands]
+    for blk, what in zip(op.blocks, ("the condition block", "the loop body")):
+        if [a.type for a in blk.args] != types:
+            _fail(fn, op, f"the arguments of {what} differ from the carried types")
+    cond = _yielded(fn, op, op.blocks[0], "the condition block")
+    if len(cond) != 1 or not cond[0].is_scalar or cond[0].dtype.name != "int1":
+        _fail(fn, op, f"the condition block must yield one int1 scalar, got {[str(t) for t in cond]}")
+    if _yielded(fn, op, op.blocks[1], "the loop body") != types:
+        _fail(fn, op, "the loop body yields other types than it carries")
+    for blk in op.blocks:
+        _verify_block(fn, blk, defined)
+
+
+def _verify_if(fn: Function, op: Op, defined: set[int]) -> None:
+    if len(op.blocks) != 2 or any(b.args for b in op.blocks):
+        _fail(fn, op, "an if has a then block and an else block, without arguments")
+    want = [r.type for r in op.results]
+    for blk, what in zip(op.blocks, ("the then block", "the else block")):
+        got = _yielded(fn, op, blk, what)
+        if got != want:
+            _fail(fn, op, f"{what} yields {[str(t) for t in got]}, the if has results {[str(t) for t in want]}")
+        _verify_block(fn, blk, defined)
+
+
+_STRUCTURED = {"for": _verify_for, "while": _verify_while, "if": _verify_if}

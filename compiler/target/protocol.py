@@ -10,6 +10,7 @@ Target (one compiled-for machine, e.g. `kunlun:xpu2`)
     name, device_type, source_suffix, caps     identity, the torch device type of its tensors, and
                                                 its capabilities as data (`Caps`)
     fast_software_math                          numerics: the fast policy also uses the software math
+                                                (True: every sequence; a set of op names: those only)
     fingerprint() -> dict                       what its binaries depend on (part of every cache key)
     render(fn) -> str                           Tile IR (after passes) -> source text
     build(fn, source, out_dir) -> dict          source -> files in out_dir; returns the entry's meta

@@ -55,6 +55,54 @@ class ReduceDotLowering:
         e = self.ev(x, nest.idx, nest)
         self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
 
+    def _along(self, x: Value, axis: int, out_shape, head: list[str], step, tail: list[str], reverse=False) -> None:
+        """One loop nest over `out_shape` (x's shape without `axis`), and in it `head`, then a loop
+        over the axis (ascending, or descending with `reverse`) running `step(expr of x)`, then
+        `tail`. The axis index is `ja`; `step` returns C lines."""
+        nest = self.open_nest(out_shape, simd=False)
+        ext = x.shape[axis]
+        inner = Nest(nest.idx[:axis] + ("ja",) + nest.idx[axis:])
+        e = self.ev(x, inner.idx, inner)
+        loop = f"for (int ja = {ext - 1}; ja >= 0; --ja) {{" if reverse else f"for (int ja = 0; ja < {ext}; ++ja) {{"
+        body = head + [loop] + ["    " + st for st in inner.stmts] + ["    " + ln for ln in step(e)] + ["}"] + tail
+        self.close_nest(nest, body)
+        return nest.idx
+
+    def op_scan(self, op: Op) -> None:
+        """Inclusive prefix sums along the axis, one element after the other (both policies)."""
+        x, r = op.operands[0], op.results[0]
+        axis = op.attrs["axis"]
+        ctype = self.d.reg_type(r.dtype)
+        name = self.declare_buffer(r)
+        out_shape = x.shape[:axis] + x.shape[axis + 1:]
+        idx = tuple(f"i{k}" for k in range(len(out_shape)))
+        at = f"{name}[{self.linear(idx[:axis] + ('ja',) + idx[axis:], x.shape)}]"
+        init = self.d.reduce_identity("sum", r.dtype)
+        self._along(x, axis, out_shape, [f"{ctype} acc = {init};"],
+                    lambda e: [f"acc = {self.d.combine('sum', 'acc', e, r.dtype)};", f"{at} = acc;"], [],
+                    reverse=op.attrs.get("reverse", False))
+
+    def op_argreduce(self, op: Op) -> None:
+        """(value, index) of the max/min along the axis: a scan from index 0 that takes a later
+        element only when it compares strictly greater (less), so ties keep the lowest index."""
+        x = op.operands[0]
+        rv, ri = op.results
+        axis, cmp = op.attrs["axis"], (">" if op.attrs["kind"] == "max" else "<")
+        ctype = self.d.reg_type(x.dtype)
+        if rv.type.is_scalar:
+            vname, iname = self.name(rv), self.name(ri)
+            self.emit(f"{ctype} {vname};")
+            self.emit(f"int32_t {iname};")
+            vat, iat = vname, iname
+        else:
+            vname, iname = self.declare_buffer(rv), self.declare_buffer(ri)
+            lin = self.linear(tuple(f"i{k}" for k in range(len(rv.shape))), rv.shape)
+            vat, iat = f"{vname}[{lin}]", f"{iname}[{lin}]"
+        self._along(x, axis, rv.shape, ["bool first = true;", f"{ctype} best = 0;", "int32_t bi = 0;"],
+                    lambda e: [f"{ctype} const x_ = {e};",
+                               f"if (first || x_ {cmp} best) {{ best = x_; bi = ja; first = false; }}"],
+                    [f"{vat} = best;", f"{iat} = bi;"])
+
     def _reduce_pairwise(self, op: Op) -> None:
         """The strict tree: pad the axis to a power of two P with the identity, then combine
         element a with a + s for s = P/2, P/4, ..., 1 (the order docs/numerics.md defines)."""
@@ -129,7 +177,7 @@ class ReduceDotLowering:
         """True when the dot's accumulator is a carried value of the innermost loop, read only by
         this dot, and the dot's result is yielded back into the same carried slot."""
         acc, r = op.operands[2], op.results[0]
-        if not self.loop_stack or len(self.uses.get(id(acc), [])) != 1:
+        if not self.loop_stack or self.regions[-1][0] != "loop" or len(self.uses.get(id(acc), [])) != 1:
             return False
         args = self.loop_stack[-1]
         if acc not in args:

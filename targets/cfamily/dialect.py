@@ -22,10 +22,13 @@ _CPP_KEYWORDS = {
 class CDialect:
     # Register types: fp16/bf16 compute in float, rounded after each op (exact IEEE semantics,
     # since float has more than 2p+2 bits for p = 11 and 8).
+    # fp8 values are their bits (compiler/fp8.py converts them with integer operations)
     reg_types = {D.float32: "float", D.float16: "float", D.bfloat16: "float", D.int1: "bool",
-                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
+                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
+                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t"}
     mem_types = {D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t", D.int1: "uint8_t",
-                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t"}
+                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
+                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t"}
     # bytes of each register/memory C type (local buffer sizes are counted with it)
     ctype_bytes = {"float": 4, "double": 8, "bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2,
                    "int32_t": 4, "int64_t": 8}
@@ -40,11 +43,14 @@ class CDialect:
                   "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
                   "eq": "({0} == {1})", "ne": "({0} != {1})",
                   "max": "tj_max({0}, {1})", "min": "tj_min({0}, {1})",
-                  "floordiv": "tj_idiv({0}, {1})", "shl": "tj_shl({0}, {1})", "shr": "tj_shr({0}, {1})"}
+                  "floordiv": "tj_idiv({0}, {1})", "shl": "tj_shl({0}, {1})", "shr": "tj_shr({0}, {1})",
+                  "umulhi": "tj_umulhi({0}, {1})"}
     float_math = {"exp": "expf({0})", "exp2": "exp2f({0})", "log": "logf({0})", "log2": "log2f({0})",
                   "sqrt": "sqrtf({0})", "rsqrt": "(1.0f / sqrtf({0}))", "sigmoid": "(1.0f / (1.0f + expf(-{0})))",
                   "sin": "sinf({0})", "cos": "cosf({0})", "floor": "floorf({0})", "ceil": "ceilf({0})",
-                  "abs": "fabsf({0})", "fma": "fmaf({0}, {1}, {2})", "mod": "fmodf({0}, {1})"}
+                  "abs": "fabsf({0})", "fma": "fmaf({0}, {1}, {2})", "mod": "fmodf({0}, {1})",
+                  "tanh": "tanhf({0})", "erf": "erff({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})",
+                  "trunc": "truncf({0})", "rint": "rintf({0})", "pow": "powf({0}, {1})"}
     # ops whose fp16/bf16 result must be rounded back to the narrow format
     rounding_ops = ROUNDS
     round_fn = {D.float16: "tj_round_fp16", D.bfloat16: "tj_round_bf16"}
@@ -111,7 +117,7 @@ class CDialect:
         if name == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if name == "bitcast":
-            return f"tj_bitcast<{self.reg_type(dt)}>({args[0]})"
+            return self.bitcast(args[0], src, dt)
         if name == "neg":
             return f"(-{args[0]})" if not dt.is_bool() else args[0]
         if name == "not":
@@ -147,6 +153,51 @@ class CDialect:
         if src.is_floating():
             return f"tj_f2i<{self.reg_type(dst)}>({x})"
         return f"({self.reg_type(dst)}){x}"
+
+    def bitcast(self, x: str, src: D.dtype, dst: D.dtype) -> str:
+        """Reinterprets bits: fp16/bf16 live as float in registers, so they go through their 16-bit
+        patterns; fp8 registers already hold their bits."""
+        narrow = {D.float16: ("tj_f2h", "tj_h2f"), D.bfloat16: ("tj_f2bf", "tj_bf2f")}
+        if src in narrow:
+            x, src = f"(int16_t){narrow[src][0]}({x})", D.int16
+        elif src in D.FP8:
+            x, src = f"(int8_t){x}", D.int8
+        if dst in narrow:
+            return f"{narrow[dst][1]}((uint16_t){x})"
+        if dst in D.FP8:
+            return f"(uint8_t){x}"
+        if src is dst:
+            return x
+        return f"tj_bitcast<{self.reg_type(dst)}>({x})"
+
+    # atomics: tj_atomic<kind, conversion>(ptr, val) / tj_atomic_cas<conversion>(ptr, cmp, val) of the
+    # target's header; the conversion says how a register value maps to the memory format
+    atomic_kinds = {"add": 0, "max": 1, "min": 2, "xchg": 3, "and": 4, "or": 5, "xor": 6}
+
+    def atomic(self, kind: str, dt: D.dtype, ptr: str, args: list[str]) -> str:
+        conv = {D.float16: 1, D.bfloat16: 2}.get(dt, 0)
+        if kind == "cas":
+            return f"tj_atomic_cas<{conv}>({ptr}, {', '.join(args)})"
+        return f"tj_atomic<{self.atomic_kinds[kind]}, {conv}>({ptr}, {args[0]})"
+
+    def print_element(self, label: str, idx, value: str, dt: D.dtype, hexa: bool) -> str:
+        from .atomics import c_string  # noqa: PLC0415
+        ids = ", ".join(["%d"] * len(idx)) if idx else ""
+        if dt.is_floating():
+            fmt, val = "%.9g", f"(double)({value})"
+        elif dt.is_ptr():
+            fmt, val = "%p", f"(const void*)({value})"
+        elif dt is D.int64:
+            fmt, val = ("0x%llx", f"(unsigned long long)({value})") if hexa else ("%lld", f"(long long)({value})")
+        else:
+            fmt, val = ("0x%x", f"(unsigned)({value})") if hexa else ("%d", f"(int)({value})")
+        idx_args = "".join(f", (int){i}" for i in idx)
+        return (f'printf("pid (%d, %d, %d) idx ({ids}) %s{fmt}\\n", pid0, pid1, pid2{idx_args}, '
+                f"{c_string(label)}, {val});")
+
+    def assert_fail(self, k: int, msg: str) -> str:
+        from .atomics import c_string  # noqa: PLC0415
+        return f"tj_assert_fail({k}, {c_string(msg)}, pid0, pid1, pid2)"
 
     def load_elem(self, dt: D.dtype, ptr: str) -> str:
         if dt is D.float16:

@@ -1,5 +1,6 @@
-"""Loops of the C-family lowering (a mixin of CLowering): run-time `for` loops with carried
-values, and the two-phase copy of yielded values into the carried slots."""
+"""Control flow of the C-family lowering (a mixin of CLowering): run-time `for` and `while` loops
+with carried values (the two-phase copy of yielded values into the carried slots), and `if` on a
+scalar with results (declared before the C `if`, assigned by each branch's yield)."""
 from __future__ import annotations
 
 from compiler.ir import Op, Value
@@ -7,15 +8,10 @@ from compiler.ir.ops import OPS
 
 
 class LoopLowering:
-    def op_for(self, op: Op) -> None:
-        self.has_loops = True
-        body = op.blocks[0]
-        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
-        iv = body.args[0]
-        ivt = self.d.reg_type(iv.dtype)
-        carried = op.operands[3:]
-        cnames = []
-        for arg, init, res in zip(body.args[1:], carried, op.results):
+    def _carried_slots(self, args, carried, results, also=()) -> None:
+        """Declares one C variable (scalars) or local buffer (tiles) per carried value, initialised;
+        the block arguments in `args` (and in each list of `also`) and the results name it."""
+        for k, (arg, init, res) in enumerate(zip(args, carried, results)):
             if arg.type.is_scalar:
                 n = self.fresh("c")
                 self.emit(f"{self.d.reg_type(arg.dtype)} {n} = {self.ev(init, (), None)};")
@@ -25,25 +21,90 @@ class LoopLowering:
                 nest = self.open_nest(arg.shape)
                 self.close_nest(nest, [f"{n}[{self.linear(nest.idx, arg.shape)}] = {self.ev(init, nest.idx, nest)};"])
             self.names[id(res)] = n
+            for other in also:
+                self.names[id(other[k])] = n
+                if not other[k].type.is_scalar:
+                    self.buffers.add(id(other[k]))
             if not res.type.is_scalar:
                 self.buffers.add(id(res))
-            cnames.append(n)
+
+    def _in_region(self, kind: str, values, block) -> None:
+        self.regions.append((kind, values))
+        if kind == "loop":
+            self.loop_stack.append(values)
+        self.flag_scopes.append({})
+        self.indent += 1
+        try:
+            self.lower_block(block)
+        finally:
+            self.indent -= 1
+            self.flag_scopes.pop()
+            if kind == "loop":
+                self.loop_stack.pop()
+            self.regions.pop()
+
+    def op_for(self, op: Op) -> None:
+        self.has_loops = True
+        body = op.blocks[0]
+        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
+        iv = body.args[0]
+        ivt = self.d.reg_type(iv.dtype)
+        self._carried_slots(body.args[1:], op.operands[3:], op.results)
         trip = self.fresh("n")
         k = self.fresh("k")
         self.emit(f"const {ivt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
         self.emit(f"for ({ivt} {k} = 0; {k} < {trip}; ++{k}) {{")
-        self.indent += 1
-        self.emit(f"const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
-        self.loop_stack.append(body.args[1:])
+        self.emit(f"    const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
+        self._in_region("loop", body.args[1:], body)
+        self.emit("}")
+
+    def op_while(self, op: Op) -> None:
+        """`while (true) { condition block; if (!c) break; body; copy into the carried slots }`;
+        both blocks' arguments and the results name the same slots."""
+        self.has_loops = True
+        cond, body = op.blocks
+        self._carried_slots(cond.args, op.operands, op.results, also=(body.args,))
+        self.emit("while (true) {")
+        self.regions.append(("cond", []))
         self.flag_scopes.append({})
-        self.lower_block(body)
-        self.flag_scopes.pop()
-        self.loop_stack.pop()
+        self.indent += 1
+        self.lower_block(cond)
         self.indent -= 1
+        self.flag_scopes.pop()
+        self.regions.pop()
+        self._in_region("loop", body.args, body)
+        self.emit("}")
+
+    def op_if(self, op: Op) -> None:
+        """`T r; if (c) { ...; r = a; } else { ...; r = b; }`: tile results are local buffers."""
+        for r in op.results:
+            if r.type.is_scalar:
+                n = self.fresh("r")
+                self.emit(f"{self.d.reg_type(r.dtype)} {n};")
+                self.names[id(r)] = n
+            else:
+                self.declare_buffer(r, self.fresh("r"))
+        self.emit(f"if ({self.ev(op.operands[0], (), None)}) {{")
+        self._in_region("if", op.results, op.blocks[0])
+        self.emit("} else {")
+        self._in_region("if", op.results, op.blocks[1])
         self.emit("}")
 
     def op_yield(self, op: Op) -> None:
-        loop_args = self.loop_stack[-1]
+        kind, values = self.regions[-1]
+        if kind == "cond":
+            self.emit(f"if (!({self.ev(op.operands[0], (), None)})) break;")
+            return
+        if kind == "if":
+            for val, res in zip(op.operands, values):
+                if res.type.is_scalar:
+                    self.emit(f"{self.name(res)} = {self.ev(val, (), None)};")
+                    continue
+                nest = self.open_nest(res.shape)
+                self.close_nest(nest, [f"{self.name(res)}[{self.linear(nest.idx, res.shape)}] = "
+                                       f"{self.ev(val, nest.idx, nest)};"])
+            return
+        loop_args = values
         arg_ids = {id(a) for a in loop_args}
         reads = [self._carried_reads(v, arg_ids) if not v.type.is_scalar else {} for v in op.operands]
         # a tile expression that reads no carried value but its own slot, element by element, is

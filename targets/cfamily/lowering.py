@@ -16,16 +16,19 @@ from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.ops import OPS
 
+from .atomics import AtomicDebugLowering
 from .buffers import LocalBuffer, Nest
 from .compute import ReduceDotLowering
 from .dialect import CDialect
 from .loops import LoopLowering
 
-_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans"}
+_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
+          "split"}
+_MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
 
 
 def _writes_memory(op: Op) -> bool:
-    if op.name == "store":
+    if op.name in ("store", "atomic_rmw", "atomic_cas"):
         return True
     return any(_writes_memory(o) for b in op.blocks for o in b.ops)
 
@@ -38,7 +41,7 @@ def _is_cheap(op: Op) -> bool:
     return False
 
 
-class CLowering(ReduceDotLowering, LoopLowering):
+class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
@@ -55,6 +58,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
         self.static_work = 0      # elements touched by one program's loop nests, loops not counted
         self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
+        self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
         self.flag_scopes: list[dict[int, str]] = [{}]
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
         self.uses: dict[int, list[Op]] = {}
@@ -104,7 +108,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
         for u in self.uses.get(id(v), []):
             if u.results and id(u.results[0]) in self.roots and id(u.results[0]) not in self.materialized \
                     and OPS[u.name].kind in ("elementwise", "view") and not u.results[0].type.is_scalar:
-                out |= self.roots[id(u.results[0])]
+                for r in u.results:   # (split has two)
+                    out |= self.roots.get(id(r), set())
             else:
                 out.add(id(u))
         return out
@@ -115,7 +120,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
             return True
         if op.name == "load":
             return not self._load_fuses(v)
-        if op.name in ("reduce", "dot", "for"):
+        if op.name in ("reduce", "dot", "for", "while", "if") or op.name in _MULTI_RESULT:
             return True
         if _is_cheap(op):
             return False
@@ -143,7 +148,7 @@ class CLowering(ReduceDotLowering, LoopLowering):
         if len(roots) != 1:
             return False
         root = self.op_by_id.get(next(iter(roots)))
-        if root is None or root.name == "for" or id(root) not in self.position:
+        if root is None or root.name in ("for", "while", "if") or id(root) not in self.position:
             return False
         block, start = self.position[id(v.owner)]
         rblock, end = self.position[id(root)]
@@ -174,7 +179,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
 
     def local_buffer(self, ctype: str, name: str, numel: int, value: Value | None = None) -> str:
         """Declares local array `name` (recorded in `local_buffers`) and returns the name."""
-        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * self.d.ctype_bytes[ctype], value))
+        size = self.d.pointer_bytes if ctype.endswith("*") else self.d.ctype_bytes[ctype]
+        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * size, value))
         self.emit(f"{self.d.local_buffer_decl(ctype, name, numel)};")
         return name
 
@@ -261,6 +267,8 @@ class CLowering(ReduceDotLowering, LoopLowering):
             for i, p in enumerate(perm):
                 sidx[p] = idx[i]
             return self.ev(op.operands[0], tuple(sidx), nest)
+        if name in ("reshape", "join", "split"):
+            return self._ev_view(op, v, idx, nest)
         if OPS[name].kind == "elementwise":
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
@@ -270,6 +278,20 @@ class CLowering(ReduceDotLowering, LoopLowering):
                 val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
             return val
         raise CompilationError(f"internal: op '{name}' cannot be evaluated per element")
+
+    def _ev_view(self, op: Op, v: Value, idx, nest) -> str:
+        src = op.operands[0]
+        if op.name == "split":   # result k is element k of the last axis
+            return self.ev(src, tuple(idx) + (str(op.results.index(v)),), nest)
+        if op.name == "join":
+            a, b = (self.ev(o, tuple(idx[:-1]), nest) for o in op.operands)
+            return f"({idx[-1]} == 0 ? {a} : {b})"
+        lin = self.linear(idx, v.shape)   # reshape: the same row-major position in the source
+        sidx, stride = [], 1
+        for n in reversed(src.shape):
+            sidx.append("0" if n == 1 else f"(({lin}) / {stride} % {n})" if stride > 1 else f"(({lin}) % {n})")
+            stride *= n
+        return self.ev(src, tuple(reversed(sidx)), nest)
 
     # -- statements -----------------------------------------------------------------------------
     def lower(self) -> str:

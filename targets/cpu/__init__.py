@@ -51,8 +51,9 @@ class CPUTarget(Target):
 
     def load(self, fn: Function, entry, arg_indices: list[int], cache) -> CPULauncher:
         """A launcher taking the kernel's full argument tuple; `arg_indices` picks the runtime ones."""
+        asserts = [(op.loc, op.attrs["msg"]) for op in fn.walk() if op.name == "assert"]
         return CPULauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
-                           [p.name for p in fn.params], arg_indices, self.caps)
+                           [p.name for p in fn.params], arg_indices, self.caps, asserts)
 
 
 class CPUPlugin(TargetPlugin):

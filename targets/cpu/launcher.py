@@ -17,7 +17,7 @@ def ctype_of(dt: D.dtype):
 
 class CPULauncher:
     def __init__(self, lib_path: str, fn_name: str, param_types: list[D.dtype], param_names: list[str],
-                 arg_indices: list[int], caps):
+                 arg_indices: list[int], caps, asserts=()):
         self.lib = ctypes.CDLL(lib_path)
         self.entry = self.lib.tj_launch
         self.entry.argtypes = [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types]
@@ -27,9 +27,25 @@ class CPULauncher:
         # (position in the launch's arguments, passed as a data pointer?) per kernel parameter
         self.plan = [(i, t.is_ptr()) for i, t in zip(arg_indices, param_types)]
         self.caps = caps
+        # the kernel's tl.device_assert calls, (location, message) each: checked after every launch
+        self.asserts = list(asserts)
+        if self.asserts:
+            self.lib.tj_assert_status.argtypes = [ctypes.POINTER(ctypes.c_int)]
 
     def __call__(self, grid, args) -> None:
         g = launch_grid(self.name, grid, self.caps)
         if g is None:
             return  # an empty grid runs nothing, as on a GPU
         self.entry(*g, *[args[i].data_ptr() if ptr else args[i] for i, ptr in self.plan])
+        if self.asserts:
+            rec = (ctypes.c_int * 4)()
+            if self.lib.tj_assert_status(rec):
+                raise device_assertion(self.name, self.asserts, list(rec))
+
+
+def device_assertion(kernel: str, asserts, rec):
+    """The error for failed assert number rec[0] in program (rec[1], rec[2], rec[3])."""
+    from compiler.errors import DeviceAssertionError  # noqa: PLC0415
+    loc, msg = asserts[rec[0]]
+    return DeviceAssertionError.at(loc, f"device_assert failed in program ({rec[1]}, {rec[2]}, {rec[3]}): {msg}",
+                                   kernel=kernel)

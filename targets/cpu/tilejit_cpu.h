@@ -2,6 +2,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -79,11 +80,80 @@ template <class To, class From> static inline To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     To y; std::memcpy(&y, &x, sizeof(To)); return y;
 }
-// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`
+// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`, computed on the unsigned
+// distance so that no intermediate overflows; a step of 0 runs no iteration
 template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
-    if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;
-    if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
+    typedef typename std::make_unsigned<T>::type U;
+    if (st > 0 && ub > lb) { U d = (U)ub - (U)lb, s = (U)st; return (T)(d / s + (d % s != 0)); }
+    if (st < 0 && lb > ub) { U d = (U)lb - (U)ub, s = (U)0 - (U)st; return (T)(d / s + (d % s != 0)); }
     return 0;
+}
+// the high 32 bits of the unsigned 64-bit product
+static inline int32_t tj_umulhi(int32_t a, int32_t b) {
+    return (int32_t)(uint32_t)(((uint64_t)(uint32_t)a * (uint64_t)(uint32_t)b) >> 32);
+}
+
+// ---- atomics: compare-and-swap loops on the memory format, acquire-release order --------------
+// K: 0 add, 1 max, 2 min, 3 xchg, 4 and, 5 or, 6 xor; C: 0 the register type is the memory type,
+// 1 fp16 (float register, uint16_t memory), 2 bf16. Returns the old value.
+template <int C> struct tj_atomic_conv {
+    template <class M, class R> static R load(M m) { return (R)m; }
+    template <class M, class R> static M store(R r) { return (M)r; }
+};
+template <> struct tj_atomic_conv<1> {
+    template <class M, class R> static R load(M m) { return tj_h2f(m); }
+    template <class M, class R> static M store(R r) { return tj_f2h(r); }
+};
+template <> struct tj_atomic_conv<2> {
+    template <class M, class R> static R load(M m) { return tj_bf2f(m); }
+    template <class M, class R> static M store(R r) { return tj_f2bf(r); }
+};
+template <int K, class T> static inline T tj_atomic_op(T a, T b) {
+    if (K == 0) return (T)(a + b);
+    if (K == 1) return a > b ? a : b;
+    if (K == 2) return a < b ? a : b;
+    return b;
+}
+template <int K, class T> static inline T tj_atomic_bits(T a, T b) {
+    if (K == 4) return (T)(a & b);
+    if (K == 5) return (T)(a | b);
+    if (K == 6) return (T)(a ^ b);
+    return tj_atomic_op<K>(a, b);
+}
+template <int K> static inline float tj_atomic_bits(float a, float b) { return tj_atomic_op<K>(a, b); }
+template <int K, int C, class M, class R> static inline R tj_atomic(M* p, R v) {
+    M old;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    for (;;) {
+        R cur = tj_atomic_conv<C>::template load<M, R>(old);
+        M upd = tj_atomic_conv<C>::template store<M, R>(tj_atomic_bits<K>(cur, v));
+        if (__atomic_compare_exchange(p, &old, &upd, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return cur;
+    }
+}
+template <int C, class M, class R> static inline R tj_atomic_cas(M* p, R cmp, R v) {
+    M expected = tj_atomic_conv<C>::template store<M, R>(cmp), desired = tj_atomic_conv<C>::template store<M, R>(v);
+    __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return tj_atomic_conv<C>::template load<M, R>(expected);   // the old value, whether it matched or not
+}
+
+// ---- tl.device_assert: the first failure is kept; the launcher reads it after the launch -------
+static int tj_assert_state = 0;
+static int tj_assert_record[4];
+static char tj_assert_text[256];
+static inline void tj_assert_fail(int k, const char* msg, int32_t p0, int32_t p1, int32_t p2) {
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&tj_assert_state, &expected, 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        tj_assert_record[0] = k; tj_assert_record[1] = p0; tj_assert_record[2] = p1; tj_assert_record[3] = p2;
+        snprintf(tj_assert_text, sizeof tj_assert_text, "%s", msg);
+        __atomic_store_n(&tj_assert_state, 2, __ATOMIC_RELEASE);
+    }
+}
+// 1 (and the assert's index and program id in rec) when an assert failed since the last call
+extern "C" int tj_assert_status(int* rec) {
+    if (__atomic_load_n(&tj_assert_state, __ATOMIC_ACQUIRE) != 2) return 0;
+    for (int i = 0; i < 4; ++i) rec[i] = tj_assert_record[i];
+    __atomic_store_n(&tj_assert_state, 0, __ATOMIC_RELEASE);
+    return 1;
 }
 
 // ---- dot micro-kernel ------------------------------------------------------------------------

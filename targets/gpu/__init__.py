@@ -36,7 +36,10 @@ MAX_GRID = (2 ** 31 - 1, 65535, 65535)
 
 class GPUTarget(Target):
     source_suffix = ".py"
-    fast_software_math = False   # fast policy: Triton's native exp/log/...
+    # fast policy: Triton's native math and libdevice; the interpreter has no libdevice, so there
+    # the ops without a tl.* spelling use compiler/strict.py's sequences
+    fast_software_math = False
+    INTERPRETER_SOFTWARE_MATH = frozenset({"tanh", "log1p", "expm1", "pow", "rint"})
 
     def __init__(self, mode: str, backend: str | None, arch: str | None, tf32: bool = False,
                  num_warps: int = DEFAULT_NUM_WARPS, name: str = "gpu"):
@@ -50,6 +53,8 @@ class GPUTarget(Target):
         # (nothing runs), so library calls under compiler.compile_only() pre-build their kernels
         self.device_type = "cuda" if mode == "device" else "cpu"
         self.renderer = TritonRenderer(tf32=tf32, interpret=mode == "interpret")
+        if mode == "interpret":
+            self.fast_software_math = self.INTERPRETER_SOFTWARE_MATH
         # a program is num_warps warps of threads; tiles are powers of two; timings mean something
         # only on a device
         self.caps = Caps(lanes_per_program=num_warps * WARP_SIZES.get(backend, 32), pow2_tiles=True,

@@ -29,7 +29,8 @@ from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function, Op, Value
 
-from .spelling import (BF16_EXACT, BINARY, COVERED, MAX_NUMEL, NARROW_FLOATS, REJECTED, ROUNDING,  # noqa: F401
+from .structured import StructuredOps, _Flag
+from .spelling import (BF16_EXACT, BINARY, COVERED, EXACT_VIA_F32, MAX_NUMEL, NARROW_FLOATS, REJECTED, ROUNDING,  # noqa: F401
                        STRICT_FLOAT, TERNARY, UNARY, _bshape, _is_pow2, param_names, tl_dtype,
                        triton_signature_type)
 
@@ -67,7 +68,7 @@ class TritonRenderer:
         return _Emitter(fn, policy, self.tf32, self.interpret).render()
 
 
-class _Emitter:
+class _Emitter(StructuredOps):
     def __init__(self, fn: Function, policy: str, tf32: bool, interpret: bool = False):
         self.fn = fn
         self.strict = policy == "strict"
@@ -83,6 +84,9 @@ class _Emitter:
         self.indent = 0
         self.notes: list[str] = []
         self.loops: list[list[Value]] = []     # carried values of the enclosing for ops
+        # scalars that Triton's interpreter holds as Python ints (a loop's induction variable and
+        # integer arithmetic on it): a cast first makes them a tensor
+        self.pyints: set[int] = set()
 
     # -- names -------------------------------------------------------------------------------------
     def _assign_names(self) -> list[str]:
@@ -96,22 +100,18 @@ class _Emitter:
             counter[0] += 1
 
         def walk(block):   # the printer's numbering: for = iv, carried, results, then the body
-            for op in block.ops:
-                if op.name == "for":
-                    body = op.blocks[0]
-                    for a in body.args:
-                        define(a)
-                    for r in op.results:
-                        define(r)
-                    walk(body)
-                else:
-                    for r in op.results:
-                        define(r)
+            for op in block.ops:   # while = both blocks' args, results, blocks; if = results, blocks
+                for a in (a for blk in op.blocks for a in blk.args):
+                    define(a)
+                for r in op.results:
+                    define(r)
+                for blk in op.blocks:
+                    walk(blk)
         walk(self.fn.body)
         return params
 
-    def name(self, v: Value) -> str:
-        return self.names[id(v)]
+    def name(self, v) -> str:
+        return v.name if isinstance(v, _Flag) else self.names[id(v)]
 
     def err(self, op: Op, msg: str) -> CompilationError:
         return CompilationError.at(op.loc, f"gpu target: {msg}", kernel=self.fn.name)
@@ -292,11 +292,15 @@ class _Emitter:
         if name == "neg" and src.is_bool():
             self.assign(r, args[0].text)
             return
+        if not r.shape and name in BINARY and src.is_int() and all(
+                id(v) in self.pyints or id(v) in self.literals for v in op.operands):
+            self.pyints.add(id(r))
         table = BINARY if name in BINARY else UNARY if name in UNARY else TERNARY
         fmt = table[name]
         if self.strict and src.is_floating() and name in STRICT_FLOAT:
             fmt = STRICT_FLOAT[name]
-        wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT)
+        wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT) \
+            or (src in NARROW_FLOATS and name in EXACT_VIA_F32)
         if wide:
             texts = [a.text if a.literal or a.dtype is not src else f"{a.text}.to(tl.float32)" for a in args]
             expr = fmt.format(*texts)
@@ -334,7 +338,10 @@ class _Emitter:
 
     def op_cast(self, op: Op) -> None:
         x, r = op.operands[0], op.results[0]
-        self.assign(r, self.cast_expr(self.typed(x).text, x.dtype, r.dtype, self.name(r)))
+        text = self.typed(x).text
+        if id(x) in self.pyints:
+            text = f"tl.full([], {text}, {tl_dtype(x.dtype)})"
+        self.assign(r, self.cast_expr(text, x.dtype, r.dtype, self.name(r)))
 
     def round_from_f32(self, x: str, dst: D.dtype, hint: str) -> str:
         """An fp32 value rounded to nearest even to fp16/bf16."""
@@ -501,7 +508,16 @@ class _Emitter:
         lb, ub, st = (self.literals.get(id(v)) or self.name(v) for v in op.operands[:3])
         for c, init in zip(carried, op.operands[3:]):
             self.emit(f"{self.name(c)} = {self.typed(init).text}")
-        self.emit(f"for {self.name(iv)} in range({lb}, {ub}, {st}):")
+        if id(op.operands[2]) not in self.literals:
+            # a run-time step of 0 runs no iteration, as on the C targets
+            ub, st = f"tl.where({st} == 0, {lb}, {ub})", f"tl.where({st} == 0, 1, {st})"
+        options = op.attrs.get("options")
+        if options:
+            opts = "".join(f", {k}={v!r}" for k, v in sorted(options.items()))
+            self.emit(f"for {self.name(iv)} in tl.range({lb}, {ub}, {st}{opts}):")
+        else:
+            self.emit(f"for {self.name(iv)} in range({lb}, {ub}, {st}):")
+        self.pyints.add(id(iv))
         self.indent += 1
         n_before = len(self.lines)
         self.loops.append(carried)
@@ -514,11 +530,11 @@ class _Emitter:
             self.assign(res, self.name(c))
 
     def op_yield(self, op: Op) -> None:
-        # the enclosing for's carried values take the yielded ones (one tuple assignment: parallel)
+        # the enclosing op's carried values / results take the yielded ones (one tuple assignment:
+        # parallel); a while's condition block yields its condition
         carried = self.loops[-1] if self.loops else []
         if not carried:
             return
         lhs = ", ".join(self.name(c) for c in carried)
         rhs = ", ".join(self.typed(v).text for v in op.operands)
         self.emit(f"{lhs} = {rhs}")
-

@@ -10,9 +10,10 @@ from compiler.ir import Function
 from compiler.ir.ops import COMPARE, ROUNDS
 
 TL_DTYPES = {D.float32: "tl.float32", D.float16: "tl.float16", D.bfloat16: "tl.bfloat16", D.int1: "tl.int1",
-             D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64"}
+             D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64",
+             D.float8e5: "tl.float8e5", D.float8e4nv: "tl.float8e4nv"}
 SIG_NAMES = {D.float32: "fp32", D.float16: "fp16", D.bfloat16: "bf16", D.int1: "i1", D.int8: "i8",
-             D.int16: "i16", D.int32: "i32", D.int64: "i64"}
+             D.int16: "i16", D.int32: "i32", D.int64: "i64", D.float8e5: "fp8e5", D.float8e4nv: "fp8e4nv"}
 NARROW_FLOATS = (D.float16, D.bfloat16)
 MAX_NUMEL = 1 << 20   # Triton's largest tile
 
@@ -23,12 +24,16 @@ BINARY = {
     "shl": "{0} << {1}", "shr": "{0} >> {1}",
     "lt": "{0} < {1}", "le": "{0} <= {1}", "gt": "{0} > {1}", "ge": "{0} >= {1}", "eq": "{0} == {1}",
     "ne": "{0} != {1}", "max": "tl.maximum({0}, {1})", "min": "tl.minimum({0}, {1})",
+    "pow": "tl.extra.libdevice.pow({0}, {1})", "umulhi": "tl.umulhi({0}, {1})",
 }
 UNARY = {
     "neg": "-{0}", "not": "~{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "exp2": "tl.exp2({0})",
     "log": "tl.log({0})", "log2": "tl.log2({0})", "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})",
     "sigmoid": "tl.sigmoid({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})", "floor": "tl.floor({0})",
-    "ceil": "tl.ceil({0})",
+    "ceil": "tl.ceil({0})", "erf": "tl.math.erf({0})", "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
+    # libdevice: compiled kernels only (the interpreter gets compiler/strict.py's sequences instead)
+    "tanh": "tl.extra.libdevice.tanh({0})", "log1p": "tl.extra.libdevice.log1p({0})",
+    "expm1": "tl.extra.libdevice.expm1({0})", "rint": "tl.extra.libdevice.rint({0})",
 }
 TERNARY = {"where": "tl.where({0}, {1}, {2})", "fma": "tl.fma({0}, {1}, {2})"}
 # strict overrides (float operands): correctly rounded division/sqrt, cpu's max/min selection
@@ -39,9 +44,12 @@ ROUNDING = ROUNDS
 # bf16 ops that are exact but also go through fp32: Triton's interpreter keeps bf16 as raw uint16
 # bits, so its numpy comparisons/negation/max of bf16 would compare integers
 BF16_EXACT = {"neg", "abs", "floor", "ceil", "max", "min"} | COMPARE
+# exact ops whose Triton functions take fp32 only: fp16/bf16 operands are widened first
+EXACT_VIA_F32 = {"trunc", "rint"}
 # ops rendered by a method rather than a table entry
 SPECIAL = {"const", "arange", "program_id", "num_programs", "cast", "bitcast", "broadcast", "expand_dims",
-           "trans", "load", "store", "reduce", "dot", "for", "yield"}
+           "trans", "load", "store", "reduce", "dot", "for", "while", "if", "yield", "reshape", "join", "split",
+           "argreduce", "scan", "atomic_rmw", "atomic_cas", "barrier", "print", "assert"}
 # every op of compiler.ir.ops.OPS is covered here or rejected with a reason (a test checks it)
 COVERED = set(BINARY) | set(UNARY) | set(TERNARY) | SPECIAL
 REJECTED: dict[str, str] = {}

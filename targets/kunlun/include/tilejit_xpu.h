@@ -89,11 +89,94 @@ template <class To, class From> TJ_DEV To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     union { From f; To t; } c; c.f = x; return c.t;
 }
+// trip count on the unsigned distance (no intermediate overflows); a step of 0 runs no iteration
 template <class T> TJ_DEV T tj_trip_count(T lb, T ub, T st) {
-    if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;
-    if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
+    typedef typename tj_lim<T>::U U;
+    if (st > 0 && ub > lb) { U d = (U)ub - (U)lb, s = (U)st; return (T)(d / s + (d % s != 0)); }
+    if (st < 0 && lb > ub) { U d = (U)lb - (U)ub, s = (U)0 - (U)st; return (T)(d / s + (d % s != 0)); }
     return 0;
 }
+// the high 32 bits of the unsigned 64-bit product, from 16-bit halves (no 64-bit integers here)
+TJ_DEV int32_t tj_umulhi(int32_t a, int32_t b) {
+    uint32_t x = (uint32_t)a, y = (uint32_t)b;
+    uint32_t xl = x & 0xffffu, xh = x >> 16, yl = y & 0xffffu, yh = y >> 16;
+    uint32_t ll = xl * yl, lh = xl * yh, hl = xh * yl, hh = xh * yh;
+    uint32_t mid = (ll >> 16) + (lh & 0xffffu) + (hl & 0xffffu);
+    return (int32_t)(hh + (lh >> 16) + (hl >> 16) + (mid >> 16));
+}
+
+// ---- atomics on GM and tl.device_assert -------------------------------------------------------
+// Under host emulation: compare-and-swap loops on the host address (bounds-checked like the DMA),
+// and an assert failure is an emulation error the launcher raises. No Kunlun GM atomic has been
+// verified on hardware, so on the device a kernel with atomics does not build (a static_assert),
+// and asserts are not checked.
+#ifdef TJ_XPU_EMULATION
+template <int C> struct tj_atomic_conv {
+    template <class M, class R> static R load(M m) { return (R)m; }
+    template <class M, class R> static M store(R r) { return (M)r; }
+};
+template <> struct tj_atomic_conv<1> {
+    template <class M, class R> static R load(M m) { return tj_h2f(m); }
+    template <class M, class R> static M store(R r) { return tj_f2h(r); }
+};
+template <> struct tj_atomic_conv<2> {
+    template <class M, class R> static R load(M m) { return tj_bf2f(m); }
+    template <class M, class R> static M store(R r) { return tj_f2bf(r); }
+};
+template <int K, class T> TJ_DEV T tj_atomic_op(T a, T b) {
+    if (K == 0) return (T)(a + b);
+    if (K == 1) return a > b ? a : b;
+    if (K == 2) return a < b ? a : b;
+    return b;
+}
+template <int K, class T> TJ_DEV T tj_atomic_bits(T a, T b) {
+    if (K == 4) return (T)(a & b);
+    if (K == 5) return (T)(a | b);
+    if (K == 6) return (T)(a ^ b);
+    return tj_atomic_op<K>(a, b);
+}
+template <int K> TJ_DEV float tj_atomic_bits(float a, float b) { return tj_atomic_op<K>(a, b); }
+template <class M> TJ_DEV bool tj_atomic_in_gm(M* p) {
+    if (tj_emu_in_gm(p, (int)sizeof(M))) return true;
+    tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel (cluster %d, core %d)",
+                "atomic", (uint64_t)(uintptr_t)p, (uint64_t)sizeof(M));
+    return false;
+}
+template <int K, int C, class M, class R> TJ_DEV R tj_atomic(M* p, R v) {
+    if (!tj_atomic_in_gm(p)) return (R)0;
+    M old;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    for (;;) {
+        R cur = tj_atomic_conv<C>::template load<M, R>(old);
+        M upd = tj_atomic_conv<C>::template store<M, R>(tj_atomic_bits<K>(cur, v));
+        if (__atomic_compare_exchange(p, &old, &upd, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return cur;
+    }
+}
+template <int C, class M, class R> TJ_DEV R tj_atomic_cas(M* p, R cmp, R v) {
+    if (!tj_atomic_in_gm(p)) return (R)0;
+    M expected = tj_atomic_conv<C>::template store<M, R>(cmp), desired = tj_atomic_conv<C>::template store<M, R>(v);
+    __atomic_compare_exchange(p, &expected, &desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return tj_atomic_conv<C>::template load<M, R>(expected);
+}
+TJ_DEV void tj_assert_fail(int k, const char* msg, int p0, int p1, int p2) {
+    (void)k;
+    tj_emu_fail("device_assert failed: %s (program %llu, %llu; cluster %d, core %d)", msg, (uint64_t)p0,
+                (uint64_t)(p1 * 65536 + p2));
+}
+#else
+template <int K> struct tj_unverified { static const bool value = false; };
+template <int K, int C, class M, class R> TJ_DEV R tj_atomic(M* p, R v) {
+    static_assert(tj_unverified<K>::value, "tl.atomic_*: Kunlun GM atomics are not verified on hardware; "
+                                           "this kernel runs only under host emulation");
+    return v;
+}
+template <int C, class M, class R> TJ_DEV R tj_atomic_cas(M* p, R cmp, R v) {
+    static_assert(tj_unverified<C>::value, "tl.atomic_cas: Kunlun GM atomics are not verified on hardware; "
+                                           "this kernel runs only under host emulation");
+    return v;
+}
+TJ_DEV void tj_assert_fail(int k, const char* msg, int p0, int p1, int p2) {}
+#endif
 
 // ---- row-segment DMA with fp16/bf16 <-> fp32 conversion, no staging buffer -----------------
 // Loads: the n raw 2-byte elements land in the upper half of the n floats of `dst` and are widened

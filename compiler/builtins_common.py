@@ -1,0 +1,30 @@
+"""Argument checks shared by the builtin handlers (builtins_impl.py and its companions)."""
+from __future__ import annotations
+
+from . import dtypes as D
+from .semantic import SemanticError, Tile
+
+
+def _const_int(name, what, v) -> int:
+    if isinstance(v, Tile) or not isinstance(v, int) or isinstance(v, bool):
+        raise SemanticError(f"tl.{name}: {what} must be a constexpr int, got "
+                            f"{'a run-time value' if isinstance(v, Tile) else repr(v)} "
+                            "(declare it as a `tl.constexpr` parameter)")
+    return v
+
+
+def _shape(name, shape) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise SemanticError(f"tl.{name}: shape must be a tuple of constexpr ints, got {shape!r}")
+    out = tuple(_const_int(name, "every shape entry", s) for s in shape)
+    if any(s <= 0 for s in out):
+        raise SemanticError(f"tl.{name}: shape entries must be positive, got {list(out)}")
+    return out
+
+
+def _dtype(name, dt) -> D.dtype:
+    if not isinstance(dt, D.dtype):
+        raise SemanticError(f"tl.{name}: expected a dtype such as tl.float32, got {dt!r}")
+    return dt

@@ -1,0 +1,186 @@
+"""The strict sequences of tanh, erf, expm1, log1p, rint and pow (compiler/strict_math.py,
+docs/numerics.md): the cpu target equals an independent numpy emulation of the documented order
+bitwise, the results are within the documented ulps of fp64, pow has IEEE pow's special cases, and
+kunlun:xpu3 (host emulation) and gpu:interpret give the same bits as cpu."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from triton.language.extra import libdevice
+
+import compiler
+import targets.kunlun
+from compiler import kernel, language as tl
+from compiler.strict_math import ERF_SMALL, ERFC_MID, EXPM1_Q
+from compiler.target import register_target
+from test_strict import F, emu_exp, emu_log, fma, pow2
+
+register_target("kunlun", targets.kunlun.TARGET)
+OPS = ("tanh", "erf", "expm1", "log1p", "rint", "pow")
+
+
+@kernel
+def math_kernel(x_ptr, y_ptr, o_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=1.0)
+    y = tl.load(y_ptr + offs, mask=m, other=1.0)
+    if OP == "tanh":
+        r = libdevice.tanh(x)
+    elif OP == "erf":
+        r = tl.math.erf(x)
+    elif OP == "expm1":
+        r = libdevice.expm1(x)
+    elif OP == "log1p":
+        r = libdevice.log1p(x)
+    elif OP == "rint":
+        r = libdevice.rint(x)
+    else:
+        r = libdevice.pow(x, y)
+    tl.store(o_ptr + offs, r, mask=m)
+
+
+def _inputs(op, n=8192):
+    g = torch.Generator().manual_seed(11)
+    x = {"tanh": torch.randn(n, generator=g) * 4, "erf": torch.randn(n, generator=g) * 2,
+         "expm1": torch.randn(n, generator=g) * 12, "log1p": torch.rand(n, generator=g) * 20 - 0.999,
+         "rint": torch.randn(n, generator=g) * 1e3, "pow": torch.rand(n, generator=g) * 100}[op]
+    x[: n // 8] *= 1e-4                                     # the small-argument range
+    specials = {"log1p": [0.0, -0.0, -1.0, -2.0, float("inf"), float("nan")],
+                "pow": [0.0, -0.0, -8.0, float("inf"), -float("inf"), float("nan")]}.get(
+        op, [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30])
+    x[:len(specials)] = torch.tensor(specials)
+    y = torch.rand(n, generator=g) * 8 - 4
+    y[:6] = torch.tensor([2.0, -3.0, 3.0, -0.5, 0.5, 0.0])
+    return x, y
+
+
+def _run(op, tgt="cpu"):
+    x, y = _inputs(op)
+    o = torch.empty_like(x)
+    with compiler.use_target(tgt), compiler.numerics("strict"):
+        math_kernel[(x.numel() // 256,)](x, y, o, x.numel(), OP=op, BLOCK=256)   # fits kunlun LM
+    return x, y, o
+
+
+# -- numpy emulations of the documented sequences -----------------------------------------------------
+def _horner(coeffs, r):
+    p = np.full_like(r, F(coeffs[0]))
+    for k in coeffs[1:]:
+        p = fma(p, r, F(k))
+    return p
+
+
+def _scale2(p, n):
+    n = np.clip(n, -252, 254).astype(np.int32)
+    h = n >> 1
+    return ((p * pow2(h)).astype(F) * pow2(n - h)).astype(F)
+
+
+def _copysign(mag, x):
+    return (mag.view(np.int32) | (x.view(np.int32) & np.int32(-2 ** 31))).view(F)
+
+
+def emu_expm1(x):
+    n = np.floor(fma(x, F(1.4426950408889634), F(0.5)))
+    r = fma(n, F(-0.693145751953125), x)
+    r = fma(n, F(-1.428606765330187e-06), r)
+    p = fma((r * r).astype(F), _horner(EXPM1_Q, r), r)
+    t = pow2(np.clip(n, -30, 24))
+    small = fma(t, p, (t - F(1)).astype(F))
+    big = (_scale2((p + F(1)).astype(F), n) - F(1)).astype(F)
+    y = np.where(n > 24, big, small)
+    y = np.where(x > F(88.72283935546875), F(np.inf), y)
+    y = np.where(x < F(-17.5), F(-1), y)
+    y = np.where(x == 0, x, y)
+    return np.where(np.isnan(x), x, y).astype(F)
+
+
+def emu_log1p(x):
+    s = (x / (x + F(2)).astype(F)).astype(F)
+    near = (s * _horner([2 / 11, 2 / 9, 2 / 7, 2 / 5, 2 / 3, 2.0], (s * s).astype(F))).astype(F)
+    u = (x + F(1)).astype(F)
+    d = (u - F(1)).astype(F)
+    y = (emu_log(u) * (x / d).astype(F)).astype(F)
+    y = np.where((x > F(-0.2928932188134524)) & (x < F(0.41421356237309515)), near, y)
+    return np.where(x == F(np.inf), x, y).astype(F)
+
+
+def emu_tanh(x):
+    e = emu_expm1((np.abs(x) * F(-2)).astype(F))
+    return _copysign((-e / (e + F(2)).astype(F)).astype(F), x)
+
+
+def emu_erf(x):
+    a = np.abs(x)
+    small = (a * _horner(ERF_SMALL, (a * a).astype(F))).astype(F)
+    q = _horner(ERFC_MID, (F(1) / a).astype(F))
+    hi = (a * a).astype(F)
+    lo = fma(a, a, -hi)
+    e = emu_exp(-hi)
+    e = fma(-e, lo, e)
+    mid = fma(-e, q, F(1))
+    y = np.where(a < 1, small, mid)
+    return _copysign(np.where(a >= 4, F(1), y).astype(F), x)
+
+
+def emu_rint(x):
+    a = np.abs(x)
+    r = ((a + F(2 ** 23)).astype(F) - F(2 ** 23)).astype(F)
+    return np.where(a < F(2 ** 23), _copysign(r, x), x).astype(F)
+
+
+@pytest.mark.parametrize("op", ["tanh", "erf", "expm1", "log1p", "rint"])
+def test_strict_sequence_equals_its_emulation(op):
+    x, _, o = _run(op)
+    with np.errstate(all="ignore"):
+        want = {"tanh": emu_tanh, "erf": emu_erf, "expm1": emu_expm1, "log1p": emu_log1p, "rint": emu_rint}[op](
+            x.numpy())
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(o.numpy().view(np.int32)[~nan], want.view(np.int32)[~nan])
+    assert np.isnan(o.numpy()[nan]).all()
+
+
+def _ordered(t):
+    b = t.view(torch.int32).long()
+    return torch.where(b < 0, -(b & 0x7FFFFFFF), b)
+
+
+# documented maximum errors (docs/numerics.md), in ulps of the fp32 result
+MAX_ULP = {"tanh": 2, "erf": 2, "expm1": 1, "log1p": 2, "rint": 0, "pow": 8}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_strict_math_is_accurate_against_fp64(op):
+    x, y, o = _run(op)
+    ref = {"tanh": torch.tanh, "erf": torch.erf, "expm1": torch.expm1, "log1p": torch.log1p,
+           "rint": torch.round}.get(op)
+    want = (torch.pow(x.double(), y.double()) if op == "pow" else ref(x.double())).float()
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isnan(o), torch.isnan(want)), "NaN where the reference has none, or the reverse"
+    assert torch.equal(o[~finite & ~torch.isnan(want)], want[~finite & ~torch.isnan(want)])
+    ulps = (_ordered(o[finite]) - _ordered(want[finite])).abs().max().item()
+    assert ulps <= MAX_ULP[op], f"{op}: {ulps} ulp"
+
+
+def test_strict_pow_has_ieee_special_cases():
+    vals = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, float("inf"), -float("inf"), float("nan"), -8.0, 1e-45]
+    exps = [0.0, -0.0, 1.0, 2.0, 3.0, -1.0, -3.0, 0.5, -0.5, float("inf"), -float("inf"), float("nan"), 1 / 3, 1e10]
+    x = torch.tensor([a for a in vals for _ in exps])
+    y = torch.tensor([b for _ in vals for b in exps])
+    o = torch.empty_like(x)
+    with compiler.numerics("strict"):
+        math_kernel[(1,)](x, y, o, x.numel(), OP="pow", BLOCK=256)
+    want = torch.pow(x.double(), y.double()).float()
+    close = (o == want) | (torch.isnan(o) & torch.isnan(want)) | ((_ordered(o) - _ordered(want)).abs() <= 2)
+    assert close.all(), [(a, b, g, w) for a, b, g, w, c in zip(x.tolist(), y.tolist(), o.tolist(), want.tolist(),
+                                                                close.tolist()) if not c]
+
+
+@pytest.mark.parametrize("tgt", ["kunlun:xpu3", "gpu:interpret"])
+def test_strict_math_bits_equal_cpus(tgt):
+    for op in OPS:
+        _, _, ref = _run(op, "cpu")
+        _, _, got = _run(op, tgt)
+        assert torch.equal(ref.view(torch.int32), got.view(torch.int32)), op
