@@ -466,6 +466,8 @@ class FunctionVisitor(ast.NodeVisitor):
         kwargs = {k: (v.value if isinstance(v, lang.constexpr) else v) for k, v in kwargs.items()}
         if isinstance(func, _BoundMethod):
             return func.call(self, node, args, kwargs)
+        if getattr(func, "__tilejit_unsupported__", None):   # a Triton name with no builtin yet
+            raise self.error(node, func.__tilejit_unsupported__)
         name = getattr(func, "__tilejit_builtin__", None)
         if name is not None:
             from .builtins_impl import call_builtin  # noqa: PLC0415
@@ -537,6 +539,12 @@ def _map_global(obj):
             return lang.BUILTINS[name]
         if name in ("static_range", "constexpr"):
             return getattr(lang, name)
+        if fmod.startswith(("triton.language.math", "triton.language.extra")):
+            from .triton.language._names import MATH, lookup  # noqa: PLC0415 - libdevice by name
+            try:
+                return lookup(fmod, name, MATH)
+            except AttributeError:
+                return obj
     return obj
 
 

@@ -1,0 +1,2 @@
+"""`triton.language.extra`: the libdevice namespaces."""
+from . import cuda, libdevice  # noqa: F401
