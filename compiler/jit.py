@@ -381,7 +381,7 @@ def kernel(fn=None, *, target=None, numerics=None, **options):
         return wrap
     if isinstance(fn, KernelFunction) and not options:
         return fn
-    if not callable(fn):
+    if not callable(_plain_function(fn)):
         raise CompilationError(f"@kernel expects a function, got {fn!r}")
     return wrap(fn)
 

@@ -105,6 +105,7 @@ class Autotuner(KernelInterface):
         self.base = base_kernel(fn)
         self.__name__ = self.base.__name__
         self.configs = list(configs) if configs else [Config({})]
+        self._config_names = frozenset().union(*(c.kwargs for c in self.configs))
         self.keys = [key] if isinstance(key, str) else list(key)
         for names, what in ((self.keys, "key"), (reset_to_zero or [], "reset_to_zero"),
                             (restore_value or [], "restore_value")):
@@ -132,6 +133,10 @@ class Autotuner(KernelInterface):
         from .tuning import choose  # noqa: PLC0415
         named = dict(zip(self.arg_names, args))
         self._nargs = named
+        if kwargs and not self._config_names.isdisjoint(kwargs):
+            raise KernelArgumentError(
+                f"kernel '{self.__name__}': {', '.join(sorted(self._config_names & kwargs.keys()))} is set both by "
+                "the launch and by the autotuned configs; pass it in one place only")
         if len(self.configs) > 1:
             all_args = {**named, **kwargs}
             key = tuple(all_args[k] for k in self.keys if k in all_args) + tuple(
@@ -147,12 +152,8 @@ class Autotuner(KernelInterface):
             config.pre_hook({**named, **full})
         return self.fn.run(*args, grid=grid, warmup=warmup, **full)
 
-    def launch_kwargs(self, config: Config, kwargs: dict) -> dict:
-        clash = [k for k in config.kwargs if k in kwargs]
-        if clash:
-            raise KernelArgumentError(
-                f"kernel '{self.__name__}': {', '.join(clash)} is set both by the launch and by the autotuned "
-                "configs; pass it in one place only")
+    @staticmethod
+    def launch_kwargs(config: Config, kwargs: dict) -> dict:
         return {**kwargs, **config.all_kwargs()}
 
     def prune_configs(self, kwargs: dict, named: dict) -> list[Config]:

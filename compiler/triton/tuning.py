@@ -8,7 +8,7 @@ import re
 
 from ..autotune.tuner import DecisionKey, tune
 from ..cache.decisions import DecisionStore, config_key, fingerprint_hash, result
-from ..errors import TilejitError
+from ..errors import KernelArgumentError, TilejitError
 from ..jit import render_only
 from ..numerics import current_policy
 from ..target import current_target
@@ -40,6 +40,14 @@ def _device_sync(args):
             return
 
 
+class _ArgumentProblem(Exception):
+    """A launch's arguments are wrong whatever the config: raised through the tuner (which would
+    record it as the config's fault) and re-raised as the original error."""
+
+    def __init__(self, error):
+        self.error = error
+
+
 class _Runner:
     """Runs one config on the real arguments, with reset_to_zero / restore_value honoured."""
 
@@ -62,7 +70,10 @@ class _Runner:
             self.t.user_pre_hook({**self.named, **full})
         if config.pre_hook is not None:
             config.pre_hook({**self.named, **full})
-        self.t.fn.run(*self.args, grid=self.grid, **full)
+        try:
+            self.t.fn.run(*self.args, grid=self.grid, **full)
+        except KernelArgumentError as e:
+            raise _ArgumentProblem(e) from None
         if self.t.post_hook is not None:
             self.t.post_hook({**self.named, **full}, exception=None)
         _device_sync(self.args)
@@ -83,6 +94,8 @@ def choose(tuner, key: tuple, args, kwargs, grid):
         if target.caps.measurable:
             return _measured(tuner, dkey, store, by_key, runner)
         return _unmeasured(tuner, dkey, store, by_key, runner, target)
+    except _ArgumentProblem as p:
+        raise p.error from None
     finally:
         runner.reset()   # the real launch sees the arguments as the caller passed them
 
@@ -113,6 +126,8 @@ def _unmeasured(tuner, dkey, store, by_key, runner, target):
         try:
             with render_only():
                 tuner.fn.run(*runner.args, grid=runner.grid, **tuner.launch_kwargs(config, runner.kwargs))
+        except KernelArgumentError:
+            raise
         except TilejitError as exc:
             why = str(exc).strip().splitlines()[0]
             new[ck] = result(config.all_kwargs(), "rejected", reason=why)
