@@ -342,6 +342,8 @@ class FunctionVisitor(ast.NodeVisitor):
                 return base.dtype
             if attr == "shape":
                 return base.shape
+            if attr == "type":   # Triton's tensor.type: the dtype of a scalar, a block type of a tile
+                return base.dtype if not base.shape else _BlockType(base.dtype, list(base.shape))
             if attr == "T":
                 return self.builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
             if attr in _TILE_METHODS:
@@ -546,6 +548,18 @@ def _map_global(obj):
             except AttributeError:
                 return obj
     return obj
+
+
+@dataclass(frozen=True)
+class _BlockType:
+    """What `x.type` is for a tile, as in Triton: its element type and shape."""
+
+    element_ty: D.dtype
+    shape: list
+
+    @property
+    def scalar(self):
+        return self.element_ty
 
 
 class _BoundMethod:

@@ -233,3 +233,23 @@ def test_as_triton_usage_errors():
     out = subprocess.run([sys.executable, "-m", "compiler.as_triton", "missing_script.py"], cwd=str(REPO),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "no such script" in out.stderr
+
+
+@pytest.mark.parametrize("target", ["cpu", "kunlun:xpu3"])
+def test_tensor_type_attribute_and_loop_carried_pointer_tiles(target):
+    @triton.jit
+    def colsum(x, out, n_rows, n_cols: tl.constexpr, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        ptrs = x + cols                      # a tile of pointers carried through the loop
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for _ in range(0, n_rows):
+            acc += tl.load(ptrs, mask=cols < n_cols, other=0.0).to(tl.float32)
+            ptrs += n_cols
+        tl.static_assert(ptrs.type.element_ty == x.type, "a pointer tile's element type")
+        tl.store(out + cols, acc.to(out.type.element_ty), mask=cols < n_cols)
+
+    x = torch.randn(5, 12).half()
+    out = torch.empty(12, dtype=torch.float16)
+    with use_target(target):
+        colsum[(1,)](x, out, 5, 12, BLOCK=16)
+    torch.testing.assert_close(out, x.float().sum(0).half(), rtol=1e-3, atol=1e-3)
