@@ -59,7 +59,10 @@ class JITFunction(KernelFunction, KernelInterface):
         constexprs = constexpr_params(fn)
         self.params = [KernelParam(i, n, n in constexprs, n in self.no_specialize, n in self.no_align_specialize,
                                    p.annotation) for i, (n, p) in enumerate(self.signature.parameters.items())]
-        self.src = inspect.getsource(fn)
+        try:
+            self.src = inspect.getsource(fn)
+        except (OSError, TypeError):   # no source file: compiling it will say so, with the fix
+            self.src = ""
 
     @property
     def cache_key(self) -> str:

@@ -9,7 +9,7 @@ import re
 from ..autotune.tuner import DecisionKey, tune
 from ..cache.decisions import DecisionStore, config_key, fingerprint_hash, result
 from ..errors import KernelArgumentError, TilejitError
-from ..jit import render_only
+from ..jit import compiler_source_hash, render_only
 from ..numerics import current_policy
 from ..target import current_target
 
@@ -22,13 +22,15 @@ def op_name(kernel) -> str:
 
 def shape_key(tuner, key: tuple) -> str:
     """The store's shape key: the key arguments' values, the tensor dtypes, and a hash of the
-    kernel's source and of the configs (a changed kernel or config list is tuned again)."""
+    kernel's source, of the configs and of the compiler's sources (a changed kernel, config list
+    or compiler is tuned again: a config the compiler refused may build with a newer one)."""
     names = [k for k in tuner.keys]
     vals = list(key)
     parts = [f"{n}={vals[i]!r}" for i, n in enumerate(names[:len(vals)])]
     dtypes = [str(v) for v in vals[len(parts):]]
-    h = hashlib.sha256((getattr(tuner.base, "src", "") or tuner.base.fn.__code__.co_code.hex()).encode()
-                       + repr(sorted(config_key(c.all_kwargs()) for c in tuner.configs)).encode()).hexdigest()
+    src = getattr(tuner.base, "src", "") or tuner.base.fn.__code__.co_code.hex()
+    h = hashlib.sha256("\0".join([src, repr(sorted(config_key(c.all_kwargs()) for c in tuner.configs)),
+                                   compiler_source_hash()]).encode()).hexdigest()
     return ",".join(parts + ([f"dtypes={'/'.join(dtypes)}"] if dtypes else []) + [f"src={h[:12]}"])
 
 

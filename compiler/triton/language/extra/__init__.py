@@ -1,2 +1,2 @@
 """`triton.language.extra`: the libdevice namespaces."""
-from . import cuda, libdevice  # noqa: F401
+from . import cuda, hip, libdevice  # noqa: F401
