@@ -4,6 +4,7 @@ the given order) that renders, stored labelled "unmeasured"."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 from ..autotune.tuner import DecisionKey, tune
@@ -90,7 +91,7 @@ def choose(tuner, key: tuple, args, kwargs, grid):
     skey = shape_key(tuner, key)
     dkey = DecisionKey(op_name(tuner.base), target.name, fingerprint_hash(target), policy, skey,
                        {n: repr(v) for n, v in zip(tuner.keys, key)})
-    store = DecisionStore() if tuner.cache_results else _MemoryStore()
+    store = DecisionStore() if tuner.cache_results and _storable(by_key) else _MemoryStore()
     runner = _Runner(tuner, args, kwargs, grid)
     try:
         if target.caps.measurable:
@@ -100,6 +101,15 @@ def choose(tuner, key: tuple, args, kwargs, grid):
         raise p.error from None
     finally:
         runner.reset()   # the real launch sees the arguments as the caller passed them
+
+
+def _storable(by_key) -> bool:
+    """Whether the configs can be written to the store (JSON); others are decided in-process."""
+    try:
+        json.dumps([c.all_kwargs() for c in by_key.values()], allow_nan=False)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _measured(tuner, dkey, store, by_key, runner):
