@@ -3,6 +3,8 @@ the kernel cache and target selection.
 
     from compiler import kernel, language as tl
 """
+import os
+
 from . import language
 from .errors import (CompilationError, DeviceAssertionError, IRError, KernelArgumentError, TargetError,
                      TilejitError)
@@ -10,6 +12,10 @@ from .jit import CompiledKernel, KernelFunction, compile_only, kernel, render_on
 from .numerics import current_policy, numerics
 from .target import available_targets, current_target, get_target, register_target, use_target
 from .version import __version__
+
+if os.environ.get("TILEJIT_AS_TRITON", "") not in ("", "0"):
+    from .triton import install_alias as _install_alias   # serve compiler.triton as `triton`
+    _install_alias()
 
 
 def cdiv(x: int, y: int) -> int:

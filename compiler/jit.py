@@ -18,6 +18,7 @@ import time
 import torch
 
 from . import dtypes as D
+from . import launch_options as LO
 from .cache import KernelCache, stable_hash
 from .errors import CompilationError, KernelArgumentError
 from .frontend import ArgSpec, build_function, constexpr_params
@@ -139,7 +140,7 @@ class KernelFunction:
 
     is_tilejit_kernel = True   # what the frontend recognises (inlined when called from a kernel)
 
-    def __init__(self, fn, target=None, numerics=None):
+    def __init__(self, fn, target=None, numerics=None, options=None):
         if not inspect.isfunction(fn):
             raise TypeError(f"@kernel expects a function, got {type(fn).__name__}")
         self.fn = fn
@@ -151,6 +152,10 @@ class KernelFunction:
         self.numerics = validate_policy(numerics) if numerics else None
         self.signature = inspect.signature(fn)
         self.arg_names = list(self.signature.parameters)
+        self._param_set = frozenset(self.arg_names)
+        # launch defaults and do_not_specialize sets (compiler/launch_options.py)
+        self.launch_defaults, self.no_specialize, self.no_align_specialize = \
+            LO.decorator_options(fn.__name__, self.arg_names, options)
         self.compiled: dict[tuple, CompiledKernel] = {}
         self._binder = None
         self._constexpr_names = None
@@ -204,36 +209,50 @@ class KernelFunction:
 
     def run(self, grid, args, kwargs):
         # the warm path: bind, one tuple key, one dict lookup, one call
+        opts = self.launch_defaults
         if kwargs or len(args) != self._nargs:
+            if kwargs:
+                kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
+                opts = {**opts, **extra} if extra else opts
             args = self.bind(args, kwargs)
         target = self.target or current_target()
         key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
+        topts = LO.for_target(target, opts) if opts else ()
+        if topts:
+            key += (topts,)
         dry = _DRY.get()
         if dry is not None:
-            dry[1].append(self._render(args, target, key[1], grid) if dry[0] == "render"
-                          else self.compiled.get(key) or self._compile(key, args, target, key[1]))
+            dry[1].append(self._render(args, target, key[1], grid, topts) if dry[0] == "render"
+                          else self.compiled.get(key) or self._compile(key, args, target, key[1], topts))
             return None
         try:
             ck = self.compiled.get(key)
         except TypeError:
             raise self._unhashable(args) from None
         if ck is None:
-            ck = self._compile(key, args, target, key[1])
+            ck = self._compile(key, args, target, key[1], topts)
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, args)))
         ck.launcher(grid, args)
         return ck
 
     def warmup(self, *args, grid=(1,), target=None, numerics=None, **kwargs) -> CompiledKernel:
-        """Compiles (or loads from cache) the specialisation these arguments select, without running."""
+        """Compiles (or loads from cache) the specialisation these arguments select, without running.
+        Launch options (num_warps=, ...) are accepted as at a launch."""
+        if self._binder is None:
+            self._prepare()
+        kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
         args = self.bind(args, kwargs)
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
         key = (target.name, policy, *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
+        topts = LO.for_target(target, {**self.launch_defaults, **extra})
+        if topts:
+            key += (topts,)
         try:
-            return self.compiled.get(key) or self._compile(key, args, target, policy)
+            return self.compiled.get(key) or self._compile(key, args, target, policy, topts)
         except TypeError as e:
             if "unhashable" in str(e):
                 raise self._unhashable(args) from None
@@ -264,11 +283,12 @@ class KernelFunction:
                 specs.append(ArgSpec(name, "scalar", dtype=D.int1))
                 runtime.append(i)
             elif type(a) is int:
-                if a == 1:
+                if a == 1 and name not in self.no_specialize:
                     specs.append(ArgSpec(name, "constexpr", value=1))
                     continue
                 big = not -(2 ** 31) <= a < 2 ** 31
-                hints = {"divisible_by": 16} if a % 16 == 0 else {}
+                hints = {"divisible_by": 16} if a % 16 == 0 and name not in self.no_specialize \
+                    and name not in self.no_align_specialize else {}
                 specs.append(ArgSpec(name, "scalar", dtype=D.int64 if big else D.int32, hints=hints))
                 runtime.append(i)
             elif type(a) is float:
@@ -282,12 +302,16 @@ class KernelFunction:
                     "pass a torch.Tensor, int, float or bool (or declare it `: tl.constexpr`).")
         return specs, runtime
 
-    def lower(self, specs: list[ArgSpec], target, policy: str) -> tuple[str, object, str]:
-        """Frontend, passes and rendering for one specialisation: (IR before passes, IR, source)."""
+    def lower(self, specs: list[ArgSpec], target, policy: str, options=()) -> tuple[str, object, str]:
+        """Frontend, passes and rendering for one specialisation: (IR before passes, IR, source).
+        `options`: the launch options the target honours (LO.for_target), in the specialisation."""
         if self._binder is None:
             self._prepare()
         spec_desc = tuple((s.name, repr(s.value) if s.kind == "constexpr" else str(s.dtype)) for s in specs)
-        fn_ir = build_function(self.fn, self.__name__, specs, {"numerics": policy, "args": spec_desc})
+        specialization = {"numerics": policy, "args": spec_desc}
+        if options:
+            specialization["options"] = dict(options)
+        fn_ir = build_function(self.fn, self.__name__, specs, specialization)
         verify(fn_ir)
         ir_before = print_function(fn_ir)
         optimize(fn_ir)
@@ -295,21 +319,21 @@ class KernelFunction:
         verify(fn_ir)
         return ir_before, fn_ir, target.render(fn_ir)
 
-    def _render(self, args, target, policy, grid) -> Rendered:
+    def _render(self, args, target, policy, grid, options=()) -> Rendered:
         specs, _ = self._argspecs(args, target)
-        _, fn_ir, source = self.lower(specs, target, policy)
+        _, fn_ir, source = self.lower(specs, target, policy, options)
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, args)))
         return Rendered(self.__name__, fn_ir, source, target, tuple(grid))
 
-    def _compile(self, key, args, target, policy) -> CompiledKernel:
+    def _compile(self, key, args, target, policy, options=()) -> CompiledKernel:
         with self._lock:
             ck = self.compiled.get(key)
             if ck is not None:
                 return ck
             t0 = time.perf_counter()
             specs, runtime = self._argspecs(args, target)
-            ir_before, fn_ir, source = self.lower(specs, target, policy)
+            ir_before, fn_ir, source = self.lower(specs, target, policy, options)
             entry_key = cache_key(fn_ir, target, policy)
             cache = kernel_cache()
             entry = cache.get_or_build(entry_key, lambda d: target.build(fn_ir, source, d))
@@ -343,16 +367,32 @@ def compiler_source_hash() -> str:
     return _SOURCE_HASH
 
 
-def kernel(fn=None, *, target=None, numerics=None):
+def kernel(fn=None, *, target=None, numerics=None, **options):
     """Marks a tile program. `@kernel`, or `@kernel(target="cpu", numerics="strict")` to pin
-    the target or the numerics policy for this kernel. Also wraps a Triton-style function
-    that was written against `triton.language`."""
+    the target or the numerics policy for this kernel; further keywords are launch defaults and
+    decorator options (`num_warps=8`, `do_not_specialize=["n"]`: compiler/launch_options.py).
+    Also wraps a Triton-style function written against `triton.language`, and a real Triton
+    `JITFunction` (its Python function is compiled)."""
     def wrap(f):
-        return KernelFunction(f, target=get_target(target) if target else None, numerics=numerics)
+        f = _plain_function(f)
+        return KernelFunction(f, target=get_target(target) if target else None, numerics=numerics,
+                              options=options)
     if fn is None:
         return wrap
-    if isinstance(fn, KernelFunction):
+    if isinstance(fn, KernelFunction) and not options:
         return fn
-    if not callable(fn):
+    if not callable(_plain_function(fn)):
         raise CompilationError(f"@kernel expects a function, got {fn!r}")
     return wrap(fn)
+
+
+def _plain_function(f):
+    """The Python function behind `f`: itself, a @kernel's, or a Triton JITFunction's `.fn`
+    (also under triton.autotune / triton.heuristics wrappers, whose `.fn` chain ends there)."""
+    seen = 0
+    while not inspect.isfunction(f) and seen < 8:
+        inner = getattr(f, "fn", None)
+        if inner is None or inner is f:
+            break
+        f, seen = inner, seen + 1
+    return f

@@ -17,6 +17,9 @@ Target (one compiled-for machine, e.g. `kunlun:xpu2`)
     load(fn, entry, arg_indices, cache)         a cache entry -> a launcher `launcher(grid, args)`;
                                                 `cache` is the KernelCache the entry came from
     check_tensor(kernel, arg, tensor)           refuses tensors it cannot take (device, dtype, size)
+    launch_options                              the launch options (num_warps, ...) its build honours;
+                                                they reach it as fn.specialization["options"] and are
+                                                part of the cache key; others have no effect here
     estimate(spec, config, shape)               optional cost model: seconds, or None (no model)
     inspect_extras(fn) -> {title: text}         optional sections for `python -m compiler.inspect`
 
@@ -83,6 +86,7 @@ class Target:
     source_suffix = ".txt"
     caps = Caps()
     fast_software_math = False
+    launch_options: frozenset = frozenset()   # see compiler/launch_options.py
 
     def fingerprint(self) -> dict:
         raise NotImplementedError(f"target {self.name!r} does not implement fingerprint()")

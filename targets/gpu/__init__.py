@@ -32,6 +32,12 @@ DEFAULT_NUM_WARPS = 4
 WARP_SIZES = {"cuda": 32, "hip": 64}
 # CUDA's grid limits (x, y, z); ROCm's are at least as large
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+# launch options (compiler/launch_options.py) forwarded to triton.compile, per backend; the
+# interpreter honours none of them
+_COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid"}
+LAUNCH_OPTIONS = {"cuda": frozenset(_COMMON_OPTIONS | {"maxnreg", "launch_pdl"}),
+                  "hip": frozenset(_COMMON_OPTIONS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack",
+                                                      "schedule_hint"})}
 
 
 class GPUTarget(Target):
@@ -55,6 +61,7 @@ class GPUTarget(Target):
         self.renderer = TritonRenderer(tf32=tf32, interpret=mode == "interpret")
         if mode == "interpret":
             self.fast_software_math = self.INTERPRETER_SOFTWARE_MATH
+        self.launch_options = LAUNCH_OPTIONS.get(backend, frozenset()) if mode != "interpret" else frozenset()
         # a program is num_warps warps of threads; tiles are powers of two; timings mean something
         # only on a device
         self.caps = Caps(lanes_per_program=num_warps * WARP_SIZES.get(backend, 32), pow2_tiles=True,
@@ -98,8 +105,10 @@ class GPUTarget(Target):
                 "policy": policy, "triton": toolchain.triton_version(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params], "artifacts": ["kernel.py"]}
         if self.mode != "interpret":
-            info = toolchain.compile_kernel(fn, src, str(out_dir), self.backend, self.arch, policy, self.num_warps,
-                                            Assumptions(fn, unaligned))
+            options = fn.specialization.get("options", {})
+            info = toolchain.compile_kernel(fn, src, str(out_dir), self.backend, self.arch, policy,
+                                            options.get("num_warps", self.num_warps), Assumptions(fn, unaligned),
+                                            options)
             meta.update(info)
             meta["artifacts"] = ["kernel.py"] + info["artifacts"]
         return meta

@@ -68,20 +68,25 @@ def gpu_target(backend: str, arch: str):
     return GPUTarget("hip", arch, 64)
 
 
-def compile_options(policy: str, num_warps: int) -> dict:
+def compile_options(policy: str, num_warps: int, launch: dict | None = None) -> dict:
+    """triton.compile's options: the launch options the kernel was launched with (already the
+    ones this backend honours), num_warps, and fp fusion, which the strict policy always turns off
+    (a launch can turn it off in the fast policy too, never on in the strict one)."""
+    opts = {k: v for k, v in (launch or {}).items() if v is not None}
+    fusion = policy != "strict" and bool(opts.get("enable_fp_fusion", True))
     # strict: no contraction of a*b+c into fma (explicit tl.fma stays fused)
-    return {"num_warps": num_warps, "enable_fp_fusion": policy != "strict"}
+    return {**opts, "num_warps": num_warps, "enable_fp_fusion": fusion}
 
 
 def compile_kernel(fn: Function, source_path: str, out_dir: str, backend: str, arch: str, policy: str,
-                   num_warps: int, assume: Assumptions) -> dict:
+                   num_warps: int, assume: Assumptions, launch: dict | None = None) -> dict:
     """triton.compile for (backend, arch) (no device needed) with the signature and attributes of
     `assume`; writes the artifacts into out_dir and returns what goes into the cache entry's meta."""
     import triton  # noqa: PLC0415
     from triton.compiler import ASTSource  # noqa: PLC0415
 
     jit_fn = getattr(load_module(source_path), fn.name)
-    options = compile_options(policy, num_warps)
+    options = compile_options(policy, num_warps, launch)
     try:
         ck = triton.compile(ASTSource(jit_fn, assume.signature, attrs=assume.attrs()),
                             target=gpu_target(backend, arch), options=options)
@@ -103,7 +108,7 @@ def compile_kernel(fn: Function, source_path: str, out_dir: str, backend: str, a
     with open(os.path.join(out_dir, METADATA), "w") as f:
         json.dump(md, f, indent=1, sort_keys=True, default=vars)
     written.append(METADATA)
-    return {"artifacts": written, "num_warps": num_warps, "shared": md.get("shared"),
+    return {"artifacts": written, "num_warps": num_warps, "options": options, "shared": md.get("shared"),
             "triton_hash": md.get("hash"), "signature": assume.signature,
             "unaligned_pointers": list(assume.unaligned)}
 

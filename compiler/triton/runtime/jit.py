@@ -1,0 +1,2 @@
+"""`triton.runtime.jit`."""
+from ..jit import JITFunction, KernelInterface, KernelParam, jit  # noqa: F401

@@ -1,0 +1,2 @@
+"""`triton.tools`."""
+from . import tensor_descriptor  # noqa: F401

@@ -1,0 +1,76 @@
+"""Third-party Triton code for the compatibility suite, fetched at test time (never stored in the
+repository): `pip download --no-deps` of a pinned wheel into the session's temporary directory,
+unpacked there, its modules imported with tilejit's front door served as `triton`
+(compiler.triton.alias), unchanged."""
+from __future__ import annotations
+
+import importlib
+import pathlib
+import subprocess
+import sys
+import types
+import warnings
+import zipfile
+
+import pytest
+
+from compiler.triton import alias
+
+LIGER = "liger-kernel==0.8.5"
+GEAK = "geak-eval==0.1.5"      # TritonBench-G kernels (Triton tutorials among them), Apache-2.0
+TRITONBENCH_DIR = "geak_eval/data/TritonBench/data/TritonBench_G_v1"
+
+
+def fetch_wheel(spec: str, root: pathlib.Path) -> pathlib.Path:
+    """The unpacked wheel of `spec` under `root`; skips (with the reason, also as a warning so it is
+    printed) when it cannot be downloaded here."""
+    dest = root / spec.replace("==", "-")
+    if (dest / ".unpacked").exists():
+        return dest
+    dl = root / "downloads"
+    dl.mkdir(parents=True, exist_ok=True)
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                              "-q", "-d", str(dl), spec], capture_output=True, text=True, timeout=180)
+        why = (out.stderr.strip().splitlines() or ["pip failed"])[-1] if out.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"{type(e).__name__}: {e}"
+    name = spec.split("==")[0].replace("-", "_")
+    wheels = sorted(dl.glob(f"{name}-*.whl"))
+    if why or not wheels:
+        msg = f"compatibility suite: cannot download {spec} ({why or 'no wheel'}); its cases are skipped"
+        warnings.warn(msg, stacklevel=2)
+        pytest.skip(msg)
+    with zipfile.ZipFile(wheels[-1]) as z:
+        z.extractall(dest)
+    (dest / ".unpacked").touch()
+    return dest
+
+
+def import_liger(root: pathlib.Path, modules: list[str]) -> dict[str, types.ModuleType]:
+    """Liger-Kernel's op modules, imported without running the package's own __init__ files (they
+    import every op and optional integrations): the two packages are registered as plain
+    namespaces over the unpacked directories, then each op module is imported as it is."""
+    for pkg in ("liger_kernel", "liger_kernel.ops"):
+        if pkg not in sys.modules:
+            m = types.ModuleType(pkg)
+            m.__path__ = [str(root.joinpath(*pkg.split(".")))]
+            sys.modules[pkg] = m
+    with alias():
+        return {m: importlib.import_module(f"liger_kernel.ops.{m}") for m in modules}
+
+
+def import_tritonbench(root: pathlib.Path, stem: str) -> types.ModuleType:
+    """One TritonBench-G file's kernels and host functions: the file's text above its first
+    `#####` line (below it is a GPU test that runs at import), executed as a module whose
+    __file__ is the unpacked file, so kernel sources are read from it."""
+    path = root / TRITONBENCH_DIR / f"{stem}.py"
+    lines = path.read_text().splitlines(keepends=True)
+    cut = next((i for i, line in enumerate(lines) if line.startswith("#####")), len(lines))
+    name = f"tritonbench_{stem}"
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod
+    with alias():
+        exec(compile("".join(lines[:cut]), str(path), "exec"), mod.__dict__)  # noqa: S102 - the downloaded file
+    return mod
