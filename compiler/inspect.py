@@ -2,7 +2,7 @@
 passes and the source a target generates for one specialisation.
 
 Example:
-    python -m compiler.inspect examples.kernels:add_kernel \\
+    python -m compiler.inspect examples.example_kernels:add_kernel \\
         --signature '*fp32,*fp32,*fp32,i32' --constexpr BLOCK=1024 --target cpu
 The signature lists the run-time parameters in order: `*fp32` (a tensor of fp32), `i32`, `i64`,
 `fp32`, `i1`; constexprs are given by name. A run-time parameter given with --constexpr is
@@ -81,7 +81,7 @@ def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compiler.inspect", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel", help="MODULE:KERNEL, e.g. examples.kernels:add_kernel")
+    ap.add_argument("kernel", help="MODULE:KERNEL, e.g. examples.example_kernels:add_kernel")
     ap.add_argument("--signature", "-s", default="", help="run-time parameter types, comma-separated")
     ap.add_argument("--constexpr", "-c", action="append", default=[], help="NAME=VALUE (repeatable)")
     ap.add_argument("--target", "-t", default="cpu")

@@ -47,7 +47,7 @@ def describe(name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m targets", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m targets", description=description(__doc__))
     ap.add_argument("-v", "--verbose", action="store_true", help="metadata and requirement checks of each target")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
