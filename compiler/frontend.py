@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import inspect
 import os
 import textwrap
@@ -355,7 +356,7 @@ class FunctionVisitor(ast.NodeVisitor):
             raise self.error(node, f"dtype has no attribute '{attr}'")
         if base is lang:
             if not hasattr(lang, attr) or getattr(lang, attr) is None:
-                raise self.error(node, f"tl.{attr} is not part of the tile language subset")
+                raise self.error(node, f"tl.{attr} is not part of the tile language subset{_did_you_mean(attr)}")
             return getattr(lang, attr)
         return _map_global(getattr(base, attr))
 
@@ -552,6 +553,14 @@ class _BoundMethod:
 
 
 _TILE_METHODS = {"to", "sum", "max", "min", "trans", "expand_dims", "broadcast_to"}
+
+
+def _did_you_mean(attr: str) -> str:
+    """"; did you mean tl.exp?" for a misspelt tl name (a close match among the language's names)."""
+    names = [n for n, v in vars(lang).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)
+             and (callable(v) or isinstance(v, D.dtype))]
+    close = difflib.get_close_matches(attr, names, n=1)
+    return f"; did you mean tl.{close[0]}?" if close else ""
 
 
 def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict) -> Function:
