@@ -10,6 +10,8 @@ from .numerics import current_policy, numerics
 from .target import available_targets, current_target, get_target, register_target, use_target
 from .version import __version__
 
+__tilejit__ = True   # tells tilejit's packages from others of the same name (compiler/names.py)
+
 
 def cdiv(x: int, y: int) -> int:
     """Ceiling division for grid sizes in plain Python."""
