@@ -20,14 +20,21 @@ A NaN or inf in the output where the reference is finite is reported as "nonfini
 """
 from __future__ import annotations
 
-import argparse
-import math
-import time
+import os
+import sys
 
-import torch
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import kernels as K
-from compiler import numerics
+import argparse  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+import kernels as K  # noqa: E402
+from compiler import numerics  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 POLICIES = ("fast", "strict")
@@ -151,7 +158,7 @@ CASES = {
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--quick", action="store_true", help="one shape per kernel")
     ap.add_argument("--kernels", default="", help=f"comma-separated filter (substring match) of: {', '.join(CASES)}")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated subset of fp32,fp16,bf16")

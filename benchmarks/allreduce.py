@@ -11,14 +11,21 @@ the median over `repeat` blocks. The communicator's extra work per op is the arr
 """
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
+import os
+import sys
 
-import torch
-import torch.distributed as dist
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from runtime.collectives import run_ranks
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from compiler.clihelp import description  # noqa: E402
+from runtime.collectives import run_ranks  # noqa: E402
 
 
 def _block(fn, t, iters):
@@ -52,7 +59,7 @@ def _bench(comm, sizes_mib, repeat, min_time):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--sizes-mib", default="0.004,0.25,1,4,16,64")
     ap.add_argument("--repeat", type=int, default=15)

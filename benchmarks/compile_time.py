@@ -3,22 +3,28 @@ compiled into its own fresh, empty TILEJIT_CACHE_DIR so nothing is reused.
 
     python -m benchmarks.compile_time [--target cpu]
 
-Uses the examples in `examples/kernels.py` (`EXAMPLES`) when present, otherwise four small
+Uses the examples in `examples/example_kernels.py` (`EXAMPLES`) when present, otherwise four small
 kernels defined here. Goal: <= 1 s per kernel.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import os
-import shutil
-import tempfile
-import time
+import sys
 
-import torch
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import compiler
-from compiler import KernelFunction, kernel, language as tl
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+import compiler  # noqa: E402
+from compiler import KernelFunction, kernel, language as tl  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
 
 GOAL_S = 1.0
 
@@ -79,7 +85,7 @@ def _fallback_cases():
 
 def _example_cases():
     try:
-        from examples import kernels as ex  # noqa: PLC0415
+        from examples import example_kernels as ex  # noqa: PLC0415
     except Exception:  # noqa: BLE001 - absent or broken: use the local kernels
         return None
     examples = getattr(ex, "EXAMPLES", None)
@@ -109,13 +115,13 @@ def _fresh_cache():
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--target", default=None, help="target to compile for (default: TILEJIT_TARGET or cpu)")
     args = ap.parse_args(argv)
     target_cm = compiler.use_target(args.target) if args.target else contextlib.nullcontext()
 
     found = _example_cases()
-    source = "examples/kernels.py" if found else "local fallback kernels"
+    source = "examples/example_kernels.py" if found else "local fallback kernels"
     cases, kfns = found or _fallback_cases()
 
     with target_cm:

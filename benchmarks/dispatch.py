@@ -7,13 +7,20 @@ Each figure is the median over R repeats of N back-to-back calls. Goal: overhead
 """
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
+import os
+import sys
 
-import torch
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from compiler import kernel, language as tl
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from compiler import kernel, language as tl  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
 
 GOAL_US = 5.0
 
@@ -35,7 +42,7 @@ def _per_call_us(fn, calls: int, repeat: int) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--calls", type=int, default=20000, help="calls per repeat (default 20000)")
     ap.add_argument("--repeat", type=int, default=7, help="repeats; the median is reported (default 7)")
     args = ap.parse_args(argv)

@@ -20,14 +20,17 @@ norms >= 1.0x torch; strict within 4x of fast.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import argparse  # noqa: E402
+import time  # noqa: E402
 
 import torch  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
 
 
 class PathCounter:
@@ -76,7 +79,7 @@ class PathCounter:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: sections 1-2 through gpu:interpret on CPU tensors, tiny shapes, no timings")
     ap.add_argument("--budget", type=float, default=270.0,

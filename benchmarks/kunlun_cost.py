@@ -8,11 +8,18 @@ the generated code can reach at most (cores x 16 lanes x 2 flops x the model's a
 `est/roof_simd` says how far the emitted code's DMA pattern is from streaming at full bandwidth."""
 from __future__ import annotations
 
-import argparse
+import os
+import sys
 
-import kernels
-from compiler import get_target, numerics
-from targets.kunlun.tune import cost_model
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import argparse  # noqa: E402
+
+import kernels  # noqa: E402
+from compiler import get_target, numerics  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
+from targets.kunlun.tune import cost_model  # noqa: E402
 
 F32 = 4
 SHAPES = [
@@ -36,7 +43,7 @@ def work(op: str, s: dict) -> tuple[float, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--arch", default="xpu2,xpu3")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"))
     args = ap.parse_args(argv)

@@ -17,17 +17,23 @@ how much of the ideal this machine can give. Figures are medians over `repeat` a
 """
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import time
+import sys
 
-import torch
-import torch.distributed as dist
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import kernels
-from runtime.collectives import run_ranks
-from runtime.stream import Stream
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import kernels  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
+from runtime.collectives import run_ranks  # noqa: E402
+from runtime.stream import Stream  # noqa: E402
 
 
 def _bench(comm, mib, n, repeat):
@@ -60,7 +66,7 @@ def _bench(comm, mib, n, repeat):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--mib", type=float, default=32.0)
     ap.add_argument("--matmul", type=int, default=512)

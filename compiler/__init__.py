@@ -16,6 +16,7 @@ from .version import __version__
 if os.environ.get("TILEJIT_AS_TRITON", "") not in ("", "0"):
     from .triton import install_alias as _install_alias   # serve compiler.triton as `triton`
     _install_alias()
+__tilejit__ = True   # tells tilejit's packages from others of the same name (compiler/names.py)
 
 
 def cdiv(x: int, y: int) -> int:

@@ -230,28 +230,6 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         if isinstance(base, Tile):
             return tile_attr(self.builder, base, node.attr)
         return other_attr(self.builder, base, node.attr)
-            if attr == "dtype":
-                return base.dtype
-            if attr == "shape":
-                return base.shape
-            if attr == "type":   # Triton's tensor.type: the dtype of a scalar, a block type of a tile
-                return base.dtype if not base.shape else _BlockType(base.dtype, list(base.shape))
-            if attr == "T":
-                return self.builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
-            if attr in _TILE_METHODS:
-                return _BoundMethod(base, attr)
-            raise self.error(node, f"tensor values have no attribute '{attr}'")
-        if isinstance(base, D.dtype):
-            if attr == "element_ty" and base.is_ptr():
-                return base.element_ty
-            if attr in ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name"):
-                return getattr(base, attr)
-            raise self.error(node, f"dtype has no attribute '{attr}'")
-        if base is lang:
-            if not hasattr(lang, attr) or getattr(lang, attr) is None:
-                raise self.error(node, f"tl.{attr} is not part of the tile language subset")
-            return getattr(lang, attr)
-        return _map_global(getattr(base, attr))
 
     def visit_Subscript(self, node):
         base = self.visit(node.value)
@@ -356,6 +334,8 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             return func.call(self, node, args, kwargs)
         if getattr(func, "__tilejit_method__", False):   # a method of a block pointer / descriptor
             return func.fn(self.builder, *args, **kwargs)
+        if getattr(func, "__tilejit_unsupported__", None):   # a Triton name with no builtin yet
+            raise self.error(node, func.__tilejit_unsupported__)
         name = getattr(func, "__tilejit_builtin__", None)
         if name is not None:
             from .builtins_impl import call_builtin  # noqa: PLC0415

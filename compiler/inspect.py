@@ -1,35 +1,58 @@
-"""`python -m compiler.inspect MODULE:KERNEL ...`: prints a kernel's IR before and after the
-passes and the source a target generates for one specialisation.
+"""`python -m compiler.inspect MODULE:KERNEL ...` (or `path/to/file.py:KERNEL`) prints a kernel's
+IR before and after the passes and the source a target generates for one specialisation.
 
 Example:
-    python -m compiler.inspect examples.kernels:add_kernel \\
+    python -m compiler.inspect examples/example_kernels.py:add_kernel \\
         --signature '*fp32,*fp32,*fp32,i32' --constexpr BLOCK=1024 --target cpu
-The signature lists the run-time parameters in order: `*fp32` (a tensor of fp32), `i32`, `i64`,
-`fp32`, `i1`; constexprs are given by name. A run-time parameter given with --constexpr is
-specialised to that value (e.g. `-c stride=1`, as a launch does for ints equal to 1).
+The signature lists the run-time parameters in order, with the types a launch passes: a tensor is
+`*` and its element type (`*fp32`, `*fp16`, `*bf16`, `*i32`, `*i64`, `*i1`, `*i8`, `*i16`), an int
+`i32` (or `i64` when it does not fit), a float `fp32`, a bool `i1`; constexprs are given by name. A
+run-time parameter given with --constexpr is specialised to that value (e.g. `-c stride=1`, as a
+launch does for ints equal to 1).
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
+import os
 import sys
 
 from . import dtypes as D
 from .errors import TilejitError
 from .frontend import ArgSpec, constexpr_params
 from .jit import KernelFunction
-from .loader import load_ref
+from .loader import LoadError, load_ref
 from .target import get_target
 
 _ALIASES = {"i32": "int32", "i64": "int64", "i1": "int1", "f32": "fp32", "f16": "fp16", "i8": "int8",
             "i16": "int16", "bool": "int1"}
 
 
+# what a launch passes for a scalar argument: int (int32 / int64), float (fp32), bool (int1)
+_SCALARS = (D.int32, D.int64, D.float32, D.int1)
+_SHORT = {"int32": "i32", "int64": "i64", "int1": "i1", "int8": "i8", "int16": "i16"}
+
+
+class InspectError(TilejitError):
+    """A command-line argument of `python -m compiler.inspect` that cannot be used."""
+
+
+def valid_types() -> str:
+    tensors = [f"*{_SHORT.get(d.name, d.name)}" for d in D.DTYPE_TO_TORCH]
+    return ", ".join(tensors) + " (tensors); " + ", ".join(_SHORT.get(d.name, d.name) for d in _SCALARS) + " (scalars)"
+
+
 def parse_type(text: str) -> D.dtype:
     text = text.strip()
     ptr = text.startswith("*")
     base = _ALIASES.get(text.lstrip("*"), text.lstrip("*"))
-    dt = D.from_name(base)
+    try:
+        dt = D.from_name(base)
+    except ValueError:
+        dt = None
+    if dt is None or dt not in D.DTYPE_TO_TORCH or (not ptr and dt not in _SCALARS):
+        raise InspectError(f"--signature: {text!r} is not a kernel argument type; valid types are {valid_types()}")
     return D.pointer_type(dt) if ptr else dt
 
 
@@ -45,13 +68,39 @@ def parse_constexpr(text: str):
         return name.strip(), value
 
 
+def _load_file(path: str, attr: str, ref: str):
+    """`attr` of the Python file at `path`, imported as `python path` would run it (its directory
+    first on sys.path, so it can import its neighbours)."""
+    if not os.path.isfile(path):
+        raise InspectError(f"{ref}: no such file {path!r}")
+    path = os.path.abspath(path)
+    sys.path.insert(0, os.path.dirname(path))
+    name = "_tilejit_inspect_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure of the user's file is reported with its name
+        raise InspectError(f"{ref}: importing {path} failed: {type(e).__name__}: {e}") from None
+    if not hasattr(module, attr):
+        raise InspectError(f"{ref}: {path} defines no {attr!r}")
+    return getattr(module, attr)
+
+
 def load_kernel(ref: str) -> KernelFunction:
-    mod, _, attr = ref.partition(":")
-    if not attr:
-        raise SystemExit(f"expected MODULE:KERNEL, got {ref!r}")
-    obj = load_ref(ref, "kernel")
+    where, _, attr = ref.rpartition(":")
+    if not where or not attr:
+        raise InspectError(f"expected MODULE:KERNEL or path/to/file.py:KERNEL, got {ref!r}")
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        obj = _load_file(where, attr, ref)
+    else:
+        try:
+            obj = load_ref(ref, "kernel")
+        except LoadError as e:
+            raise InspectError(str(e)) from None
     if not isinstance(obj, KernelFunction):
-        raise SystemExit(f"{ref} is not a @kernel function")
+        raise InspectError(f"{ref} is not a @kernel function")
     return obj
 
 
@@ -61,7 +110,7 @@ def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -
     cnames = constexpr_params(kfn.fn) | set(constexprs)
     runtime_names = [n for n in kfn.arg_names if n not in cnames]
     if len(signature) != len(runtime_names):
-        raise SystemExit(f"kernel '{kfn.__name__}' has {len(runtime_names)} run-time parameters "
+        raise InspectError(f"kernel '{kfn.__name__}' has {len(runtime_names)} run-time parameters "
                          f"({', '.join(runtime_names)}); the signature gives {len(signature)}")
     specs, it = [], iter(signature)
     for n in kfn.arg_names:
@@ -69,7 +118,7 @@ def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -
             if n not in constexprs:
                 default = kfn.signature.parameters[n].default
                 if default is kfn.signature.parameters[n].empty:
-                    raise SystemExit(f"constexpr '{n}' needs a value: --constexpr {n}=...")
+                    raise InspectError(f"constexpr '{n}' needs a value: --constexpr {n}=...")
                 constexprs[n] = default
             specs.append(ArgSpec(n, "constexpr", value=constexprs[n]))
         else:
@@ -81,8 +130,10 @@ def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m compiler.inspect", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kernel", help="MODULE:KERNEL, e.g. examples.kernels:add_kernel")
-    ap.add_argument("--signature", "-s", default="", help="run-time parameter types, comma-separated")
+    ap.add_argument("kernel", help="MODULE:KERNEL (e.g. examples.example_kernels:add_kernel) or "
+                                   "path/to/file.py:KERNEL")
+    ap.add_argument("--signature", "-s", default="", help="run-time parameter types, comma-separated: "
+                                                          + valid_types())
     ap.add_argument("--constexpr", "-c", action="append", default=[], help="NAME=VALUE (repeatable)")
     ap.add_argument("--target", "-t", default="cpu")
     ap.add_argument("--numerics", default="fast", choices=("fast", "strict"))

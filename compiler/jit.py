@@ -26,7 +26,10 @@ from .ir import print_function, structural_hash, verify
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
+from .target.grid import launch_grid
 
+# errors about the user's kernel or launch: shown without the compiler's frames unless TILEJIT_DEBUG=1
+_USER_ERRORS = (CompilationError, KernelArgumentError)
 _cache_lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
 # (mode, records) while a render_only / compile_only block is active
@@ -63,6 +66,10 @@ class Rendered:
 
     def __init__(self, name, ir, source, target, grid):
         self.name, self.ir, self.source, self.target, self.grid = name, ir, source, target, grid
+
+
+def _debug() -> bool:
+    return os.environ.get("TILEJIT_DEBUG", "") not in ("", "0")
 
 
 def kernel_cache() -> KernelCache:
@@ -193,11 +200,22 @@ class KernelFunction:
             self._prepare()
         if not kwargs and len(args) == len(self.arg_names):
             return args
+        if len(args) + len(kwargs) > len(self.arg_names):
+            given = f"{len(args)} positional" + (f" and {len(kwargs)} keyword ({', '.join(kwargs)})" if kwargs else "")
+            raise KernelArgumentError(f"kernel '{self.__name__}' takes {len(self.arg_names)} arguments, got "
+                                      f"{len(args) + len(kwargs)}: {given}. Signature: {self._signature_text()}")
         try:
             return self._binder(*args, **kwargs)
         except TypeError as e:
             msg = str(e).replace("binder()", f"kernel '{self.__name__}'")
-            raise KernelArgumentError(f"{msg}. Signature: {self.__name__}{self.signature}") from None
+            raise KernelArgumentError(f"{msg}. Signature: {self._signature_text()}") from None
+
+    def _signature_text(self) -> str:
+        """`name(x_ptr, n, BLOCK: tl.constexpr)`: the parameters as a kernel author writes them."""
+        names = self._constexpr_names or set()
+        params = [p.name + (": tl.constexpr" if p.name in names else "")
+                  + ("" if p.default is p.empty else f"={p.default!r}") for p in self.signature.parameters.values()]
+        return f"{self.__name__}({', '.join(params)})"
 
     # -- launch ---------------------------------------------------------------------------
     def __getitem__(self, grid):
@@ -222,19 +240,34 @@ class KernelFunction:
         if topts:
             key += (topts,)
         dry = _DRY.get()
-        if dry is not None:
-            dry[1].append(self._render(args, target, key[1], grid, topts) if dry[0] == "render"
-                          else self.compiled.get(key) or self._compile(key, args, target, key[1], topts))
-            return None
         try:
-            ck = self.compiled.get(key)
+            ck = self.compiled.get(key) if dry is None else None
         except TypeError:
             raise self._unhashable(args) from None
         if ck is None:
-            ck = self._compile(key, args, target, key[1], topts)
+            try:
+                ck = self._first_launch(grid, key, args, target, dry, topts)
+            except _USER_ERRORS as exc:
+                if not _debug():   # the user's line is in the message: the compiler's frames are noise
+                    raise exc.with_traceback(None) from None
+                raise
+            if dry is not None:
+                return None
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, args)))
         ck.launcher(grid, args)
+        return ck
+
+    def _first_launch(self, grid, key, args, target, dry=None, topts=()):
+        """A miss (or a render_only / compile_only launch, recorded in `dry`): the grid is checked
+        before anything compiles, then the specialisation is rendered or compiled."""
+        if dry is not None and dry[0] == "render":
+            dry[1].append(self._render(args, target, key[1], grid, topts))
+            return dry[1][-1]
+        launch_grid(self.__name__, grid(dict(zip(self.arg_names, args))) if callable(grid) else grid, target.caps)
+        ck = self.compiled.get(key) or self._compile(key, args, target, key[1], topts)
+        if dry is not None:
+            dry[1].append(ck)
         return ck
 
     def warmup(self, *args, grid=(1,), target=None, numerics=None, **kwargs) -> CompiledKernel:
@@ -253,6 +286,10 @@ class KernelFunction:
             key += (topts,)
         try:
             return self.compiled.get(key) or self._compile(key, args, target, policy, topts)
+        except _USER_ERRORS as exc:
+            if not _debug():
+                raise exc.with_traceback(None) from None
+            raise
         except TypeError as e:
             if "unhashable" in str(e):
                 raise self._unhashable(args) from None
@@ -321,9 +358,10 @@ class KernelFunction:
 
     def _render(self, args, target, policy, grid, options=()) -> Rendered:
         specs, _ = self._argspecs(args, target)
-        _, fn_ir, source = self.lower(specs, target, policy, options)
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, args)))
+        launch_grid(self.__name__, grid, target.caps)
+        _, fn_ir, source = self.lower(specs, target, policy, options)
         return Rendered(self.__name__, fn_ir, source, target, tuple(grid))
 
     def _compile(self, key, args, target, policy, options=()) -> CompiledKernel:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from .errors import TilejitError
 from .loader import LoadError, load_ref
+from .names import clash_for
 
 BUILTIN_LIBRARIES = {"kernels": "kernels:OP_SPECS"}
 
@@ -193,7 +194,7 @@ def _load_libraries() -> dict[str, OpSpec]:
         try:
             specs = load_ref(ref, f"op library '{name}'")
         except LoadError as e:
-            raise TilejitError(str(e)) from None
+            raise (clash_for(ref) or TilejitError(str(e))) from None
         for op, spec in dict(specs).items():
             if not isinstance(spec, OpSpec):
                 raise TilejitError(f"op library '{name}' ({ref}): '{op}' is not a compiler.opspec.OpSpec")

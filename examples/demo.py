@@ -5,16 +5,21 @@ against torch, and print kernel, shape, max error, compile time and run time rel
 """
 from __future__ import annotations
 
-import argparse
-import statistics
+import os
 import sys
-import time
 
-import torch
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from compiler import current_target
-from compiler.cache import STATS
-from examples.kernels import EXAMPLES, tolerance
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from compiler import current_target  # noqa: E402
+from compiler.cache import STATS  # noqa: E402
+from examples.example_kernels import EXAMPLES, tolerance  # noqa: E402
 
 
 def _median_time(fn, args, repeat: int) -> float:

@@ -21,13 +21,20 @@ roundings (about 1e-6 relative here).
 """
 from __future__ import annotations
 
-import argparse
+import os
+import sys
 
-import torch
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import kernels
-from runtime.collectives import run_ranks, split_counts
-from runtime.stream import Event, Stream
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+
+import kernels  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
+from runtime.collectives import run_ranks, split_counts  # noqa: E402
+from runtime.stream import Event, Stream  # noqa: E402
 
 
 def make_weights(dim: int, hidden: int, batch: int, seed: int = 0):
@@ -85,7 +92,7 @@ def tp_mlp_rank(comm, dim: int, hidden: int, batch: int, micro_batches: int = 4,
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--dim", type=int, default=128)

@@ -40,6 +40,10 @@ def _discover() -> dict[str, OpSpec]:
 
 OP_SPECS: dict[str, OpSpec] = _discover()
 
+# tells this package from other distributions' `kernels` (compiler/names.py). No __version__ here on
+# purpose: transformers looks for Hugging Face's `kernels` package by its name and version.
+__tilejit__ = True
+
 
 def config_for(op: str, target=None, **dims) -> dict:
     """The block sizes `op` launches on `target` (a name such as "cpu", a target object, or None for

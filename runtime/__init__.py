@@ -9,6 +9,8 @@ import importlib
 
 from .errors import DeviceError, InvalidFreeError, KVCachePlanError, OutOfMemoryError
 
+__tilejit__ = True   # tells tilejit's packages from others of the same name (compiler/names.py)
+
 _LAZY = {
     "Device": "device", "DeviceProperties": "device", "Buffer": "device",
     "get_device": "device", "register_device_backend": "device",

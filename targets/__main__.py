@@ -1,6 +1,8 @@
-"""`python -m targets`: the targets the registry knows (built-in and entry points), whether each
-is usable here and, if not, why; with `-v`, each plugin's metadata and requirement checks;
-with `--json`, the same as JSON."""
+"""`python -m targets` lists the targets the registry knows (built-in and entry points), whether
+each is usable here, in full or in part, and if not, why.
+
+With `-v`, each plugin's metadata, requirement checks and what it found on this machine; with
+`--json`, the same as JSON. `python -m compiler.doctor` checks the whole installation."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +11,7 @@ import sys
 from importlib import metadata
 
 from compiler import target
+from compiler.clihelp import description
 from compiler.errors import TargetError
 from compiler.target import requirements
 
@@ -40,6 +43,8 @@ def describe(name: str) -> dict:
                              for r, sat, found in requirements.requirement_report(plugin)],
                device_backend=meta.device_backend if isinstance(meta.device_backend, str) or meta.device_backend is None
                else f"{meta.device_backend.__module__}:{meta.device_backend.__qualname__}")
+    if ok:
+        row["limited"] = plugin.limited_here()
     status = list(plugin.status())   # what the plugin found on this machine
     if status:
         row["status"] = status
@@ -47,7 +52,7 @@ def describe(name: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m targets", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m targets", description=description(__doc__))
     ap.add_argument("-v", "--verbose", action="store_true", help="metadata and requirement checks of each target")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
@@ -58,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     width = max(len(r["name"]) for r in rows) if rows else 4
     for r in rows:
-        state = "available" if r["available"] else f"not available: {r['why']}"
+        state = (f"available: {r['limited']}" if r.get("limited") else "available") if r["available"] \
+            else f"not available: {r['why']}"
         print(f"{r['name']:<{width}}  {r.get('version', '?'):<8} {state}")
         if args.verbose:
             print(f"    from          {r['origin']}")

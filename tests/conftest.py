@@ -14,3 +14,14 @@ os.environ.setdefault("TILEJIT_TARGET", "cpu")
 @pytest.fixture(scope="session")
 def cache_dir():
     return os.environ["TILEJIT_CACHE_DIR"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow (minutes: a fresh install from the package index) run only with
+    TILEJIT_RUN_SLOW=1, as .ci/run sets it."""
+    if os.environ.get("TILEJIT_RUN_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: set TILEJIT_RUN_SLOW=1 to run it (.ci/run does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -80,7 +80,7 @@ def test_adding_a_config_keeps_earlier_results(tcache):
 
 def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys):
     monkeypatch.setattr(kernels.norm, "rms_norm_ref", lambda x, w=None, eps=1e-6, out_dtype=None: x.double() * 2)
-    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]})
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]}, verbose=True)
     monkeypatch.undo()
     res = _store_doc(tcache, "rms_norm")["entries"]["N=64"]
     assert res["results"]["BLOCK=32"]["status"] == "rejected" and res["winner"] is None and rows[0]["winner"] is None
@@ -191,7 +191,8 @@ def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tm
     assert manifest["decisions"], "the autotuner's decisions must travel with the binaries"
     fresh = tmp_path / "deployed"
     res = import_cache(KernelCache(fresh), archive)
-    assert any(name.startswith("autotune/") for name in res["imported"])
+    assert res["decisions_imported"] and all(name.startswith("autotune/") for name in res["decisions_imported"])
+    assert not any(name.startswith("autotune/") for name in res["imported"])   # entries and decisions apart
     script = (
         "import json, torch, kernels\n"
         "from compiler.cache import STATS\n"

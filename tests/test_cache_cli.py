@@ -99,7 +99,7 @@ def populated(tmp_path_factory):
     archive = base / "kernels.tar.gz"
     res = cli_subprocess("export", str(archive), "--cache-dir", str(root))
     assert res.returncode == 0, res.stderr
-    assert "exported 1 entries (cpu)" in res.stdout
+    assert "exported 1 kernel entries and 0 decision files (targets: cpu)" in res.stdout
     return root, archive
 
 
@@ -127,7 +127,7 @@ def test_export_import_strict_zero_compiles(populated, tmp_path):
 
     # importing again skips what is there; ls / stats / verify see it
     res = cli("import", str(archive), "--cache-dir", str(empty))
-    assert res.returncode == 0 and "1 already present" in res.stdout
+    assert res.returncode == 0 and "already present, kept: 1 kernel entries and 0 decision files" in res.stdout
     res = cli("ls", "--cache-dir", str(empty))
     assert res.returncode == 0 and key[:12] in res.stdout and "add_one" in res.stdout and "cpu" in res.stdout
     res = cli("stats", "--json", "--cache-dir", str(empty))

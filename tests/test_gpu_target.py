@@ -18,7 +18,7 @@ from compiler.cache import STATS  # noqa: E402
 from compiler.errors import CompilationError, KernelArgumentError, TargetError  # noqa: E402
 from compiler.inspect import main as inspect_main  # noqa: E402
 from compiler.ir.ops import OPS  # noqa: E402
-from examples import kernels as ex  # noqa: E402
+from examples import example_kernels as ex  # noqa: E402
 from kernels import norm  # noqa: E402
 from targets.gpu import renderer as R  # noqa: E402
 
@@ -172,7 +172,7 @@ def test_compile_to_amdgpu():
 
 
 def _every_kernel():
-    """Every demo kernel (examples/kernels.py) and every library kernel, as calls on host tensors."""
+    """Every demo kernel (examples/example_kernels.py) and every library kernel, as calls on host tensors."""
     x, w = torch.randn(4, 300), torch.randn(300)
     h = torch.randn(40, 64).half()
     q, kv = torch.randn(1, 4, 20, 128), torch.randn(1, 2, 24, 128)

@@ -6,7 +6,7 @@ from compiler.inspect import main
 
 
 def test_inspect_prints_ir_and_source(capsys):
-    rc = main(["examples.kernels:add_kernel", "--signature", "*fp32,*fp32,*fp32,i32", "--constexpr", "BLOCK=64"])
+    rc = main(["examples.example_kernels:add_kernel", "--signature", "*fp32,*fp32,*fp32,i32", "--constexpr", "BLOCK=64"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "// ===== IR (frontend) =====" in out and "// ===== IR (after passes) =====" in out
@@ -15,21 +15,21 @@ def test_inspect_prints_ir_and_source(capsys):
 
 
 def test_inspect_single_stage_and_errors(capsys):
-    assert main(["examples.kernels:add_kernel", "-s", "*fp16,*fp16,*fp16,i32", "-c", "BLOCK=32",
+    assert main(["examples.example_kernels:add_kernel", "-s", "*fp16,*fp16,*fp16,i32", "-c", "BLOCK=32",
                  "--stage", "ir"]) == 0
     out = capsys.readouterr().out
     assert "*fp16" in out and "tj_launch" not in out
 
 
 def test_inspect_wrong_signature_length_is_a_clear_error():
-    res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.kernels:add_kernel", "-s", "*fp32",
+    res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.example_kernels:add_kernel", "-s", "*fp32",
                           "-c", "BLOCK=32"], capture_output=True, text=True)
     assert res.returncode != 0
     assert "4 run-time parameters" in res.stderr + res.stdout
 
 
 def test_inspect_unknown_target_lists_available():
-    res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.kernels:add_kernel",
+    res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.example_kernels:add_kernel",
                           "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=32", "--target", "nosuch"],
                          capture_output=True, text=True)
     assert res.returncode == 1 and "cpu" in res.stderr and "nosuch" in res.stderr

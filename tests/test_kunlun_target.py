@@ -12,7 +12,7 @@ import torch
 import targets.kunlun
 from compiler import CompilationError, numerics, use_target
 from compiler.target import register_target
-from examples import kernels as K
+from examples import example_kernels as K
 import kernels as KL
 from targets.kunlun import ARCHS, LMBudgetError
 from targets.kunlun.build import toolchain
@@ -444,7 +444,7 @@ def test_int64_index_arithmetic_is_narrowed_only_where_it_feeds_addresses():
 
 def test_inspect_shows_the_xpu_source_and_the_lm_footprint(capsys):
     from compiler.inspect import main  # noqa: PLC0415
-    assert main(["examples.kernels:add_kernel", "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=256",
+    assert main(["examples.example_kernels:add_kernel", "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=256",
                  "-t", "kunlun:xpu2", "--stage", "source"]) == 0
     out = capsys.readouterr().out
     assert "__global__ void add_kernel(" in out and "GM2LM(" in out

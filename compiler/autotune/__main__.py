@@ -1,5 +1,9 @@
-"""python -m compiler.autotune --target cpu [--arch ARCH] [--kernels matmul,rms_norm] [--shapes FILE]
-[--cache-dir DIR] [--budget SECONDS] [--policy fast] [--quick]"""
+"""`python -m compiler.autotune` tunes the library kernels' block sizes on a target and stores the
+decisions in the kernel cache directory, where the library ops find them.
+
+    python -m compiler.autotune --target cpu [--arch ARCH] [--kernels matmul,rms_norm] [--shapes FILE]
+        [--cache-dir DIR] [--budget SECONDS] [--policy fast] [--quick] [--force] [-v]
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,11 +11,11 @@ import os
 import sys
 import time
 
+from ..clihelp import description
+
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m compiler.autotune",
-                                 description="tune the library kernels' block sizes and store the decisions "
-                                             "in the kernel cache directory")
+    ap = argparse.ArgumentParser(prog="python -m compiler.autotune", description=description(__doc__))
     ap.add_argument("--target", default="cpu", help="target name, e.g. cpu (measured) or another target with "
                                                     "a cost model (estimated)")
     ap.add_argument("--arch", default=None, help="the target's variant: --target kunlun --arch xpu2 is "
@@ -25,6 +29,9 @@ def main(argv=None) -> int:
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"), help="numerics policy (default fast)")
     ap.add_argument("--quick", action="store_true", help="1-2 tiny shapes per op (the shapes file's 'quick' set)")
     ap.add_argument("--repeat", type=int, default=3, help="timed samples per config; the median is kept")
+    ap.add_argument("--force", action="store_true", help="measure every candidate of the selected ops and shapes "
+                                                         "again instead of reusing stored results")
+    ap.add_argument("-v", "--verbose", action="store_true", help="list each rejected config with its reason")
     args = ap.parse_args(argv)
 
     from compiler import get_target  # noqa: PLC0415
@@ -54,11 +61,12 @@ def main(argv=None) -> int:
         return 0
     try:
         rows = tune_ops(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
-                    budget=args.budget, policy=args.policy, repeat=args.repeat)
+                    budget=args.budget, policy=args.policy, repeat=args.repeat, force=args.force,
+                    verbose=args.verbose)
     except AutotuneError as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return 2
-    print(format_summary(rows, target.name))
+    print(format_summary(rows, target.name, verbose=args.verbose))
     print(f"elapsed {time.perf_counter() - t0:.1f} s")
     return 0
 

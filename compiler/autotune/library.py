@@ -65,9 +65,12 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                  (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
                  estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
                  effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral),
-                 repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress)
+                 repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"])
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
     entry, res = tuned.entry, tuned.entry["results"]
+    winner = entry.get("winner")
+    kind = ("no winner" if not winner else "reused" if winner not in tuned.fresh
+            else "estimated" if entry.get("estimated") else "measured")
     dk = config_key(default_cfg)
     default_t = res.get(dk, {}).get("time_s") if res.get(dk, {}).get("status") == "ok" else None
     if default_t is None and runnable and entry.get("winner"):
@@ -80,19 +83,25 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
         import torch  # noqa: PLC0415
         with torch.no_grad():
             eager_t = time_call(prob.eager, ctx["repeat"])
-    return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=entry.get("winner"),
+    return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
                 time_s=entry.get("winner_time_s"), default=dk, default_time_s=default_t, eager_time_s=eager_t,
-                estimated=bool(entry.get("estimated")), measured=tuned.measured, reused=tuned.reused,
-                skipped=tuned.skipped, rejected=sum(r.get("status") == "rejected" for r in res.values()),
-                pruned=sum(r.get("status") == "pruned" for r in res.values()))
+                estimated=bool(entry.get("estimated")), measured=tuned.measured, estimated_now=tuned.estimated,
+                reused=tuned.reused, skipped=tuned.skipped,
+                rejected=sum(r.get("status") == "rejected" for r in res.values()),
+                rejections=list(tuned.rejected_now), pruned=sum(r.get("status") == "pruned" for r in res.values()),
+                store=str(ctx["store"].path(spec.name, tgt.name, ctx["fp"], policy)))
 
 
 def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, policy="fast", spaces=None,
-             repeat=3, progress=True, quick=False, out=None) -> list[dict]:
+             repeat=3, progress=True, quick=False, out=None, force=False, verbose=False) -> list[dict]:
     """Tunes library `ops` (names; default: every op with shapes) on `shapes` ({op: [shape dicts]};
     default: the specs' own). Returns one summary row per (op, shape): op, shape, shape_key, winner,
-    time_s, default, default_time_s, eager_time_s, estimated, measured, reused, rejected, pruned,
-    skipped. Rejections are printed as they happen; each config's result is stored."""
+    kind (measured, estimated, reused: the winner's result is from an earlier run, or no winner),
+    time_s, default, default_time_s, eager_time_s, estimated, measured and estimated_now (configs
+    run or estimated in this run), reused, rejected, rejections (config key, reason: found in this
+    run), pruned, skipped, store (the decision file). Each config's result is stored; `force`
+    measures every candidate again instead of reusing stored results; `verbose` prints each
+    rejection as it happens."""
     from .. import get_target, use_target  # noqa: PLC0415
     from ..numerics import numerics, validate_policy  # noqa: PLC0415
 
@@ -107,7 +116,7 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
             raise AutotuneError(f"unknown kernel {op!r}; choose from {', '.join(specs)}")
     runnable = _runnable(tgt)
     ctx = dict(policy=policy, runnable=runnable, spaces=spaces, fp=fingerprint_hash(tgt), out=out,
-               store=DecisionStore(cache_dir), repeat=repeat, rejected=[],
+               store=DecisionStore(cache_dir), repeat=repeat, rejected=[], force=force,
                deadline=time.perf_counter() + budget if budget else None,
                # a `\r` progress line only makes sense on a terminal; in logs (CI, pipes) it is noise
                progress=progress and getattr(out, "isatty", lambda: False)())
@@ -118,8 +127,8 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
             ctx["job"] = f"{ji + 1}/{len(jobs)}"
             n_rej = len(ctx["rejected"])
             rows.append(_tune_one(spec, shape, tgt, ctx))
-            for op, skey, ck, why in ctx["rejected"][n_rej:]:
-                print(f"\n  rejected {op} {skey} {ck}: {why}", file=out, flush=True)
+            for op, skey, ck, why in ctx["rejected"][n_rej:] if verbose else ():
+                print(("\n" if ctx["progress"] else "") + f"  rejected {op} {skey} {ck}: {why}", file=out, flush=True)
     if ctx["progress"]:
         print("\r" + " " * 100 + "\r", end="", file=out, flush=True)
     clear_memo()

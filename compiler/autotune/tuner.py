@@ -5,7 +5,8 @@
 samples), records each result per config in the decision store under `key` and lets the store pick
 the winner. Where the target cannot run here, `estimate(config)` (seconds from a cost model)
 replaces running and timing, and every result is labelled estimated. A config whose result the
-store already holds for this key is not measured again, so adding a candidate measures only it.
+store already holds for this key is not measured again, so adding a candidate measures only it;
+`force=True` measures (or estimates) every candidate again and replaces the stored results.
 """
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ class Tuned:
     measured: int = 0
     reused: int = 0
     skipped: int = 0
+    estimated: int = 0        # configs estimated (by the cost model) in this run
     rejected_now: list = dataclasses.field(default_factory=list)   # (config key, reason) found this run
+    fresh: set = dataclasses.field(default_factory=set)            # config keys whose result is from this run
 
 
 def time_call(fn, repeat: int) -> float:
@@ -84,13 +87,13 @@ def _estimate(cfg: dict, eff: dict, estimate) -> dict:
 
 
 def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=None, effective=None,
-         repeat: int = 3, deadline: float | None = None, progress=None) -> Tuned:
+         repeat: int = 3, deadline: float | None = None, progress=None, force: bool = False) -> Tuned:
     """Tunes `space` (a list of config dicts) for `key`; see the module docstring.
 
     effective(config) -> (config launched, why pruned or None) maps a candidate to what it runs as;
     candidates that run as the same config share one measurement. `deadline` (perf_counter time)
     leaves the rest unmeasured ("skipped"); `progress(i, n, config_key)` is called per candidate."""
-    known = store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
+    known = {} if force else store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
     out = Tuned(entry={})
     new, by_effect = {}, {}
     for i, cfg in enumerate(space):
@@ -112,6 +115,7 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
             new[ck] = {**by_effect[ek], "config": dict(cfg), "effective": eff, "same_as": by_effect[ek]["key"]}
             continue
         if estimate is not None:
+            out.estimated += 1
             r = _estimate(cfg, eff, estimate)
         else:
             out.measured += 1
@@ -120,6 +124,7 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
             out.rejected_now.append((ck, r["reason"]))
         by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
         new[ck] = r
+    out.fresh = set(new)
     space_keys = {config_key(c) for c in space}
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
                              space_keys)

@@ -239,7 +239,9 @@ def _check_compat(manifest: dict) -> list[str]:
 def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool = False) -> dict:
     """Verify ``archive`` completely, then publish its entries into ``cache``.
 
-    Returns {"imported": [...], "skipped": [...]} (skipped: a valid entry with that key exists).
+    Returns {"imported": [...], "skipped": [...], "decisions_imported": [...], "decisions_skipped": [...],
+    "problems": [...]}: kernel entries (skipped: a valid entry with that key exists) and the
+    autotuner's decision files (skipped: this cache has its own file of that name), counted apart.
     Raises ArchiveError (nothing written) on a corrupt/unsafe archive, or on a version/target
     mismatch unless ``force``.
     """
@@ -252,7 +254,7 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
                            + ". Re-export on a machine matching this one, or pass --force to import anyway "
                            "(mismatched entries are then simply never used).")
     root = cache.root
-    imported, skipped = [], []
+    imported, skipped, dec_skipped = [], [], []
     try:
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         stage = pathlib.Path(tempfile.mkdtemp(prefix="import.", suffix=".staging", dir=root / "tmp"))
@@ -280,10 +282,11 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
                 (imported if cache.publish(key, d) else skipped).append(key)
             except CacheError as exc:
                 raise ArchiveError(str(exc)) from None
-        imported += _import_decisions(root, data.get(DECISIONS, {}), skipped)
+        dec_imported = _import_decisions(root, data.get(DECISIONS, {}), dec_skipped)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return {"imported": imported, "skipped": skipped, "problems": problems}
+    return {"imported": imported, "skipped": skipped, "decisions_imported": dec_imported,
+            "decisions_skipped": dec_skipped, "problems": problems}
 
 
 def _import_decisions(root: pathlib.Path, files: dict[str, bytes], skipped: list) -> list[str]:

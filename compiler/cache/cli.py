@@ -14,6 +14,7 @@ import sys
 import time
 
 from .archive import export_cache, import_cache
+from .decisions import DecisionStore
 from .safety import CacheError
 from .store import MANIFEST, BadEntry, KernelCache
 
@@ -76,22 +77,29 @@ def cmd_stats(cache: KernelCache, args) -> int:
         t["count"] += 1
         t["bytes"] += r["size"]
     bad = sum(1 for _ in cache.entry_dirs()) - len(rows)
+    decisions = DecisionStore(cache.root)
     out = {"cache_dir": str(cache.root), "count": len(rows), "bytes": sum(r["size"] for r in rows),
-           "bad": bad, "targets": per}
+           "bad": bad, "targets": per, "decision_files": len(decisions.files())}
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
     print(f"cache dir: {cache.root}")
     print(f"entries:   {out['count']} ({_human(out['bytes'])}), {bad} invalid")
+    print(f"decisions: {out['decision_files']} files in {decisions.dir}")
     for name, t in sorted(per.items()):
         print(f"  {name:<12} {t['count']:>6} entries  {_human(t['bytes']):>10}")
     return 0
 
 
+def _counted(entries: int, decisions: int) -> str:
+    """One wording for every command: kernel entries and decision files, counted apart."""
+    return f"{entries} kernel entries and {decisions} decision files"
+
+
 def cmd_export(cache: KernelCache, args) -> int:
     man = export_cache(cache, args.archive)
-    print(f"exported {len(man['entries'])} entries ({', '.join(sorted(man['targets'])) or 'no targets'}) "
-          f"to {args.archive}")
+    print(f"exported {_counted(len(man['entries']), len(man.get('decisions', {})))} "
+          f"(targets: {', '.join(sorted(man['targets'])) or 'none'}) to {args.archive}")
     return 0
 
 
@@ -99,8 +107,8 @@ def cmd_import(cache: KernelCache, args) -> int:
     res = import_cache(cache, args.archive, force=args.force)
     for p in res["problems"]:
         print(f"warning (--force): {p}", file=sys.stderr)
-    print(f"imported {len(res['imported'])} entries into {cache.root} "
-          f"({len(res['skipped'])} already present)")
+    print(f"imported {_counted(len(res['imported']), len(res['decisions_imported']))} into {cache.root} "
+          f"(already present, kept: {_counted(len(res['skipped']), len(res['decisions_skipped']))})")
     return 0
 
 
@@ -148,7 +156,12 @@ def cmd_prune(cache: KernelCache, args) -> int:
 def cmd_clear(cache: KernelCache, args) -> int:
     n = sum(1 for _ in cache.entry_dirs())
     cache.clear()
-    print(f"cleared {n} entries from {cache.root}")
+    store = DecisionStore(cache.root)
+    if args.keep_decisions:
+        print(f"cleared {n} kernel entries from {cache.root} "
+              f"(kept {len(store.files())} decision files in {store.dir}: --keep-decisions)")
+    else:
+        print(f"cleared {_counted(n, store.clear())} from {cache.root}")
     return 0
 
 
@@ -178,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--older-than", type=float, metavar="DAYS")
     s.add_argument("--max-bytes", type=int, metavar="N")
     s.set_defaults(func=cmd_prune)
-    s = sub.add_parser("clear", parents=[common], help="delete every entry")
+    s = sub.add_parser("clear", parents=[common], help="delete every kernel entry and the autotuner's decisions")
+    s.add_argument("--keep-decisions", action="store_true", help="keep the autotuner's decisions (autotune/*.json)")
     s.set_defaults(func=cmd_clear)
     return p
 

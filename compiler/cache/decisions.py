@@ -54,6 +54,24 @@ class DecisionStore:
         self.root = root.absolute()
         self.dir = self.root / SUBDIR
 
+    def files(self) -> list[pathlib.Path]:
+        """The decision files in this store (plain files named like ``path()``'s, no links)."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(p for p in self.dir.glob("*.json") if p.is_file() and not p.is_symlink())
+
+    def clear(self) -> int:
+        """Delete every decision file; returns how many. ``locks/`` is kept, as in KernelCache.clear."""
+        n = 0
+        for p in self.files():
+            try:
+                p.unlink()
+                n += 1
+            except FileNotFoundError:
+                pass
+        clear_memo()
+        return n
+
     def path(self, op: str, target_name: str, fp_hash: str, policy: str) -> pathlib.Path:
         safe_target = target_name.replace(":", "_").replace("/", "_")
         return self.dir / f"{op}.{safe_target}.{fp_hash[:16]}.{policy}.json"

@@ -43,11 +43,12 @@ def check_dir_safety(*dirs: pathlib.Path) -> None:
         elif uid is not None and st.st_uid not in (uid, 0):
             problem = f"is owned by another user (uid {st.st_uid})"
         if problem is not None:
-            msg = (f"kernel cache directory {d} {problem}: other users could plant executable code in it. "
-                   f"Refusing to load artifacts from it; fix its permissions (chmod go-w, chown), point "
-                   f"TILEJIT_CACHE_DIR elsewhere, or set TILEJIT_CACHE_ALLOW_UNSAFE=1 to load anyway.")
+            risk = f"kernel cache directory {d} {problem}: other users could plant executable code in it"
+            fix = "fix its permissions (chmod go-w, chown) or point TILEJIT_CACHE_DIR elsewhere"
             if os.environ.get("TILEJIT_CACHE_ALLOW_UNSAFE", "") != "1":
-                raise CacheError(msg)
+                raise CacheError(f"{risk}. Refusing to load artifacts from it; {fix}, or set "
+                                 "TILEJIT_CACHE_ALLOW_UNSAFE=1 to load anyway.")
+            msg = f"{risk}. Loading artifacts from it anyway, because TILEJIT_CACHE_ALLOW_UNSAFE=1 is set; {fix}."
         elif mode & stat.S_IWGRP:
             msg = (f"kernel cache directory {d} is group-writable: members of its group can change "
                    f"executable kernel code loaded from it (chmod g-w if that is not intended)")

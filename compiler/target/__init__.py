@@ -16,6 +16,7 @@ from importlib import metadata
 
 from ..errors import TargetError
 from ..loader import LoadError, load_ref
+from ..names import clash_for
 from . import requirements
 from .grid import launch_grid
 from .protocol import INT32_MAX, Caps, Target, TargetPlugin
@@ -72,7 +73,7 @@ def _load_plugin(name: str) -> TargetPlugin | None:
     try:
         obj = load_ref(ref, f"target '{name}'")
     except LoadError as e:
-        raise TargetError(str(e)) from None
+        raise TargetError(str(clash_for(ref) or e)) from None
     _plugins[name] = obj
     return obj
 

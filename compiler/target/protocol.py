@@ -142,5 +142,10 @@ class TargetPlugin:
     def status(self) -> list[str]:
         return []
 
+    def limited_here(self) -> str:
+        """When the target is available but only in part on this machine, what works and what
+        does not, in a few words (`python -m targets` prints it next to "available"); "" otherwise."""
+        return ""
+
     def create(self, variant: str | None) -> Target:
         raise NotImplementedError(f"target plugin {self.name!r} does not implement create(variant)")

@@ -1,5 +1,5 @@
 """Builds generated C++ into a shared library with the system compiler (`CXX`, else g++,
-else c++). The compiler's version, the flags and the host ISA form the target fingerprint."""
+else c++, else clang++). The compiler's version, the flags and the host ISA form the target fingerprint."""
 from __future__ import annotations
 
 import functools
@@ -19,10 +19,22 @@ BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-
               "-ffp-contract=off", "-fno-strict-aliasing"]
 
 
-@functools.lru_cache(maxsize=None)
 def find_compiler() -> str | None:
-    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if cand and shutil.which(cand):
+    """The C++ compiler: `CXX` when set (an error when it is not found: a silent fallback would
+    build with a compiler the user did not choose), else g++, c++ or clang++ from PATH, else None."""
+    return _find_compiler(os.environ.get("CXX", "").strip())
+
+
+@functools.lru_cache(maxsize=None)
+def _find_compiler(cxx: str) -> str | None:
+    if cxx:
+        found = shutil.which(cxx)
+        if found is None:
+            raise TargetError(f"CXX={cxx} is set, but {cxx!r} is not an executable on PATH; install it, point "
+                              "CXX at the full path of a C++ compiler, or unset CXX to use g++")
+        return found
+    for cand in ("g++", "c++", "clang++"):
+        if shutil.which(cand):
             return shutil.which(cand)
     return None
 

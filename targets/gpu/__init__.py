@@ -180,6 +180,24 @@ class GPUPlugin(TargetPlugin):
             return False, "triton is not installed (pip install triton)"
         return True, ""
 
+    def limited_here(self) -> str:
+        if _device_arch() is None:
+            return ("compile-only and interpreter, no device: gpu:sm_80 / gpu:sm_90 / gpu:gfx942 compile, "
+                    "gpu:interpret runs, `gpu` launches are refused")
+        return ""
+
+    def status(self) -> list[str]:
+        dev = _device_arch()
+        if dev is not None:
+            return [f"device: {dev[0]} {dev[1]} (`gpu` launches on it)"]
+        try:
+            import torch  # noqa: PLC0415
+            build = f"torch {torch.__version__}, " + ("a CPU build" if torch.version.cuda is None and
+                                                       getattr(torch.version, "hip", None) is None else "built with GPU support")
+        except Exception:  # noqa: BLE001
+            build = "torch not importable"
+        return [f"device: none visible to torch ({build})"]
+
     def create(self, variant: str | None) -> GPUTarget:
         spec = variant or ""
         tf32 = spec.endswith("+tf32")

@@ -47,6 +47,11 @@ class KunlunPlugin(TargetPlugin):
             lines.append(f"{what}: {'found' if ok else why}")
         return lines
 
+    def limited_here(self) -> str:
+        if toolchain.find_xtdk() is None:
+            return "host emulation (no XTDK, no device)"
+        return "" if sdk.runtime_available()[0] else "XTDK builds; no XPU runtime, so launches run on the host"
+
     def available(self) -> tuple[bool, str]:
         if toolchain.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:
             return False, "neither XTDK (XTDK_DIR) nor a host C++ compiler for the emulation was found"

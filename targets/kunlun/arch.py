@@ -1,7 +1,7 @@
 """Kunlun XPU arch table: every chip figure the kunlun target uses, in one place.
 
-Source: ../shared/reference/kunlun-xpu.md ("Chips (arch table)"). Figures the reference marks as
-unverified are listed in `Arch.unverified`; fix them here and nowhere else. Real code should ask
+Sources: docs/kunlun.md, Sources, "Chips" (public code and documents, by repository and path).
+Figures none of them settles are listed in `Arch.unverified`; fix them here and nowhere else. Real code should ask
 the runtime (`xpu_device_get_attr(..., XPUATTR_NUM_CLUSTER, dev)`) when a device is present.
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ ARCHS: dict[str, Arch] = {
                     "l3_bytes", "l3_bandwidth", "peak_fp16_flops")),
 }
 
-DEFAULT_ARCH = "xpu3"   # `kunlun` alone = xpu3 (DESIGN.md, Targets)
+DEFAULT_ARCH = "xpu3"   # `kunlun` alone = xpu3, the current chip
 
 
 def get_arch(name: str | None) -> Arch:

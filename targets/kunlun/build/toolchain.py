@@ -69,7 +69,7 @@ def emulation_command(arch: Arch, source: str, out: str) -> list[str]:
 
 
 def xtdk_commands(clang: str, arch: Arch, source: str, out_dir: str) -> list[list[str]]:
-    """Device object + host wrapper, per the reference (kunlun-xpu.md, Toolchain). Not run here."""
+    """Device object + host wrapper, as public build files do it (docs/kunlun.md, Sources). Not run here."""
     root = os.path.dirname(os.path.dirname(clang))
     base = os.path.join(out_dir, "kernel")
     return [[clang, f"--xpu-arch={arch.name}", "-c", source, "--basename", base, "-fno-builtin",

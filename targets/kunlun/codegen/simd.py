@@ -1,10 +1,10 @@
 """16-lane fp32 vector code for the kunlun target's fast policy (`float32x16_t`, `vload_lm_*`,
 `vv*_float32x16`, `svmul_float32x16`).
 
-Only the intrinsics the reference names are used: vector loads/stores from LM, vvadd, vvmul,
-vvmax and scalar-times-vector svmul. A nest is vectorised when its innermost extent is a multiple
-of 16 and its per-element expression is built from those ops over fp32 LM buffers read at the
-nest's own index, scalars and constants; anything else stays scalar C. The strict policy never
+Only intrinsics that public Kunlun kernel code uses (docs/kunlun.md, Sources) are emitted: vector
+loads/stores from LM, vvadd, vvmul, vvmax and scalar-times-vector svmul. A nest is vectorised when
+its innermost extent is a multiple of 16 and its per-element expression is built from those ops
+over fp32 LM buffers read at the nest's own index, scalars and constants; anything else stays scalar C. The strict policy never
 comes here: a separate multiply and add is not the fused multiply-add strict requires.
 """
 from __future__ import annotations

@@ -6,8 +6,8 @@ wrapper here takes keyword arguments and passes them on in the header's order:
 and `bkcl_send/recv(ctx, buf, count, peer, dtype, stream)` (dtype after peer). Dtype and
 reduction enumerators (BKCL_FLOAT, BKCL_ADD, ...) come from the installed header through
 sdk_probe; BKCL has no AVG (the communicator divides after a sum). A nonzero BKCLResult_t becomes
-a `BkclError` (a runtime CollectiveError) naming the call and the code: the reference names no
-BKCL error-string function.
+a `BkclError` (a runtime CollectiveError) naming the call and the code: the public BKCL callers
+(docs/kunlun.md, Sources) use no BKCL error-string function.
 """
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ class KunlunDevice(Device):
                                 rt.device_attr("memory", index), rt.device_attr("clusters", index), extra)
 
     def _mem_info(self, index: int) -> tuple[int, int]:
-        # the runtime API in the reference has no free-memory query: free is the capacity minus
+        # the runtime API (docs/kunlun.md, Sources) has no free-memory query: free is the capacity minus
         # what this process holds, an upper bound when other processes share the device
         total = self.rt.device_attr("memory", index)
         return max(total - self._allocated.get(index, 0), 0), total
@@ -105,7 +105,7 @@ class KunlunDevice(Device):
         elif dst.index == src.index:
             self._on(dst.index).memcpy(dst.addr, src.addr, dst.nbytes, "d2d")
         else:
-            # between two devices: through the host (the reference lists no peer copy)
+            # between two devices: through the host (the runtime API has no peer copy)
             host = torch.empty(src.nbytes, dtype=torch.uint8)
             self._on(src.index).memcpy(host.data_ptr(), src.addr, src.nbytes, "d2h")
             self._on(dst.index).memcpy(dst.addr, host.data_ptr(), dst.nbytes, "h2d")

@@ -167,7 +167,7 @@ class XcclCommunicator(Communicator):
                              send=send.ptr, recv=recv.ptr, count=t.numel(), dtype=t.dtype, root=src)
 
     def _c_barrier(self):
-        # BKCL has no barrier in the reference: a one-element all_reduce stands in for it
+        # the public BKCL callers use no barrier: a one-element all_reduce stands in for it
         one = torch.zeros(1, dtype=torch.int32)
         send, recv = self._upload(one), self._alloc(one)
         return self._enqueue("barrier", self.bkcl.all_reduce, [], [send, recv],

@@ -1,7 +1,7 @@
 """ctypes binding over the Kunlun XPU runtime (libxpurt, `xpu/runtime.h`).
 
-Functions are bound by their real names with the argument order of the header (see
-../../shared/reference/kunlun-xpu.md, "Runtime API"); enum arguments (XPU_MEM_MAIN,
+Functions are bound by their real names with the argument order of the header (kunlun-driver
+include/xpu/runtime.h; docs/kunlun.md, Sources, "Runtime API"); enum arguments (XPU_MEM_MAIN,
 XPU_HOST_TO_DEVICE, XPUATTR_NUM_CLUSTER, ...) take their values from the installed header through
 sdk_probe. Every call returns 0 or a negative XPUERR_* code; a nonzero code becomes an `XpuError`
 (a runtime DeviceError) naming the call, with the code and xpu_strerror's text. The library is

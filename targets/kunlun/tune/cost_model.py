@@ -6,7 +6,7 @@ the renderer emits them), SIMD work over the cores' peak, launch overhead. Wheth
 LM is not estimated: the renderer's own check answers it (footprint.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
-DMA setup, the launch overhead, and, for xpu3, the memory bandwidth (the reference marks it unknown,
+DMA setup, the launch overhead, and, for xpu3, the memory bandwidth (no public source gives it,
 so xpu2's 512 GB/s stands in).
 """
 from __future__ import annotations

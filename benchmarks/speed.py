@@ -1,6 +1,6 @@
 """Speed of the library kernels against torch eager and torch.compile (inductor) on LLM shapes.
 
-    python -m benchmarks.kernels [--quick] [--ops norm,matmul,attention] [--repeat R]
+    python -m benchmarks.speed [--quick] [--ops norm,matmul,attention] [--repeat R]
                                  [--dtypes fp32,bf16] [--no-compile]
 
 Each case runs the tilejit kernel (`kernels.*`), the torch eager reference op and the same
@@ -25,16 +25,22 @@ the ratio vs eager. Every case also checks that tilejit's output matches eager's
 """
 from __future__ import annotations
 
-import argparse
-import math
 import os
-import statistics
-import time
+import sys
 
-import torch
-import torch.nn.functional as F
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import kernels as K
+import argparse  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kernels as K  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 GOALS = {"layer_norm": 1.0, "rms_norm": 1.0, "attention": 0.8, "matmul": 0.5}
@@ -163,7 +169,7 @@ def _fmt_r(r):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--quick", action="store_true", help="smaller shapes")
     ap.add_argument("--ops", default="", help="comma-separated filter (substring) of layer_norm, rms_norm, matmul, "
                                               "attention, or of a case label (e.g. decode)")

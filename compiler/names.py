@@ -1,0 +1,85 @@
+"""tilejit's top-level package names, and telling them from other distributions' packages of the
+same name: the package index has other projects that install a top-level `kernels` (Hugging
+Face's kernel hub), `compiler` or `runtime`. pip does not warn when two distributions write the
+same files: installing one overwrites the other's `__init__.py`, and uninstalling it deletes it.
+
+Each of tilejit's packages carries a marker, ``__tilejit__ = True``; a module of one of these names
+without it is someone else's (or what is left of tilejit's after such an overwrite). tilejit's
+`kernels` deliberately has no ``__version__``: transformers looks for Hugging Face's `kernels` by
+that name, and a ``__version__`` would make it take tilejit's package for that one.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import sys
+
+from .errors import TilejitError
+
+PACKAGES = ("compiler", "kernels", "targets", "runtime")
+MARKER = "__tilejit__"
+DISTRIBUTION = "tilejit"
+
+
+class NameClashError(TilejitError):
+    """A top-level name tilejit uses resolves to another distribution's package."""
+
+
+def providers(name: str) -> list[str]:
+    """'dist version' of every installed distribution whose files include top-level package `name`."""
+    try:
+        dists = metadata.packages_distributions().get(name, [])
+    except Exception:  # noqa: BLE001 - a broken environment: nothing to report
+        return []
+    out = []
+    for d in sorted(set(dists)):
+        try:
+            out.append(f"{d} {metadata.version(d)}")
+        except metadata.PackageNotFoundError:
+            out.append(d)
+    return out
+
+
+def is_tilejit(module) -> bool:
+    return getattr(module, MARKER, False) is True
+
+
+def clash_message(name: str, module) -> str:
+    """Why `module` (imported as `name`) is not tilejit's, which distributions install `name`, and the fix."""
+    where = getattr(module, "__file__", None)
+    if where is None:
+        what = (f"the package '{name}' imported here ({', '.join(getattr(module, '__path__', [])) or '?'}) has no "
+                f"__init__.py: tilejit's {name}/__init__.py was deleted (uninstalling another distribution that "
+                "had overwritten it does that)")
+    else:
+        what = f"the package '{name}' imported from {where} is not tilejit's (it lacks tilejit's marker)"
+    others = [p for p in providers(name) if p.split()[0].lower() != DISTRIBUTION]
+    found = f"distributions here that install a top-level '{name}': {', '.join(providers(name)) or 'none recorded'}"
+    fix = (f"Fix: `pip uninstall {' '.join(p.split()[0] for p in others)}` and then " if others else "Fix: ") + \
+        ("reinstall tilejit (`pip install --force-reinstall --no-deps tilejit`, or `.` in its checkout); or keep "
+         f"the other '{name}' package in a separate virtual environment")
+    return f"{what}; {found}. Two distributions with a package of one name overwrite each other's files. {fix}."
+
+
+def check(name: str) -> None:
+    """Raises NameClashError when importing `name` (one of PACKAGES) gives a module that is not tilejit's."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    if not is_tilejit(module):
+        raise NameClashError(clash_message(name, module))
+
+
+def clash_for(ref: str) -> NameClashError | None:
+    """For a "module:attr" reference into one of tilejit's packages that failed to load: the clash
+    behind it, if the package is someone else's (else None: the failure has another cause)."""
+    top = ref.partition(":")[0].split(".")[0]
+    if top not in PACKAGES:
+        return None
+    try:
+        check(top)
+    except NameClashError as e:
+        return e
+    except Exception:  # noqa: BLE001 - the package does not import at all: not a clash
+        return None
+    return None

@@ -1,0 +1,315 @@
+"""The messages a new user meets, each pinned: tracebacks that stop at the launch (TILEJIT_DEBUG=1
+shows the compiler's frames), "did you mean", a grid that is not a tuple, one argument too many,
+inspect's type names and file paths, a CXX that does not exist, the unsafe-cache warning, a
+foreign `kernels` package, `python -m targets` without a GPU, `--help` texts, the autotuner's
+summary and --force, and the cache's counts of entries and decisions."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+import torch
+
+import compiler
+from compiler import KernelArgumentError, kernel, language as tl
+from compiler import names
+from compiler.autotune import MEASURE_COUNT, format_summary, tune_ops
+from compiler.cache import KernelCache, check_dir_safety
+from compiler.cache.decisions import DecisionStore
+from compiler.clihelp import description
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TILEJIT_TARGET": "cpu", **extra}
+    for k in ("TILEJIT_DEBUG", "CXX"):
+        if k not in extra:
+            env.pop(k, None)
+    return env
+
+
+def _run(args, cwd=REPO, timeout=300, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---------------------------------------------------------------------------- tracebacks
+BAD_SCRIPT = textwrap.dedent("""
+    import torch
+    from compiler import kernel, language as tl
+
+    @kernel
+    def k(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(x_ptr + offs, tl.exxp(x), mask=offs < n)
+
+    k[(1,)](torch.zeros(16), 16, BLOCK=16)
+""")
+
+
+def _frames(stderr: str) -> list[str]:
+    return re.findall(r'^  File "([^"]+)", line \d+', stderr, re.M)
+
+
+def test_compilation_error_traceback_stops_at_the_launch(tmp_path):
+    script = tmp_path / "user_kernel.py"
+    script.write_text(BAD_SCRIPT)
+    res = _run([str(script)], cwd=tmp_path, TILEJIT_CACHE_DIR=str(tmp_path / "c"))
+    assert res.returncode == 1
+    assert f"{script}:9:28: in kernel 'k': tl.exxp is not part of the tile language subset; did you mean tl.exp?" \
+        in res.stderr
+    frames = _frames(res.stderr)
+    assert frames[0] == str(script)
+    internal = [f for f in frames if f != str(script)]
+    # only the launch itself (the `k[grid](...)` call and KernelFunction.run) is left of tilejit
+    assert all(f.endswith(os.path.join("compiler", "jit.py")) for f in internal), res.stderr
+    assert len(internal) <= 2, res.stderr
+    assert "frontend.py" not in res.stderr and "During handling" not in res.stderr
+
+
+def test_tilejit_debug_shows_the_compilers_frames(tmp_path):
+    script = tmp_path / "user_kernel.py"
+    script.write_text(BAD_SCRIPT)
+    res = _run([str(script)], cwd=tmp_path, TILEJIT_CACHE_DIR=str(tmp_path / "c"), TILEJIT_DEBUG="1")
+    assert res.returncode == 1 and "did you mean tl.exp?" in res.stderr
+    frames = _frames(res.stderr)
+    assert any(f.endswith(os.path.join("compiler", "frontend.py")) for f in frames), res.stderr
+    assert len(frames) > 6
+
+
+def test_did_you_mean_only_for_a_close_name():
+    @kernel
+    def far(x_ptr):
+        tl.store(x_ptr, tl.frobnicate(1.0))
+
+    with pytest.raises(compiler.CompilationError) as e:
+        far[(1,)](torch.zeros(1))
+    assert "tl.frobnicate is not part of the tile language subset" in str(e.value)
+    assert "did you mean" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------- launch arguments
+@kernel
+def copy3(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_an_int_grid_is_refused_before_anything_compiles():
+    fresh = kernel(copy3.fn)
+    with pytest.raises(KernelArgumentError) as e:
+        fresh[4](torch.zeros(16), 16, BLOCK=16)
+    assert str(e.value) == ("kernel 'copy3': the grid must be a tuple of 1 to 3 ints (or a callable returning one), "
+                            "got int 4")
+    assert fresh.compiled == {}            # refused before the compile, not after it
+    with pytest.raises(KernelArgumentError, match="grid must be a tuple"), compiler.render_only():
+        fresh[4](torch.zeros(16), 16, BLOCK=16)
+    with pytest.raises(KernelArgumentError, match="grid axis 0 is float"):
+        fresh[lambda meta: (1.5,)](torch.zeros(16), 16, BLOCK=16)
+
+
+def test_one_argument_too_many_names_the_signature():
+    with pytest.raises(KernelArgumentError) as e:
+        copy3[(1,)](torch.zeros(16), 16, 3, BLOCK=16)
+    assert str(e.value) == ("kernel 'copy3' takes 3 arguments, got 4: 3 positional and 1 keyword (BLOCK). "
+                            "Signature: copy3(x_ptr, n, BLOCK: tl.constexpr)")
+    with pytest.raises(KernelArgumentError) as e:
+        copy3[(1,)](torch.zeros(16), 16, 16, 7)
+    assert "takes 3 arguments, got 4: 4 positional" in str(e.value)
+    with pytest.raises(KernelArgumentError) as e:       # a real duplicate keeps Python's wording
+        copy3[(1,)](torch.zeros(16), 16, n=16)
+    assert "multiple values for argument 'n'" in str(e.value) and "Signature: copy3(" in str(e.value)
+
+
+# ---------------------------------------------------------------------------- compiler.inspect
+@pytest.mark.parametrize("bad", ["*fp64", "*float", "fp16"])
+def test_inspect_names_the_valid_types(bad):
+    res = _run(["-m", "compiler.inspect", "examples.example_kernels:add_kernel", "-s", f"{bad},*fp32,*fp32,i32",
+                "-c", "BLOCK=64"])
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"error: --signature: '{bad}' is not a kernel argument type; valid types are "
+                                  "*fp32, *fp16, *bf16, *i32, *i64, *i1, *i8, *i16 (tensors); i32, i64, fp32, i1 "
+                                  "(scalars)")
+
+
+def test_inspect_takes_a_file_path(tmp_path):
+    src = tmp_path / "mine.py"
+    src.write_text(textwrap.dedent("""
+        from compiler import kernel, language as tl
+
+        @kernel
+        def scale(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+    """))
+    res = _run(["-m", "compiler.inspect", f"{src}:scale", "-s", "*fp32,i32", "-c", "BLOCK=32", "--stage", "ir"],
+               cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "kernel scale(%x_ptr: *fp32, %n: int32)" in res.stdout
+    res = _run(["-m", "compiler.inspect", f"{src}:nope", "-s", "*fp32,i32"], cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.strip() == f"error: {src}:nope: {src} defines no 'nope'"
+    res = _run(["-m", "compiler.inspect", "missing.py:k"], cwd=tmp_path)
+    assert res.returncode == 1 and res.stderr.strip() == "error: missing.py:k: no such file 'missing.py'"
+
+
+# ---------------------------------------------------------------------------- toolchain, cache safety
+def test_a_cxx_that_does_not_exist_is_an_error_not_a_fallback(tmp_path):
+    script = tmp_path / "ok_kernel.py"
+    script.write_text(BAD_SCRIPT.replace("tl.exxp(x)", "x"))
+    res = _run([str(script)], cwd=tmp_path, TILEJIT_CACHE_DIR=str(tmp_path / "c"), CXX="no-such-clang++")
+    assert res.returncode == 1
+    assert ("CXX=no-such-clang++ is set, but 'no-such-clang++' is not an executable on PATH; install it, point "
+            "CXX at the full path of a C++ compiler, or unset CXX to use g++") in res.stderr
+    res = _run(["-m", "targets"], CXX="no-such-clang++")
+    assert re.search(r"^cpu\s+\S+\s+not available: .*CXX=no-such-clang\+\+ is set", res.stdout, re.M), res.stdout
+
+
+def test_allow_unsafe_warning_says_it_loads(tmp_path, monkeypatch):
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    monkeypatch.setenv("TILEJIT_CACHE_ALLOW_UNSAFE", "1")
+    with pytest.warns(RuntimeWarning) as caught:
+        check_dir_safety(root)
+    msg = str(caught[0].message)
+    assert "Refusing" not in msg
+    assert msg == (f"kernel cache directory {root} is world-writable (no sticky bit): other users could plant "
+                   "executable code in it. Loading artifacts from it anyway, because TILEJIT_CACHE_ALLOW_UNSAFE=1 "
+                   "is set; fix its permissions (chmod go-w, chown) or point TILEJIT_CACHE_DIR elsewhere.")
+    os.chmod(root, 0o755)
+
+
+# ---------------------------------------------------------------------------- a foreign `kernels`
+def test_a_foreign_kernels_package_is_named_with_the_fix(tmp_path):
+    (tmp_path / "foreign" / "kernels").mkdir(parents=True)
+    (tmp_path / "foreign" / "kernels" / "__init__.py").write_text('"""someone else\'s kernels"""\n')
+    code = "from compiler.opspec import library_ops\nlibrary_ops()\n"
+    env = _env(PYTHONPATH=f"{tmp_path / 'foreign'}{os.pathsep}{REPO}")
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 1
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"compiler.names.NameClashError: the package 'kernels' imported from "
+                           f"{tmp_path / 'foreign' / 'kernels' / '__init__.py'} is not tilejit's")
+    assert "distributions here that install a top-level 'kernels': tilejit" in last
+    assert "reinstall tilejit (`pip install --force-reinstall --no-deps tilejit`, or `.` in its checkout)" in last
+
+
+def test_a_deleted_init_is_named_as_such():
+    leftover = types.ModuleType("kernels")
+    leftover.__path__ = ["/site-packages/kernels"]       # a namespace package: no __init__.py, no __file__
+    msg = names.clash_message("kernels", leftover)
+    assert msg.startswith("the package 'kernels' imported here (/site-packages/kernels) has no __init__.py: "
+                          "tilejit's kernels/__init__.py was deleted")
+    assert "reinstall tilejit" in msg
+
+
+def test_tilejits_packages_carry_the_marker_and_kernels_has_no_version():
+    for name in names.PACKAGES:
+        names.check(name)            # raises NameClashError when not tilejit's
+    import kernels
+    assert not hasattr(kernels, "__version__")   # transformers would take it for Hugging Face's `kernels`
+
+
+# ---------------------------------------------------------------------------- command lines
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_targets_says_gpu_is_compile_only_without_a_device():
+    res = _run(["-m", "targets", "-v"])
+    assert res.returncode == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("gpu "))
+    assert line.split(None, 2)[2] == ("available: compile-only and interpreter, no device: gpu:sm_80 / gpu:sm_90 / "
+                                      "gpu:gfx942 compile, gpu:interpret runs, `gpu` launches are refused")
+    assert "status        device: none visible to torch" in res.stdout
+
+
+CLI_MODULES = ["compiler.inspect", "compiler.autotune", "compiler.doctor", "targets"]
+SCRIPTS = sorted(str(p.relative_to(REPO)) for d in ("examples", "benchmarks") for p in (REPO / d).glob("*.py")
+                 if "__main__" in p.read_text())
+
+
+@pytest.mark.parametrize("target", CLI_MODULES + SCRIPTS)
+def test_help_shows_the_whole_first_paragraph(target):
+    path = REPO / (target.replace(".", "/") + ".py") if not target.endswith(".py") else REPO / target
+    if not path.exists():
+        path = REPO / target.replace(".", "/") / "__main__.py"
+    doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+    res = _run(["-m", target, "--help"] if not target.endswith(".py") else [str(REPO / target), "--help"],
+               cwd=REPO if not target.endswith(".py") else "/")
+    assert res.returncode == 0, res.stderr
+    words = " ".join(res.stdout.split())
+    assert " ".join(description(doc).split()) in words, res.stdout
+
+
+# ---------------------------------------------------------------------------- the autotuner
+RMS = {"rms_norm": [{"rows": 4, "N": 64}]}
+SPACE = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}
+
+
+def test_autotune_kind_reused_and_force(tmp_path):
+    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
+    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2
+    n0 = MEASURE_COUNT["n"]
+    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
+    assert rows[0]["kind"] == "reused" and rows[0]["reused"] == 2 and MEASURE_COUNT["n"] == n0
+    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1, force=True)
+    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2 and MEASURE_COUNT["n"] == n0 + 2
+    text = format_summary(rows, "cpu")
+    store = DecisionStore(tmp_path)
+    assert f"decisions stored in {store.dir}/ (1 file(s)" in text
+    assert rows[0]["store"] == str(store.files()[0])
+
+
+def test_autotune_kunlun_counts_rejections_and_lists_them_with_verbose(tmp_path):
+    res = _run(["-m", "compiler.autotune", "--target", "kunlun", "--quick", "--cache-dir", str(tmp_path)])
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    assert not re.search(r"^\s*rejected (?!in this run)", out, re.M)     # no per-config listing by default
+    m = re.search(r"^rejected in this run: (\d+) config\(s\) \((.*)\); `-v` lists each with its reason$", out, re.M)
+    assert m and int(m.group(1)) > 0 and "LMBudgetError" in m.group(2), out
+    assert len(out.splitlines()) < 20
+    assert f"decisions stored in {tmp_path / 'autotune'}/" in out
+    assert re.search(r"^attention .* estimated ", out, re.M), out
+    res = _run(["-m", "compiler.autotune", "--target", "kunlun", "--quick", "--cache-dir", str(tmp_path)])
+    assert re.search(r"^attention .* reused ", res.stdout, re.M) and "rejected in this run" not in res.stdout
+    res = _run(["-m", "compiler.autotune", "--target", "kunlun", "--quick", "--cache-dir", str(tmp_path),
+                "--kernels", "attention", "--force", "-v"])
+    listed = re.findall(r"^\s*rejected attention ", res.stdout + res.stderr, re.M)
+    assert listed and f"rejected in this run: {len(listed)} config(s)" in res.stdout
+    assert "each is listed above" in res.stdout
+
+
+# ---------------------------------------------------------------------------- the cache command line
+def _cache_cli(*args) -> subprocess.CompletedProcess:
+    return _run(["-m", "compiler.cache", *args])
+
+
+def test_clear_export_and_import_count_entries_and_decisions_apart(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(src))          # the kernels it compiles go there too
+    tune_ops(["rms_norm"], RMS, cache_dir=src, spaces=SPACE, progress=False, repeat=1)   # compiles too
+    n_entries = sum(1 for _ in KernelCache(src).entry_dirs())
+    assert n_entries >= 1 and len(DecisionStore(src).files()) == 1
+    archive = tmp_path / "a.tar.gz"
+    res = _cache_cli("export", str(archive), "--cache-dir", str(src))
+    assert f"exported {n_entries} kernel entries and 1 decision files (targets: cpu)" in res.stdout, res.stdout
+    res = _cache_cli("import", str(archive), "--cache-dir", str(tmp_path / "dst"))
+    assert res.stdout.startswith(f"imported {n_entries} kernel entries and 1 decision files into "), res.stdout
+    res = _cache_cli("stats", "--json", "--cache-dir", str(tmp_path / "dst"))
+    st = json.loads(res.stdout)
+    assert st["count"] == n_entries and st["decision_files"] == 1
+    res = _cache_cli("clear", "--keep-decisions", "--cache-dir", str(tmp_path / "dst"))
+    assert f"cleared {n_entries} kernel entries from" in res.stdout and "(kept 1 decision files" in res.stdout
+    assert len(DecisionStore(tmp_path / "dst").files()) == 1
+    res = _cache_cli("clear", "--cache-dir", str(tmp_path / "dst"))
+    assert res.stdout.startswith("cleared 0 kernel entries and 1 decision files from"), res.stdout
+    assert DecisionStore(tmp_path / "dst").files() == []
