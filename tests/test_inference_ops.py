@@ -9,6 +9,7 @@ import torch
 import targets.kunlun
 from compiler import numerics, use_target
 from compiler.target import register_target
+import kernels.activation as AC
 import kernels.rope as RP
 
 register_target("kunlun", targets.kunlun.TARGET)
@@ -130,3 +131,56 @@ def test_rope_bad_arguments():
         RP.rope(q, k, cos, sin, pos.float())
     with pytest.raises(ValueError, match=r"rope: cos must be \[max_pos, rotary_dim // 2 = 16\]"):
         RP.rope(q, k, cos, sin, pos, rotary_dim=32)
+
+
+# =============================================================================================
+# act-and-mul
+# =============================================================================================
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("act", sorted(AC.ACTS))
+def test_act_and_mul_matches_reference(dtype, act):
+    x = randn(3, 5, 2 * 300, dtype=dtype, seed=3) * 3
+    y = AC.act_and_mul(x, act)
+    assert y.shape == (3, 5, 300) and y.dtype == dtype
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]   # erf: |error| <= 1.5e-7
+    torch.testing.assert_close(y, AC.act_and_mul_ref(x, act), **tol)
+    out = torch.empty_like(y)
+    assert AC.act_and_mul(x, act, out=out) is out and torch.equal(out, y)
+
+
+def test_silu_and_gelu_and_mul_names():
+    x = randn(4, 64, seed=4)
+    assert torch.equal(AC.silu_and_mul(x), AC.act_and_mul(x, "silu"))
+    assert torch.equal(AC.gelu_and_mul(x), AC.act_and_mul(x, "gelu_tanh"))
+    assert torch.equal(AC.gelu_and_mul(x, "none"), AC.act_and_mul(x, "gelu_erf"))
+    # the non-contiguous input is read correctly
+    xt = randn(64, 8, seed=5).t()
+    torch.testing.assert_close(AC.silu_and_mul(xt), AC.act_and_mul_ref(xt, "silu"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_act_and_mul_matches_cpu_on_other_targets(target, policy):
+    x = randn(3, 2 * 300, dtype=BF16, seed=6) * 3
+    for act in AC.ACTS:
+        fn = lambda: AC.act_and_mul(x, act)   # noqa: E731
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_act_and_mul_batch_invariant(policy):
+    x = randn(20, 2 * 200, dtype=F16, seed=7)
+    with numerics(policy):
+        for act in AC.ACTS:
+            assert_batch_invariant(lambda idx: AC.act_and_mul(x[idx], act), 20, lambda out: list(out))
+
+
+def test_act_and_mul_bad_arguments():
+    with pytest.raises(ValueError, match="silu_and_mul: the last dim of x must be even"):
+        AC.silu_and_mul(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="act_and_mul: activation must be one of"):
+        AC.act_and_mul(torch.zeros(2, 4), "relu")
+    with pytest.raises(ValueError, match="silu_and_mul: out must be a contiguous"):
+        AC.silu_and_mul(torch.zeros(2, 4), out=torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="silu_and_mul: argument 'x' has dtype int64"):
+        AC.silu_and_mul(torch.zeros(2, 4, dtype=torch.int64))
