@@ -10,6 +10,7 @@ import targets.kunlun
 from compiler import numerics, use_target
 from compiler.target import register_target
 import kernels.activation as AC
+import kernels.kv_cache as KV
 import kernels.rope as RP
 
 register_target("kunlun", targets.kunlun.TARGET)
@@ -184,3 +185,52 @@ def test_act_and_mul_bad_arguments():
         AC.silu_and_mul(torch.zeros(2, 4), out=torch.zeros(2, 3))
     with pytest.raises(TypeError, match="silu_and_mul: argument 'x' has dtype int64"):
         AC.silu_and_mul(torch.zeros(2, 4, dtype=torch.int64))
+
+
+# =============================================================================================
+# kv-cache write
+# =============================================================================================
+def _kv_inputs(dtype, tokens=7, H=2, D=40, blocks=5, page=4, seed=8):
+    k, v = randn(tokens, H, D, dtype=dtype, seed=seed), randn(tokens, H, D, dtype=dtype, seed=seed + 1)
+    slots = torch.randperm(blocks * page, generator=_g(seed + 2))[:tokens]
+    slots[2] = -1   # a padding token
+    kc = torch.full((blocks, page, H, D), 7.0, dtype=dtype)
+    return k, v, kc, kc.clone() * 2, slots
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_kv_cache_write_matches_reference(dtype):
+    k, v, kc, vc, slots = _kv_inputs(dtype)
+    rk, rv = kc.clone(), vc.clone()
+    KV.kv_cache_write_ref(k, v, rk, rv, slots)
+    KV.kv_cache_write(k, v, kc, vc, slots)
+    assert torch.equal(kc, rk) and torch.equal(vc, rv)
+    assert not torch.equal(kc, torch.full_like(kc, 7.0))   # something was written
+    # int32 slots and a non-contiguous k (token stride) write the same
+    kc2, vc2 = torch.full_like(kc, 7.0), torch.full_like(vc, 14.0)
+    kbig = torch.cat([k, k], 1)[:, :2]
+    KV.kv_cache_write(kbig, v, kc2, vc2, slots.to(torch.int32))
+    assert torch.equal(kc2, rk) and torch.equal(vc2, rv)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_kv_cache_write_matches_cpu_on_other_targets(target):
+    k, v, kc, vc, slots = _kv_inputs(F16, D=96)
+
+    def fn():
+        a, b = kc.clone(), vc.clone()
+        KV.kv_cache_write(k, v, a, b, slots)
+        return a, b
+    assert_same(run_on(target, "strict", fn), run_on("cpu", "strict", fn), "strict")
+
+
+def test_kv_cache_write_bad_arguments():
+    k, v, kc, vc, slots = _kv_inputs(F32)
+    with pytest.raises(ValueError, match=r"kv_cache_write: argument 'slot_mapping' has values in \[-?\d+, 99\]"):
+        KV.kv_cache_write(k, v, kc, vc, torch.full_like(slots, 99))
+    with pytest.raises(TypeError, match="kv_cache_write: argument 'k_cache' has dtype"):
+        KV.kv_cache_write(k, v, kc.half(), vc, slots)
+    with pytest.raises(ValueError, match="kv_cache_write: k_cache has shape"):
+        KV.kv_cache_write(k, v, kc[:, :, :1], vc, slots)
+    with pytest.raises(ValueError, match="kv_cache_write: slot_mapping has 3 entries"):
+        KV.kv_cache_write(k, v, kc, vc, slots[:3])
