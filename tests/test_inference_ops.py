@@ -10,6 +10,8 @@ import targets.kunlun
 from compiler import numerics, use_target
 from compiler.target import register_target
 import kernels.activation as AC
+import kernels.add_norm as AN
+import kernels.embedding as EM
 import kernels.kv_cache as KV
 import kernels.rope as RP
 
@@ -234,3 +236,82 @@ def test_kv_cache_write_bad_arguments():
         KV.kv_cache_write(k, v, kc[:, :, :1], vc, slots)
     with pytest.raises(ValueError, match="kv_cache_write: slot_mapping has 3 entries"):
         KV.kv_cache_write(k, v, kc, vc, slots[:3])
+
+
+# =============================================================================================
+# embedding
+# =============================================================================================
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64], ids=str)
+def test_embedding_matches_reference(dtype, id_dtype):
+    table = randn(50, 300, dtype=dtype, seed=9)
+    ids = torch.randint(0, 50, (3, 7), generator=_g(10)).to(id_dtype)
+    out = EM.embedding(ids, table)
+    assert out.shape == (3, 7, 300) and torch.equal(out, EM.embedding_ref(ids, table))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_embedding_matches_cpu_on_other_targets(target):
+    table, ids = randn(50, 200, dtype=BF16, seed=11), torch.randint(0, 50, (9,), generator=_g(12))
+    fn = lambda: EM.embedding(ids, table)   # noqa: E731
+    assert_same(run_on(target, "strict", fn), run_on("cpu", "strict", fn), "strict")
+
+
+def test_embedding_bad_ids():
+    with pytest.raises(ValueError, match=r"embedding: argument 'ids' has values in \[0, 50\], outside"):
+        EM.embedding(torch.tensor([0, 50]), torch.zeros(50, 4))
+    with pytest.raises(TypeError, match="embedding: argument 'ids' has dtype float32"):
+        EM.embedding(torch.tensor([0.0]), torch.zeros(50, 4))
+
+
+# =============================================================================================
+# add_layer_norm
+# =============================================================================================
+def _aln_inputs(dtype, rows=9, N=300, seed=13):
+    return (randn(rows, N, dtype=dtype, seed=seed) * 2 + 1, randn(rows, N, dtype=dtype, seed=seed + 1),
+            randn(N, dtype=dtype, seed=seed + 2), randn(N, dtype=dtype, seed=seed + 3))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_add_layer_norm_matches_reference_and_layer_norm(dtype, policy):
+    import kernels   # noqa: PLC0415
+    x, r, w, b = _aln_inputs(dtype)
+    with numerics(policy):
+        y, s = AN.add_layer_norm(x, r, w, b)
+        ry, rs = AN.add_layer_norm_ref(x, r, w, b)
+        assert torch.equal(s, rs)
+        torch.testing.assert_close(y, ry, **(dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]))
+        # the same passes as layer_norm on the rounded sum: equal bits with the same BLOCK
+        cfg = kernels.config_for("add_layer_norm", None, N=x.shape[-1])
+        assert cfg["BLOCK"] == (64 if policy == "strict" else kernels.config_for("layer_norm", None, N=300)["BLOCK"])
+        assert torch.equal(y, kernels.layer_norm(s, w, b, config=cfg))
+        y2, _ = AN.add_layer_norm(x, r)
+        torch.testing.assert_close(y2, AN.add_layer_norm_ref(x, r)[0], **(dict(rtol=2e-5, atol=2e-5) if dtype == F32
+                                                                           else TOL[dtype]))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_add_layer_norm_matches_cpu_on_other_targets(target, policy):
+    x, r, w, b = _aln_inputs(F16, rows=5)
+    fn = lambda: AN.add_layer_norm(x, r, w, b)   # noqa: E731
+    assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_add_layer_norm_batch_invariant(policy):
+    x, r, w, b = _aln_inputs(BF16, rows=20, N=3000)
+    with numerics(policy):
+        assert_batch_invariant(lambda idx: AN.add_layer_norm(x[idx], r[idx], w, b), 20,
+                               lambda out: [torch.cat([out[0][i], out[1][i]]) for i in range(out[0].shape[0])])
+
+
+def test_add_layer_norm_bad_arguments():
+    x, r, w, b = _aln_inputs(F32)
+    with pytest.raises(ValueError, match="add_layer_norm: residual has shape"):
+        AN.add_layer_norm(x, r[:2], w, b)
+    with pytest.raises(TypeError, match="add_layer_norm: argument 'residual' has dtype"):
+        AN.add_layer_norm(x, r.half(), w, b)
+    with pytest.raises(ValueError, match="add_layer_norm: bias has 3 elements"):
+        AN.add_layer_norm(x, r, w, b[:3])
