@@ -14,6 +14,7 @@ import kernels.add_norm as AN
 import kernels.embedding as EM
 import kernels.kv_cache as KV
 import kernels.rope as RP
+import kernels.sampling as SM
 
 register_target("kunlun", targets.kunlun.TARGET)
 
@@ -315,3 +316,66 @@ def test_add_layer_norm_bad_arguments():
         AN.add_layer_norm(x, r.half(), w, b)
     with pytest.raises(ValueError, match="add_layer_norm: bias has 3 elements"):
         AN.add_layer_norm(x, r, w, b[:3])
+
+
+# =============================================================================================
+# sampling: greedy, softmax, log_softmax
+# =============================================================================================
+def _logits(dtype, rows=6, V=3000, seed=20):
+    x = randn(rows, V, dtype=dtype, seed=seed) * 4
+    x[1, 7] = x[1, V - 500] = x[1].max() + 1   # a tie: the lower index wins
+    x[2, -1] = x[2].max() + 1               # the maximum in the last (edge) chunk
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_greedy_is_argmax_with_ties_to_the_lowest_index(dtype, policy):
+    x = _logits(dtype)
+    with numerics(policy):
+        idx = SM.greedy(x)
+        assert idx.dtype == torch.int64 and idx[1] == 7 and idx[2] == 2999
+        assert torch.equal(idx, SM.greedy_ref(x))
+        for block in (16, 128, 4096):   # any BLOCK: the same index
+            assert torch.equal(SM.greedy(x, config={"BLOCK": block}), idx)
+        assert SM.greedy(x.reshape(2, 3, -1)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_and_log_softmax_match_reference(dtype, log):
+    x = _logits(dtype)
+    f = SM.log_softmax if log else SM.softmax
+    for t in (1.0, 0.7):
+        y = f(x, t)
+        assert y.dtype == dtype
+        tol = dict(rtol=1e-5, atol=3e-5 if log else 1e-6) if dtype == F32 else TOL[dtype]
+        torch.testing.assert_close(y, SM.softmax_ref(x, t, log), **tol)
+    y32 = f(x, out_dtype=torch.float32)
+    assert y32.dtype == F32
+    torch.testing.assert_close(y32, SM.softmax_ref(x, 1.0, log, out_dtype=F32), rtol=1e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sampling_matches_cpu_on_other_targets(target, policy):
+    x = _logits(BF16, rows=3, V=700)
+    for fn in (lambda: SM.greedy(x), lambda: SM.softmax(x, 0.8), lambda: SM.log_softmax(x)):
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sampling_batch_invariant(policy):
+    x = _logits(F32, rows=20, V=1500)
+    with numerics(policy):
+        assert_batch_invariant(lambda idx: SM.log_softmax(x[idx]), 20, lambda out: list(out))
+        assert_batch_invariant(lambda idx: SM.greedy(x[idx]), 20, lambda out: list(out))
+
+
+def test_sampling_bad_arguments():
+    with pytest.raises(ValueError, match="softmax: temperature must be a positive number"):
+        SM.softmax(torch.zeros(2, 4), 0.0)
+    with pytest.raises(ValueError, match="greedy: logits must have a non-empty last dim"):
+        SM.greedy(torch.zeros(2, 0))
+    with pytest.raises(TypeError, match="log_softmax: out_dtype must be"):
+        SM.log_softmax(torch.zeros(2, 4), out_dtype=torch.float16)
