@@ -15,6 +15,7 @@ import kernels.embedding as EM
 import kernels.kv_cache as KV
 import kernels.rope as RP
 import kernels.sampling as SM
+import kernels.serving_attention as SA
 
 register_target("kunlun", targets.kunlun.TARGET)
 
@@ -379,3 +380,86 @@ def test_sampling_bad_arguments():
         SM.greedy(torch.zeros(2, 0))
     with pytest.raises(TypeError, match="log_softmax: out_dtype must be"):
         SM.log_softmax(torch.zeros(2, 4), out_dtype=torch.float16)
+
+
+# =============================================================================================
+# decode attention: paged and dense, fixed split-KV
+# =============================================================================================
+def _decode_inputs(dtype, lens=(600, 17, 0, 300), hq=4, hk=2, D=40, page=16, seed=30):
+    g = _g(seed)
+    B, pages = len(lens), -(-max(lens) // page)
+    q = torch.randn(B, hq, D, generator=g).to(dtype)
+    kc = torch.randn(B * pages, page, hk, D, generator=g).to(dtype)
+    vc = torch.randn(B * pages, page, hk, D, generator=g).to(dtype)
+    bt = torch.randperm(B * pages, generator=g).reshape(B, pages)
+    return q, kc, vc, bt, torch.tensor(lens)
+
+
+def _dense(kc, vc, bt, lens):
+    ks, vs = SA._gather(kc, bt, lens), SA._gather(vc, bt, lens)
+    cu = torch.tensor([0] + torch.cumsum(lens, 0).tolist())
+    return ks, vs, torch.cat(ks), torch.cat(vs), cu
+
+
+MASKS = [dict(), dict(soft_cap=20.0), dict(window=100), dict(soft_cap=5.0, window=300)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy):
+    q, kc, vc, bt, lens = _decode_inputs(dtype)
+    ks, vs, k, v, cu = _dense(kc, vc, bt, lens)
+    with numerics(policy):
+        for opts in MASKS:
+            o = SA.paged_decode_attention(q, kc, vc, bt, lens, **opts)
+            ref = SA.decode_attention_ref(q, ks, vs, **opts)
+            torch.testing.assert_close(o, ref, **(dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]))
+            assert torch.equal(o[2], torch.zeros_like(o[2]))   # a request of length 0
+            od = SA.decode_attention(q, k, v, cu, **opts)
+            if policy == "strict":   # the same arithmetic, only the key addresses differ
+                assert torch.equal(o, od)
+            else:                    # two binaries: cpu's SIMD lane order may differ
+                torch.testing.assert_close(od, o, **TOL[dtype])
+            out = torch.empty_like(q)
+            assert SA.paged_decode_attention(q, kc, vc, bt, lens, out=out, **opts) is out and torch.equal(out, o)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_paged_decode_is_invariant_to_page_assignment_and_batch(policy):
+    q, kc, vc, bt, lens = _decode_inputs(BF16, lens=tuple(range(5, 600, 37)), hq=2, hk=1, D=32)
+    n = len(lens)
+    with numerics(policy):
+        full = SA.paged_decode_attention(q, kc, vc, bt, lens)
+        # the same tokens on other pages: a permuted page pool
+        perm = torch.randperm(kc.shape[0], generator=_g(31))
+        inv = torch.argsort(perm)
+        o2 = SA.paged_decode_attention(q, kc[perm], vc[perm], inv[bt], lens)
+        assert torch.equal(o2, full)
+        assert_batch_invariant(lambda idx: SA.paged_decode_attention(q[idx], kc, vc, bt[idx], lens[idx]), n,
+                               lambda out: list(out))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_decode_attention_matches_cpu_on_other_targets(target, policy):
+    q, kc, vc, bt, lens = _decode_inputs(F16, lens=(300, 9, 0), hq=4, hk=2, D=32, page=8)
+    _, _, k, v, cu = _dense(kc, vc, bt, lens)
+    for opts in (dict(), dict(soft_cap=10.0, window=50)):
+        fn = lambda: SA.paged_decode_attention(q, kc, vc, bt, lens, **opts)   # noqa: E731
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+        fn = lambda: SA.decode_attention(q, k, v, cu, **opts)   # noqa: E731
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+def test_decode_attention_bad_arguments():
+    q, kc, vc, bt, lens = _decode_inputs(F32)
+    with pytest.raises(ValueError, match="paged_decode_attention: argument 'block_tables' has values"):
+        SA.paged_decode_attention(q, kc, vc, bt + 1000, lens)
+    with pytest.raises(ValueError, match="paged_decode_attention: argument 'seq_lens' has values"):
+        SA.paged_decode_attention(q, kc, vc, bt, lens * 100)
+    with pytest.raises(ValueError, match="kv heads must divide the 3 query heads"):
+        SA.paged_decode_attention(q[:, :3], kc, vc, bt, lens)
+    with pytest.raises(ValueError, match="window must be a non-negative int"):
+        SA.paged_decode_attention(q, kc, vc, bt, lens, window=-1)
+    with pytest.raises(ValueError, match="decode_attention: cu_seqlens_k has 2 entries"):
+        SA.decode_attention(q, kc[0], vc[0], torch.tensor([0, 3]))
