@@ -124,7 +124,8 @@ def rope(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.
     ko = None if k is None else (k if inplace else torch.empty_like(k))
     if q.shape[0] == 0:
         return qo, ko
-    cfg = dict(config) if config else select(SPEC, None, head_dim=D, rotary_dim=rot)
+    dims = {"head_dim": D, "rotary_dim": rot}
+    cfg = _clamp(dict(config), dims) if config else select(SPEC, None, **dims)   # BLOCK_R follows rotary_dim
     kk, kko = (k, ko) if k is not None else (q, qo)
     rope_kernel[(q.shape[0],)](
         q, kk, qo, kko, pos, cos, sin, q.shape[1], kk.shape[1], rot // 2, rot, D,
@@ -154,9 +155,10 @@ def rope_ref(q, k, cos, sin, positions, *, rotary_dim=None, neox=True, out_dtype
 # op spec
 # ---------------------------------------------------------------------------------------------
 def _clamp(cfg: dict, dims: dict) -> dict:
+    """BLOCK_R is the rotary half-width's power of two (not a choice); BLOCK_P no wider than the pass-through."""
     half = max(1, dims["rotary_dim"] // 2)
     pas = dims["head_dim"] - dims["rotary_dim"]
-    return {**cfg, "BLOCK_R": npow2(half), "BLOCK_P": min(cfg["BLOCK_P"], max(16, npow2(max(pas, 1))))}
+    return {**cfg, "BLOCK_R": npow2(half), "BLOCK_P": min(cfg.get("BLOCK_P", 64), max(16, npow2(max(pas, 1))))}
 
 
 def _problem(s: dict) -> Problem:
@@ -190,11 +192,11 @@ def _work(cfg: dict, s: dict) -> Work:
 SPEC = OpSpec(
     name="rope",
     key_dims={"head_dim": "exact", "rotary_dim": "exact"},
-    space=tuple({"BLOCK_H": h, "BLOCK_R": 64, "BLOCK_P": 64} for h in (1, 2, 4, 8, 16)),
-    spaces={"scratchpad": tuple({"BLOCK_H": h, "BLOCK_R": 64, "BLOCK_P": 32} for h in (1, 2, 4))},
-    defaults={"cache": {"BLOCK_H": 8, "BLOCK_R": 64, "BLOCK_P": 64},
-              "scratchpad": {"BLOCK_H": 2, "BLOCK_R": 64, "BLOCK_P": 32},
-              "simt": {"BLOCK_H": 16, "BLOCK_R": 64, "BLOCK_P": 64}},
+    space=tuple({"BLOCK_H": h, "BLOCK_P": 64} for h in (1, 2, 4, 8, 16)),
+    spaces={"scratchpad": tuple({"BLOCK_H": h, "BLOCK_P": 32} for h in (1, 2, 4))},
+    defaults={"cache": {"BLOCK_H": 8, "BLOCK_P": 64},
+              "scratchpad": {"BLOCK_H": 2, "BLOCK_P": 32},
+              "simt": {"BLOCK_H": 16, "BLOCK_P": 64}},
     clamp=_clamp,
     dims_of=lambda s: {"head_dim": s["head_dim"], "rotary_dim": s["rotary_dim"]},
     problem=_problem,

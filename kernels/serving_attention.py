@@ -166,7 +166,7 @@ def _launch(q, k, v, bt, lens, cu, page, max_len, group, scale, cap, window, out
     o = torch.empty_like(q) if out is None else out
     if B == 0:
         return o
-    cfg = dict(config) if config else select(SPEC, None, head_dim=D)
+    cfg = _clamp(dict(config), {"head_dim": D}) if config else select(SPEC, None, head_dim=D)   # BLOCK_D follows D
     n_split = max(1, cdiv(max_len, KV_SPLIT))
     bd = cfg["BLOCK_D"]
     po = torch.empty(B, Hq, n_split, bd, dtype=torch.float32, device=q.device)
@@ -283,6 +283,7 @@ def _probe(cfg: dict, shape: dict) -> None:
 
 
 def _clamp(cfg: dict, dims: dict) -> dict:
+    """BLOCK_D is head_dim's power of two (not a choice)."""
     return {**cfg, "BLOCK_D": max(16, npow2(dims["head_dim"]))}
 
 
@@ -295,10 +296,10 @@ def _work(cfg: dict, s: dict) -> Work:
 SPEC = OpSpec(
     name="decode_attention",
     key_dims={"head_dim": "exact"},   # never the batch, the request count or the KV length
-    space=tuple({"BLOCK_N": bn, "BLOCK_D": 128} for bn in (16, 32, 64)),
-    spaces={"scratchpad": tuple({"BLOCK_N": bn, "BLOCK_D": 128} for bn in (8, 16))},
-    defaults={"cache": {"BLOCK_N": 32, "BLOCK_D": 128}, "scratchpad": {"BLOCK_N": 8, "BLOCK_D": 128},
-              "simt": {"BLOCK_N": 64, "BLOCK_D": 128}},
+    space=tuple({"BLOCK_N": bn} for bn in (16, 32, 64)),
+    spaces={"scratchpad": tuple({"BLOCK_N": bn} for bn in (8, 16))},
+    defaults={"cache": {"BLOCK_N": 32}, "scratchpad": {"BLOCK_N": 8},
+              "simt": {"BLOCK_N": 64}},
     clamp=_clamp,
     dims_of=lambda s: {"head_dim": s["head_dim"]},
     problem=_problem,
