@@ -186,6 +186,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, *, scale
                            out=None, config=None):
     """Attention of q [B, Hq, D] over each request's seq_lens[b] keys read through block_tables."""
     op = "paged_decode_attention"
+    check_tensor(op, "q", q, dims=3)
     _check_kv(op, "k_cache", k_cache, q, 4)
     _check_kv(op, "v_cache", v_cache, q, 4)
     if k_cache.shape != v_cache.shape:
@@ -209,6 +210,7 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, *, scale
 def decode_attention(q, k, v, cu_seqlens_k, *, scale=None, soft_cap=0.0, window=0, out=None, config=None):
     """Attention of q [B, Hq, D] over the dense keys k[cu_seqlens_k[b]:cu_seqlens_k[b+1]] ([total, Hkv, D])."""
     op = "decode_attention"
+    check_tensor(op, "q", q, dims=3)
     _check_kv(op, "k", k, q, 3)
     _check_kv(op, "v", v, q, 3)
     if k.shape != v.shape:
@@ -261,7 +263,6 @@ def _paged_inputs(s: dict, g):
 
 
 def _gather(kc, bt, lens):
-    page = kc.shape[1]
     return [kc[bt[b]].reshape(-1, *kc.shape[2:])[: int(lens[b])] for b in range(bt.shape[0])]
 
 

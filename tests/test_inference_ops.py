@@ -461,5 +461,7 @@ def test_decode_attention_bad_arguments():
         SA.paged_decode_attention(q[:, :3], kc, vc, bt, lens)
     with pytest.raises(ValueError, match="window must be a non-negative int"):
         SA.paged_decode_attention(q, kc, vc, bt, lens, window=-1)
+    with pytest.raises(ValueError, match=r"paged_decode_attention: argument 'q' must be 3-D"):
+        SA.paged_decode_attention(q[0], kc, vc, bt, lens)
     with pytest.raises(ValueError, match="decode_attention: cu_seqlens_k has 2 entries"):
         SA.decode_attention(q, kc[0], vc[0], torch.tensor([0, 3]))
