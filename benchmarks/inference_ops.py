@@ -13,6 +13,7 @@ one process; median per call). Ratio = t_baseline / t_tilejit (> 1: tilejit is f
 - embedding:       F.embedding;
 - add_layer_norm:  F.layer_norm(x + r);
 - log_softmax:     torch.log_softmax;   greedy: torch.argmax;
+- w8_matmul:       a @ (w.float() * scale) (dequantise, then matmul);
 - decode (paged):  F.scaled_dot_product_attention (enable_gqa) on dense [B, H, L, D] keys, and
                    kernels.attention (one program per request and head, no split) on the same keys.
 Every case checks that tilejit's output matches the baseline's first.
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 import kernels
 from benchmarks.kernels import time_interleaved
-from kernels import activation, add_norm, embedding, kv_cache, rope, sampling, serving_attention as sa
+from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling, serving_attention as sa
 
 
 def _g():
@@ -103,6 +104,9 @@ def build(quick: bool, dt):
              ("log_softmax [16, V]", sampling.log_softmax, lambda z: torch.log_softmax(z.float(), -1).to(z.dtype),
               (logits,)),
              ("greedy [16, V]", sampling.greedy, lambda z: torch.argmax(z, -1), (logits,))]
+    wq, sc = quant_matmul.quantize_int8(torch.randn(N, N, generator=_g()) * N ** -0.5, 128)
+    cases.append((f"w8_matmul 16x{N}x{N} g128", lambda a: quant_matmul.w8_matmul(a, wq, sc, group_size=128),
+                  lambda a: a @ (wq.to(a.dtype) * sc.repeat_interleave(128, 0).to(a.dtype)), (x[:16],)))
     return cases + _decode_case(4 if quick else 8, 32, 8, 128, L, dt)
 
 

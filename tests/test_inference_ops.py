@@ -13,6 +13,7 @@ import kernels.activation as AC
 import kernels.add_norm as AN
 import kernels.embedding as EM
 import kernels.kv_cache as KV
+import kernels.quant_matmul as QM
 import kernels.rope as RP
 import kernels.sampling as SM
 import kernels.serving_attention as SA
@@ -465,3 +466,51 @@ def test_decode_attention_bad_arguments():
         SA.paged_decode_attention(q[0], kc, vc, bt, lens)
     with pytest.raises(ValueError, match="decode_attention: cu_seqlens_k has 2 entries"):
         SA.decode_attention(q, kc[0], vc[0], torch.tensor([0, 3]))
+
+
+# =============================================================================================
+# weight-only int8 matmul
+# =============================================================================================
+def _w8_inputs(dtype, M=37, K=96, N=50, group=None, seed=40):
+    a = randn(M, K, dtype=dtype, seed=seed)
+    w, sc = QM.quantize_int8(randn(K, N, seed=seed + 1), group)
+    return a, w, sc
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("group", [None, 32])
+@pytest.mark.parametrize("out_dtype", [None, F32], ids=str)
+def test_w8_matmul_matches_reference(dtype, group, out_dtype):
+    a, w, sc = _w8_inputs(dtype, group=group)
+    c = QM.w8_matmul(a, w, sc, group_size=group, out_dtype=out_dtype)
+    assert c.dtype == (out_dtype or dtype)
+    ref = QM.w8_matmul_ref(a, w, sc, group, out_dtype=out_dtype)
+    tol = dict(rtol=1e-5, atol=5e-5) if c.dtype == F32 else TOL[dtype]
+    torch.testing.assert_close(c, ref, **tol)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_w8_matmul_matches_cpu_on_other_targets(target, policy):
+    a, w, sc = _w8_inputs(BF16, M=9, K=64, N=40, group=16)
+    fn = lambda: QM.w8_matmul(a, w, sc, group_size=16, out_dtype=F32)   # noqa: E731
+    assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_w8_matmul_batch_invariant(policy):
+    a, w, sc = _w8_inputs(F16, M=20, K=100, N=40)
+    with numerics(policy):
+        assert_batch_invariant(lambda idx: QM.w8_matmul(a[idx], w, sc), 20, lambda out: list(out))
+
+
+def test_w8_matmul_bad_arguments():
+    a, w, sc = _w8_inputs(F32, group=32)
+    with pytest.raises(TypeError, match="w8_matmul: argument 'w' has dtype float32"):
+        QM.w8_matmul(a, w.float(), sc, group_size=32)
+    with pytest.raises(ValueError, match="w8_matmul: group_size must be a positive int dividing K=96"):
+        QM.w8_matmul(a, w, sc, group_size=40)
+    with pytest.raises(ValueError, match="w8_matmul: a per-channel scale must have shape"):
+        QM.w8_matmul(a, w, sc)
+    with pytest.raises(ValueError, match=r"w8_matmul: w has shape \(96, 50\); expected \[K=95"):
+        QM.w8_matmul(a[:, :95], w, sc, group_size=32)
