@@ -1,0 +1,114 @@
+"""add_layer_norm: the residual add fused with layer_norm (next to add_rms_norm in kernels/norm.py).
+
+s = round(x + residual) to the input dtype (returned, for the next residual), then
+y = (s - mean) / sqrt(var + eps) * weight + bias over the last dim, with the same passes, chunks
+and fixed order as layer_norm (so y equals layer_norm(s) bitwise when both run with the same BLOCK): mean,
+then the sum of squared deviations, each accumulated in a BLOCK-wide fp32 tile and folded by one
+tl.sum. s is recomputed in each pass rather than re-read from memory, and stored in the last. BLOCK depends only on the
+row length (and is STRICT_BLOCK = 64 on every target in the strict policy), so rows are batch-invariant.
+"""
+from __future__ import annotations
+
+import torch
+
+from compiler import kernel, language as tl
+from compiler.opspec import OpSpec, Problem
+
+from .checks import check_device, check_same_dtype, check_tensor
+from .configs import select
+from .norm import LAYER_NORM, _check_eps, _check_vec, _chunk_f32, _residual_sum, _rows, layer_norm_ref
+
+
+@kernel
+def add_layer_norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, res_ptr, N, sx, sxn, sr, srn, sy, eps,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * sx
+    r_row = r_ptr + row * sr
+    dt = x_ptr.dtype.element_ty
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += _residual_sum(x_row, sxn, r_row, srn, cols, cols < N, dt).to(tl.float32)
+    mean = tl.sum(acc, axis=0) / N
+    acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        s = _residual_sum(x_row, sxn, r_row, srn, cols, cols < N, dt).to(tl.float32)
+        d = tl.where(cols < N, s - mean, 0.0)
+        acc2 += d * d
+    rstd = 1.0 / tl.sqrt(tl.sum(acc2, axis=0) / N + eps)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < N
+        s = _residual_sum(x_row, sxn, r_row, srn, cols, mask, dt)
+        tl.store(res_ptr + row * sy + cols, s, mask=mask)   # stored in the last pass: fewer LM buffers
+        y = (s.to(tl.float32) - mean) * rstd
+        if HAS_W:
+            y = y * _chunk_f32(w_ptr, 1, cols, mask)
+        if HAS_B:
+            y = y + _chunk_f32(b_ptr, 1, cols, mask)
+        tl.store(y_ptr + row * sy + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
+                   bias: torch.Tensor | None = None, eps: float = 1e-5, *, config: dict | None = None):
+    """(layer_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised."""
+    op = "add_layer_norm"
+    x2, N = _rows(op, "x", x)
+    check_tensor(op, "residual", residual)
+    check_same_dtype(op, "x", x, residual=residual)
+    if residual.shape != x.shape:
+        raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+    r2 = residual.reshape(-1, N)
+    weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
+    eps = _check_eps(op, eps)
+    check_device(op, x=x, residual=residual, weight=weight, bias=bias)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rows = x2.shape[0]
+    if rows and N:
+        y2, s2 = y.view(-1, N), res.view(-1, N)
+        cfg = dict(config) if config else select(SPEC, None, N=N)
+        add_layer_norm_kernel[(rows,)](x2, r2, weight, bias, y2, s2, N, x2.stride(0), x2.stride(1), r2.stride(0),
+                                       r2.stride(1), y2.stride(0), eps, HAS_W=weight is not None,
+                                       HAS_B=bias is not None, **cfg)
+    return y, res
+
+
+def add_layer_norm_ref(x, residual, weight=None, bias=None, eps=1e-5, out_dtype=None):
+    s = (x.double() + residual.double()).to(x.dtype)
+    return layer_norm_ref(s, weight, bias, eps, out_dtype), s
+
+
+def _problem(s: dict) -> Problem:
+    g = torch.Generator().manual_seed(0)
+    x, r = torch.randn(s["rows"], s["N"], generator=g), torch.randn(s["rows"], s["N"], generator=g)
+    w, b = torch.randn(s["N"], generator=g), torch.randn(s["N"], generator=g)
+    return Problem(run=lambda cfg: add_layer_norm(x, r, w, b, config=cfg)[0],
+                   ref=lambda: add_layer_norm_ref(x, r, w, b, out_dtype=torch.float64)[0],
+                   eager=lambda: torch.nn.functional.layer_norm(x + r, (s["N"],), w, b, 1e-5))
+
+
+def _probe(cfg: dict, shape: dict) -> None:
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(shape.get("dtype", "fp32"), torch.float32)
+    x, w = torch.zeros(2, 2 * cfg["BLOCK"] + 1, dtype=dt), torch.zeros(2 * cfg["BLOCK"] + 1, dtype=dt)
+    add_layer_norm(x, x, w, w, config=cfg)
+
+
+# strict: half of layer_norm's STRICT_BLOCK: the third input stream (the residual) needs two more
+# LM tiles per pass than layer_norm, and 128-wide tiles would not fit Kunlun's LM
+STRICT_BLOCK = 64
+
+# layer_norm's space, defaults, clamp and strict BLOCK: the same passes over the row
+SPEC = OpSpec(
+    name="add_layer_norm", key_dims=LAYER_NORM.key_dims, space=LAYER_NORM.space, spaces=LAYER_NORM.spaces,
+    defaults=LAYER_NORM.defaults, clamp=LAYER_NORM.clamp, dims_of=LAYER_NORM.dims_of, problem=_problem,
+    describe=LAYER_NORM.describe, probe=_probe, work=LAYER_NORM.work,
+    tune_shapes=({"label": "decode", "rows": 16, "N": 4096},),
+    quick_shapes=({"label": "tiny", "rows": 4, "N": 64},),
+    strict_fixed={"BLOCK": STRICT_BLOCK},
+)
+SPECS = (SPEC,)
+
+__all__ = ["add_layer_norm", "add_layer_norm_ref", "add_layer_norm_kernel", "STRICT_BLOCK", "SPEC", "SPECS"]
