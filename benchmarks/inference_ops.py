@@ -4,7 +4,7 @@ kernels.attention, on the cpu target.
 
     python -m benchmarks.inference_ops [--quick] [--repeat R] [--dtype fp32|bf16]
 
-Each case is timed with benchmarks.kernels.time_interleaved (samples taken round-robin in this
+Each case is timed with benchmarks.speed.time_interleaved (samples taken round-robin in this
 one process; median per call). Ratio = t_baseline / t_tilejit (> 1: tilejit is faster). Baselines:
 
 - rope:            torch ops (index the tables, rotate-half, cat), out of place;
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from benchmarks.kernels import time_interleaved
+from benchmarks.speed import time_interleaved
 from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling, serving_attention as sa
 
 
