@@ -55,6 +55,10 @@ class LibraryOp:
     out_op: object = None            # of tilejit::<name>_out
     has_backward: bool = False
 
+    def run(self, args, outs) -> None:
+        """The op body: refuses tensors without storage, then the fp64 reference or the launch."""
+        _run(self, tuple(args), tuple(outs))
+
     @property
     def functional(self):
         return getattr(torch.ops.tilejit, self.name).default

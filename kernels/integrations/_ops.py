@@ -37,9 +37,10 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, y_ptr, R, A1, A2, HALF,
     j = tl.arange(0, BLOCK_H)
     ok = (r < R)[:, None] & (j < HALF)[None, :]
     r64 = r.to(tl.int64)
-    i0 = r64 // (A1 * A2)
-    i1 = (r64 // A2) % A1
-    i2 = r64 % A2
+    # the row's (i0, i1, i2) in int32 (a Kunlun core divides in 32 bits), widened for the addresses
+    i0 = (r // (A1 * A2)).to(tl.int64)
+    i1 = ((r // A2) % A1).to(tl.int64)
+    i2 = (r % A2).to(tl.int64)
     xo = (i0 * sx0 + i1 * sx1 + i2 * sx2)[:, None] + j[None, :] * sxd
     co = (i0 * sc0 + i1 * sc1 + i2 * sc2)[:, None] + j[None, :] * scd
     so = (i0 * ss0 + i1 * ss1 + i2 * ss2)[:, None] + j[None, :] * ssd
