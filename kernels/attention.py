@@ -30,22 +30,31 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import cdiv, check_device, check_same_dtype, check_tensor
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
 from .configs import select
+from .torch_ops import decode_config, define, encode_config
 
 # strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
 # strict outputs of all targets are bitwise equal with their default configs (docs/numerics.md)
 STRICT_BLOCK_N = 16
 
 
+@kernel
+def _mask_tile(mask_ptr, b, h, smb, smh, smm, smn, offs_m, offs_n, valid):
+    """`valid` where the boolean (int8) mask says attend; broadcast mask dims have stride 0."""
+    keep = tl.load(mask_ptr + b.to(tl.int64) * smb + h.to(tl.int64) * smh + offs_m[:, None] * smm
+                   + offs_n[None, :] * smn, mask=valid, other=0)
+    return valid & (keep != 0)
+
+
 # q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
 # as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit: they
 # let a target with little local memory (Kunlun LM) hold tiles of a long head_dim.
 @kernel
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-                     Hq, GROUP, Sq, Sk, D, scale,
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
+                     Hq, GROUP, Sq, Sk, D, scale, smb, smh, smm, smn,
                      sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-                     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+                     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, HAS_MASK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                      BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
     """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns)."""
@@ -100,6 +109,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
         valid = n_ok[None, :] & m_ok[:, None]
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
+        if HAS_MASK:
+            valid = _mask_tile(mask_ptr, b, h, smb, smh, smm, smn, offs_m, offs_n, valid)
         s = tl.where(valid, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # a row that has seen no key yet keeps m = -inf; rescale it against 0 to avoid inf - inf
@@ -123,15 +134,37 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
-              return_lse: bool = False, *, config: dict | None = None):
+              return_lse: bool = False, *, mask: torch.Tensor | None = None, config: dict | None = None):
     """Scaled dot-product attention over [batch, heads, seq, head_dim] tensors.
 
     Returns out (q's dtype, q's shape), or (out, lse) with lse fp32 [batch, q_heads, seq_q] when
-    return_lse. scale defaults to 1/sqrt(head_dim).
+    return_lse. scale defaults to 1/sqrt(head_dim). `mask`: an optional bool tensor broadcastable
+    to [batch, q_heads, seq_q, seq_k], True where a query may attend a key (combined with `causal`);
+    a query row that may attend no key gives 0 (lse -inf). Runs as the torch operator
+    tilejit::attention (differentiable: kernels/attention_backward.py).
     """
     op = "attention"
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_tensor(op, name, t, dims=4)
+    if mask is not None:
+        check_tensor(op, "mask", mask, dtypes=(torch.bool,))
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: argument 'causal' must be a bool, got {type(causal).__name__}")
+    D = q.shape[3]
+    if scale is None:
+        scale = 1.0 / math.sqrt(D) if D else 1.0
+    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
+        raise ValueError(f"{op}: argument 'scale' must be a finite number, got {scale!r}")
+    # the backward needs the logsumexp: computed whenever autograd will ask for a gradient
+    want_lse = return_lse or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+    out, lse = TORCH_OP.op(q, k, v, mask, causal, float(scale), want_lse, encode_config(config))
+    return (out, lse) if return_lse else out
+
+
+def _shapes(q, k, v, mask, causal, scale, return_lse, config):
+    op = "attention"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(op, name, t, dims=4, dtypes=OP_DTYPES)
     check_same_dtype(op, "q", q, k=k, v=v)
     B, Hq, Sq, D = q.shape
     Bk, Hkv, Sk, Dk = k.shape
@@ -143,37 +176,48 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         raise ValueError(f"{op}: head dims differ: q has {D}, k/v have {Dk}")
     if Hkv == 0 or Hq % Hkv:
         raise ValueError(f"{op}: the number of kv heads ({Hkv}) must divide the number of q heads ({Hq})")
-    if not isinstance(causal, bool):
-        raise TypeError(f"{op}: argument 'causal' must be a bool, got {type(causal).__name__}")
-    if scale is None:
-        scale = 1.0 / math.sqrt(D) if D else 1.0
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
-        raise ValueError(f"{op}: argument 'scale' must be a finite number, got {scale!r}")
-    check_device(op, q=q, k=k, v=v)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
-    if B * Hq * Sq and D:
-        cfg = dict(config) if config else select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
-        cfg.setdefault("BLOCK_D", npow2(D))
-        if cfg["BLOCK_D"] < D:
-            raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
-        for key in ("BLOCK_DK", "BLOCK_DO"):   # head_dim chunks: at most BLOCK_D, dividing it
-            cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
-            if cfg["BLOCK_D"] % cfg[key]:
-                raise ValueError(f"{op}: config {key}={cfg[key]} must divide BLOCK_D={cfg['BLOCK_D']}")
-        attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq, cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
-            q, k, v, out, lse, Hq, Hq // Hkv, Sq, Sk, D, float(scale),
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            CAUSAL=causal, STORE_LSE=return_lse, **cfg)
-    elif return_lse:
-        lse.fill_(-math.inf)
-    if return_lse:
-        return out, lse
-    return out
+    if mask is not None:
+        check_tensor(op, "mask", mask, dtypes=(torch.bool,))
+        if mask.dim() > 4 or any(m not in (1, n) for m, n in zip(mask.shape[::-1], (Sk, Sq, Hq, B))):
+            raise ValueError(f"{op}: mask of shape {tuple(mask.shape)} does not broadcast to "
+                             f"[batch, q_heads, seq_q, seq_k] = {[B, Hq, Sq, Sk]}")
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return (q.shape, q.dtype), ((B, Hq, Sq) if return_lse else (0,), lse_dtype)
 
 
-def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype=None):
-    """fp64 reference with the same (bottom-right) causal convention; rows with no key give 0 / -inf."""
+def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
+    op = "attention"
+    check_device(op, q=q, k=k, v=v, mask=mask, out=out, lse=lse)
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    if not (B * Hq * Sq and D):
+        if return_lse:
+            lse.fill_(-math.inf)
+        return
+    cfg = decode_config(config) or select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
+    cfg.setdefault("BLOCK_D", npow2(D))
+    if cfg["BLOCK_D"] < D:
+        raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
+    for key in ("BLOCK_DK", "BLOCK_DO"):   # head_dim chunks: at most BLOCK_D, dividing it
+        cfg[key] = min(cfg.get(key, cfg["BLOCK_D"]), cfg["BLOCK_D"])
+        if cfg["BLOCK_D"] % cfg[key]:
+            raise ValueError(f"{op}: config {key}={cfg[key]} must divide BLOCK_D={cfg['BLOCK_D']}")
+    m8 = mask.expand(B, Hq, Sq, Sk).view(torch.int8) if mask is not None else None
+    attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq, cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
+        q, k, v, out, lse if return_lse else None, m8, Hq, Hq // Hkv, Sq, Sk, D, float(scale),
+        *(m8.stride() if m8 is not None else (0,) * 4), *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, **cfg)
+
+
+def _reference(q, k, v, mask, causal, scale, return_lse, config):
+    out, lse = attention_ref(q, k, v, causal, scale, True, torch.float64, mask=mask, lse_dtype=torch.float64)
+    return out, (lse if return_lse else lse.new_empty(0))
+
+
+def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype=None, mask=None,
+                  lse_dtype=torch.float32):
+    """fp64 reference with the same (bottom-right) causal convention and bool `mask`; rows with no
+    key give 0 / -inf."""
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -183,10 +227,12 @@ def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype
     if causal:
         allowed = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device).tril(Sk - Sq)
         s = s.masked_fill(~allowed, -math.inf)
+    if mask is not None:
+        s = s.masked_fill(~mask, -math.inf)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
     out = torch.matmul(p, vd).to(out_dtype or q.dtype)
-    return (out, lse.float()) if return_lse else out
+    return (out, lse.to(lse_dtype)) if return_lse else out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,4 +333,9 @@ SPEC = OpSpec(
 )
 SPECS = (SPEC,)
 
-__all__ = ["attention", "attention_ref", "attention_kernel", "STRICT_BLOCK_N", "SPEC", "SPECS"]
+# the torch operators tilejit::attention / tilejit::attention_out (kernels/torch_ops.py); lse is
+# empty (shape (0,)) unless return_lse
+TORCH_OP = define("attention", "Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, float scale, bool return_lse, "
+                  "str? config", ("out", "lse"), shapes=_shapes, launch=_launch, reference=_reference)
+
+__all__ = ["attention", "attention_ref", "attention_kernel", "STRICT_BLOCK_N", "SPEC", "SPECS", "TORCH_OP"]

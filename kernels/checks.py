@@ -6,6 +6,8 @@ import torch
 from compiler import cdiv, current_target  # noqa: F401 - cdiv: the wrappers' grid arithmetic
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# the torch operators (kernels/torch_ops.py) also take float64: they compute it by the fp64 reference
+OP_DTYPES = FLOAT_DTYPES + (torch.float64,)
 
 
 def check_tensor(op: str, name: str, t, *, dims=None, dtypes=FLOAT_DTYPES) -> None:

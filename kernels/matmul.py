@@ -19,8 +19,9 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import FLOAT_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
+from .checks import FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
 from .configs import select
+from .torch_ops import decode_config, define, encode_config, require_no_grad
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 
@@ -81,50 +82,67 @@ def _batch_view(t: torch.Tensor):
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
            out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
-    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]."""
+    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N].
+
+    Runs as the torch operator tilejit::matmul (tilejit::matmul_out with `out`): traceable by
+    torch.compile / torch.export, differentiable without `out` (kernels/matmul_backward.py)."""
     op = "matmul"
     check_tensor(op, "a", a, dims=(2, 3))
     check_tensor(op, "b", b, dims=(2, 3))
+    if bias is not None:
+        check_tensor(op, "bias", bias, dims=1)
+    if out is None:
+        return TORCH_OP.op(a, b, bias, activation, encode_config(config))
+    check_tensor(op, "out", out)
+    check_same_dtype(op, "a", a, out=out)
+    require_no_grad(op, a, b, bias)
+    TORCH_OP.out_op(a, b, bias, activation, encode_config(config), out)
+    return out
+
+
+def _shapes(a, b, bias, activation, config):
+    """The checks a call's shapes must pass, and its output: ((shape, dtype),)."""
+    op = "matmul"
+    check_tensor(op, "a", a, dims=(2, 3), dtypes=OP_DTYPES)
+    check_tensor(op, "b", b, dims=(2, 3), dtypes=OP_DTYPES)
     check_same_dtype(op, "a", a, b=b)
     if activation not in ACTIVATIONS:
         raise ValueError(f"{op}: unknown activation {activation!r}; choose one of "
                          f"{', '.join(repr(k) for k in ACTIVATIONS)}")
-    za, sza, M, K, sam, sak = _batch_view(a)
-    zb, szb, Kb, N, sbk, sbn = _batch_view(b)
+    za, _, M, K, _, _ = _batch_view(a)
+    zb, _, Kb, N, _, _ = _batch_view(b)
     if K != Kb:
         raise ValueError(f"{op}: inner dimensions differ: a is {tuple(a.shape)} (K={K}) and b is "
                          f"{tuple(b.shape)} (K={Kb})")
     if za != zb and 1 not in (za, zb):
         raise ValueError(f"{op}: batch sizes differ: a has {za}, b has {zb}")
-    Z = max(za, zb)
-    batched = a.dim() == 3 or b.dim() == 3
-    out_shape = (Z, M, N) if batched else (M, N)
     if bias is not None:
-        check_tensor(op, "bias", bias, dims=1)
+        check_tensor(op, "bias", bias, dims=1, dtypes=OP_DTYPES)
         check_same_dtype(op, "a", a, bias=bias)
         if bias.shape[0] != N:
             raise ValueError(f"{op}: bias has {bias.shape[0]} elements, expected N={N}")
-    if out is None:
-        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
-    else:
-        check_tensor(op, "out", out)
-        check_same_dtype(op, "a", a, out=out)
-        if tuple(out.shape) != out_shape:
-            raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {out_shape}")
+    batched = a.dim() == 3 or b.dim() == 3
+    return (((max(za, zb), M, N) if batched else (M, N), a.dtype),)
+
+
+def _launch(a, b, bias, activation, config, out):
+    op = "matmul"
     check_device(op, a=a, b=b, bias=bias, out=out)
+    za, sza, M, K, sam, sak = _batch_view(a)
+    zb, szb, _, N, sbk, sbn = _batch_view(b)
+    Z = max(za, zb)
     if M == 0 or N == 0 or Z == 0:
-        return out
+        return
     if K == 0:
-        out.copy_(_epilogue(torch.zeros(out_shape, dtype=torch.float64, device=a.device), bias, activation))
-        return out
+        out.copy_(_epilogue(torch.zeros(out.shape, dtype=torch.float64, device=a.device), bias, activation))
+        return
     _, szc, _, _, scm, scn = _batch_view(out)
-    cfg = dict(config) if config else select(SPEC, None, N=N, K=K, M=M)
+    cfg = decode_config(config) or select(SPEC, None, N=N, K=K, M=M)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
         bias.stride(0) if bias is not None else 0,
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], **cfg)
-    return out
 
 
 def _epilogue(c: torch.Tensor, bias, activation):
@@ -208,4 +226,9 @@ SPEC = OpSpec(
 )
 SPECS = (SPEC,)
 
-__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "ACTIVATIONS", "FLOAT_DTYPES"]
+# the torch operators tilejit::matmul / tilejit::matmul_out (kernels/torch_ops.py)
+TORCH_OP = define("matmul", "Tensor a, Tensor b, Tensor? bias, str? activation, str? config", ("out",),
+                  shapes=_shapes, launch=_launch,
+                  reference=lambda a, b, bias, act, cfg: (matmul_ref(a, b, bias, act, torch.float64),))
+
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "TORCH_OP", "ACTIVATIONS", "FLOAT_DTYPES"]

@@ -17,8 +17,9 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import cdiv, check_device, check_same_dtype, check_tensor
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
 from .configs import select
+from .torch_ops import decode_config, define, encode_config
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
 # that fits Kunlun's LM), and strict outputs of all targets are bitwise equal (docs/numerics.md)
@@ -102,7 +103,7 @@ def rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, res_ptr, N, stride_x, stride_xn,
 
 def _rows(op, name, x):
     """x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place)."""
-    check_tensor(op, name, x)
+    check_tensor(op, name, x, dtypes=OP_DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{op}: argument '{name}' must have at least 1 dimension, got a scalar")
     N = x.shape[-1]
@@ -112,7 +113,7 @@ def _rows(op, name, x):
 def _check_vec(op, name, t, x, N):
     if t is None:
         return None
-    check_tensor(op, name, t, dims=1)
+    check_tensor(op, name, t, dims=1, dtypes=OP_DTYPES)
     check_same_dtype(op, "x", x, **{name: t})
     if t.shape[0] != N:
         raise ValueError(f"{op}: {name} has {t.shape[0]} elements, expected {N} (the last dim of x)")
@@ -125,62 +126,88 @@ def _check_eps(op, eps):
     return float(eps)
 
 
+def _wrapper_checks(op, eps, **tensors):
+    """What the torch operator's dispatcher cannot report by name: tensor types and dtypes (float64
+    only through the operators' reference path), and eps."""
+    for name, t in tensors.items():
+        if t is not None or name == "x":
+            check_tensor(op, name, t)
+    return _check_eps(op, eps)
+
+
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional)."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional).
+    Runs as the torch operator tilejit::layer_norm (differentiable: kernels/norm_backward.py)."""
+    eps = _wrapper_checks("layer_norm", eps, x=x, weight=weight, bias=bias)
+    return LAYER_NORM_OP.op(x, weight, bias, eps, encode_config(config))
+
+
+def _layer_norm_shapes(x, weight, bias, eps, config):
+    op = "layer_norm"
+    _, N = _rows(op, "x", x)
+    _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
+    _check_eps(op, eps)
+    return ((x.shape, x.dtype),)
+
+
+def _layer_norm_launch(x, weight, bias, eps, config, y):
     op = "layer_norm"
     x2, N = _rows(op, "x", x)
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
-    eps = _check_eps(op, eps)
-    check_device(op, x=x, weight=weight, bias=bias)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    check_device(op, x=x, weight=weight, bias=bias, y=y)
     rows = x2.shape[0]
     if rows == 0 or N == 0:
-        return y
+        return
     y2 = y.view(-1, N)
-    cfg = dict(config) if config else select(LAYER_NORM, None, N=N)
+    cfg = decode_config(config) or select(LAYER_NORM, None, N=N)
     layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, x2.stride(0), x2.stride(1), y2.stride(0), eps,
                                HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
-    return y
 
 
-def _rms(op, x, residual, weight, eps, config):
-    x2, N = _rows(op, "x", x)
-    r2 = None
+def _rms_shapes(op, x, residual, weight, eps):
+    _, N = _rows(op, "x", x)
     if residual is not None:
-        check_tensor(op, "residual", residual)
+        check_tensor(op, "residual", residual, dtypes=OP_DTYPES)
         check_same_dtype(op, "x", x, residual=residual)
         if residual.shape != x.shape:
             raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
-        r2 = residual.reshape(-1, N)
+    _check_vec(op, "weight", weight, x, N)
+    _check_eps(op, eps)
+    return ((x.shape, x.dtype),) * (1 if residual is None else 2)
+
+
+def _rms_launch(op, x, residual, weight, eps, config, y, res):
+    x2, N = _rows(op, "x", x)
+    r2 = residual.reshape(-1, N) if residual is not None else None
     weight = _check_vec(op, "weight", weight, x, N)
-    eps = _check_eps(op, eps)
-    check_device(op, x=x, residual=residual, weight=weight)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
+    check_device(op, x=x, residual=residual, weight=weight, y=y, res=res)
     rows = x2.shape[0]
     if rows and N:
         y2 = y.view(-1, N)
-        cfg = dict(config) if config else select(RMS_NORM if residual is None else ADD_RMS_NORM, None, N=N)
+        cfg = decode_config(config) or select(RMS_NORM if residual is None else ADD_RMS_NORM, None, N=N)
         rms_norm_kernel[(rows,)](
             x2, r2, weight, y2, res.view(-1, N) if res is not None else None, N, x2.stride(0), x2.stride(1),
             r2.stride(0) if r2 is not None else 0, r2.stride(1) if r2 is not None else 0, y2.stride(0), eps,
             HAS_R=r2 is not None, HAS_W=weight is not None, **cfg)
-    return y, res
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
              config: dict | None = None) -> torch.Tensor:
-    """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional)."""
-    return _rms("rms_norm", x, None, weight, eps, config)[0]
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional).
+    Runs as the torch operator tilejit::rms_norm (differentiable: kernels/norm_backward.py)."""
+    eps = _wrapper_checks("rms_norm", eps, x=x, weight=weight)
+    return RMS_NORM_OP.op(x, weight, eps, encode_config(config))
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
                  *, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised."""
+    """(rms_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised.
+    Runs as the torch operator tilejit::add_rms_norm (differentiable: kernels/norm_backward.py)."""
     if residual is None:
         raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
-    return _rms("add_rms_norm", x, residual, weight, eps, config)
+    eps = _wrapper_checks("add_rms_norm", eps, x=x, residual=residual, weight=weight)
+    return ADD_RMS_NORM_OP.op(x, residual, weight, eps, encode_config(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,5 +321,22 @@ RMS_NORM = _spec("rms_norm", ({"label": "prefill", "rows": 512, "N": 4096}, {"la
 ADD_RMS_NORM = _spec("add_rms_norm", ({"label": "decode", "rows": 16, "N": 4096},))
 SPECS = (LAYER_NORM, RMS_NORM, ADD_RMS_NORM)
 
+# the torch operators tilejit::layer_norm / rms_norm / add_rms_norm and their _out forms (kernels/torch_ops.py)
+LAYER_NORM_OP = define(
+    "layer_norm", "Tensor x, Tensor? weight, Tensor? bias, float eps, str? config", ("y",),
+    shapes=_layer_norm_shapes, launch=_layer_norm_launch,
+    reference=lambda x, w, b, eps, cfg: (layer_norm_ref(x, w, b, eps, torch.float64),))
+RMS_NORM_OP = define(
+    "rms_norm", "Tensor x, Tensor? weight, float eps, str? config", ("y",),
+    shapes=lambda x, w, eps, cfg: _rms_shapes("rms_norm", x, None, w, eps),
+    launch=lambda x, w, eps, cfg, y: _rms_launch("rms_norm", x, None, w, eps, cfg, y, None),
+    reference=lambda x, w, eps, cfg: (rms_norm_ref(x, w, eps, torch.float64),))
+ADD_RMS_NORM_OP = define(
+    "add_rms_norm", "Tensor x, Tensor residual, Tensor? weight, float eps, str? config", ("y", "res"),
+    shapes=lambda x, r, w, eps, cfg: _rms_shapes("add_rms_norm", x, r, w, eps),
+    launch=lambda x, r, w, eps, cfg, y, res: _rms_launch("add_rms_norm", x, r, w, eps, cfg, y, res),
+    reference=lambda x, r, w, eps, cfg: add_rms_norm_ref(x, r, w, eps, torch.float64))
+
 __all__ = ["layer_norm", "rms_norm", "add_rms_norm", "layer_norm_ref", "rms_norm_ref", "add_rms_norm_ref",
-           "layer_norm_kernel", "rms_norm_kernel", "STRICT_BLOCK", "SPECS"]
+           "layer_norm_kernel", "rms_norm_kernel", "STRICT_BLOCK", "SPECS", "LAYER_NORM_OP", "RMS_NORM_OP",
+           "ADD_RMS_NORM_OP"]

@@ -118,8 +118,9 @@ def test_matmul_errors():
         matmul(a, b, out=torch.empty(6, 4))
     with pytest.raises(ValueError, match=r"matmul.*batch sizes"):
         matmul(randn(2, 4, 5), randn(3, 5, 6))
-    with pytest.raises(ValueError, match=r"matmul.*'a'.*meta"):
-        matmul(torch.empty(4, 5, device="meta"), torch.empty(5, 6, device="meta"))
+    # meta tensors go through the torch operator's fake implementation: shapes only, no launch
+    res = matmul(torch.empty(4, 5, device="meta"), torch.empty(5, 6, device="meta"))
+    assert res.is_meta and res.shape == (4, 6)
 
 
 # =============================================================================================
@@ -186,8 +187,8 @@ def test_norm_errors():
         add_rms_norm(x, randn(4, 7), w)
     with pytest.raises(ValueError, match=r"layer_norm.*eps"):
         layer_norm(x, w, None, -1.0)
-    with pytest.raises(ValueError, match=r"rms_norm.*'x'.*meta"):
-        rms_norm(torch.empty(4, 8, device="meta"), torch.empty(8, device="meta"))
+    res = rms_norm(torch.empty(4, 8, device="meta"), torch.empty(8, device="meta"))   # shapes only
+    assert res.is_meta and res.shape == (4, 8)
 
 
 # =============================================================================================
@@ -269,8 +270,8 @@ def test_attention_errors():
         attention(q[0], k, v)
     with pytest.raises(TypeError, match=r"attention.*'k'.*bfloat16"):
         attention(q, k.bfloat16(), v)
-    with pytest.raises(ValueError, match=r"attention.*'q'.*meta"):
-        attention(*(torch.empty(1, 2, 4, 16, device="meta") for _ in range(3)))
+    res = attention(*(torch.empty(1, 2, 4, 16, device="meta") for _ in range(3)))   # shapes only
+    assert res.is_meta and res.shape == (1, 2, 4, 16)
 
 
 # =============================================================================================
