@@ -55,6 +55,10 @@ class KunlunDialect(CDialect):
     def to_mem(dt: D.dtype, x: str) -> str:
         return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
 
+    def elem_bytes(self, dt: D.dtype) -> int:
+        """Bytes of one element in global memory."""
+        return self.ctype_bytes[self.mem_type(dt)]
+
     dma_suffix = {D.float16: "f16", D.bfloat16: "bf16"}   # tilejit_xpu.h's widening/narrowing copies
 
     def same_repr(self, dt: D.dtype) -> bool:
