@@ -41,6 +41,7 @@ class KunlunLowering(PlannedMemory, CLowering):
         super().op_elementwise(op)
 
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+        self.work += M * N * K * self.loop_weight()
         if self.vectorize and in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:
             simd.emit_dot(self, A, B, C, M, N, K)
             return

@@ -14,7 +14,7 @@ from compiler.ir import Op
 from compiler.ir.analysis import const_value
 
 from ..plan.liveness import number_ops
-from ..plan.model import DMA, LMBuffer
+from ..plan.model import DMA, NOMINAL_TRIPS, LMBuffer
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -28,6 +28,7 @@ class PlannedMemory:
         self.refs: dict[str, list[int]] = {}
         self.dma_sites: list[DMA] = []
         self.loop_trips: list[int | None] = []   # enclosing loops: static trip count, or None
+        self.work = 0.0   # elements the loop nests touch, times the enclosing loops' trips (nominal ones too)
         self._declaring = None
         self._inplace: tuple[str, ...] = ()
 
@@ -81,6 +82,20 @@ class PlannedMemory:
             super().op_for(op)
         finally:
             self.loop_trips.pop()
+
+    def loop_weight(self) -> float:
+        """How often the code being emitted runs per program (run-time loops: NOMINAL_TRIPS each)."""
+        w = 1.0
+        for t in self.loop_trips:
+            w *= t if t is not None else NOMINAL_TRIPS
+        return w
+
+    def open_nest(self, shape, simd: bool = True):
+        n = 1
+        for d in shape:
+            n *= d
+        self.work += n * self.loop_weight()
+        return super().open_nest(shape, simd)
 
     def record_dma(self, kind: str, buffer: str, elem_bytes: int, elems: int, transfers: int,
                    shared: bool = False) -> None:

@@ -15,23 +15,35 @@ The renderer emits exactly this plan; `LMBudgetError` is raised only when no pla
 """
 from __future__ import annotations
 
+import dataclasses
+
 from compiler.ir import Function, walk_block
 
 from ..arch import Arch
 from .layout import place
 from .liveness import live_range
-from .model import GMTensor, MemoryPlan
+from .model import DMA, GMTensor, LMBuffer, MemoryPlan
+from .search import fit
 
 
-def record(ir: Function, dialect, policy: str):
-    """Runs the lowering in record mode: (buffers with live ranges, DMA sites, arena bytes)."""
+@dataclasses.dataclass
+class Record:
+    """What the lowering needs for one IR: its LM buffers (placed), DMA sites, arena bytes, work."""
+
+    buffers: list[LMBuffer]
+    dma: list[DMA]
+    total: int
+    work: float
+
+
+def record(ir: Function, dialect, policy: str) -> Record:
+    """Runs the lowering in record mode and places the buffers it asks for."""
     from ..codegen.lowering import KunlunLowering  # noqa: PLC0415 - the lowering imports this package
     low = KunlunLowering(ir, dialect, policy)
     low.lower()
     for b in low.requests:
         b.start, b.end = live_range(low.refs[b.name], low.ranges)
-    total = place(low.requests)
-    return low.requests, low.dma_sites, total
+    return Record(low.requests, low.dma_sites, place(low.requests), low.work)
 
 
 def gm_tensors(fn: Function) -> list[GMTensor]:
@@ -60,11 +72,9 @@ def _bases(v) -> set[int]:
 
 
 def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
-    ir = fn
-    steps: list[str] = []
-    buffers, dma, total = record(ir, dialect, policy)
-    return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=buffers, sm=[],
-                      dma=dma, steps=steps, lm_bytes=total)
+    ir, steps, rec = fit(fn, arch, policy, lambda f: record(f, dialect, policy))
+    return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
+                      dma=rec.dma, steps=steps, lm_bytes=rec.total)
 
 
 __all__ = ["MemoryPlan", "plan_memory", "record"]

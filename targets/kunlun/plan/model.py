@@ -13,6 +13,7 @@ import re
 from compiler.ir import Function, Value
 
 ALIGN = 64   # __simd__: vector loads and stores need 64-byte aligned LM
+NOMINAL_TRIPS = 8   # a run-time loop's trip count when ranking plans (unknown at compile time)
 
 
 def align(n: int) -> int:
