@@ -68,7 +68,7 @@ class KunlunLowering(PlannedMemory, CLowering):
             return None
         axes = [k for k, n in enumerate(ptr.shape) if n > 1] or [len(ptr.shape) - 1]
         for a in reversed(axes if transposed_ok else axes[-1:]):
-            if index_step(ptr, a, narrow_int64=True) == 1:   # int64 indices proven 32-bit (index_width.py)
+            if index_step(ptr, a, narrow_int64=True) == 1:   # int64 offsets: low 32 bits (plan/narrow.py)
                 return a
         return None
 

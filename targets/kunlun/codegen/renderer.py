@@ -14,7 +14,6 @@ from compiler.ir import Function
 from ..arch import Arch
 from ..plan import MemoryPlan, plan_memory
 from .dialect import KunlunDialect
-from .index_width import check_int64_feeds_addresses
 from .lowering import KunlunLowering
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
@@ -48,18 +47,11 @@ class KunlunRenderer:
 
     def render(self, fn: Function, policy: str) -> tuple[str, MemoryPlan]:
         """(the .xpu source, the memory plan it emits)."""
-        for p in fn.params:
-            if p.type.dtype is D.int64:
-                raise CompilationError(
-                    f"argument '{p.name}' is a 64-bit integer; the kunlun target uses 32-bit "
-                    "index arithmetic (device `long` and `void*` are 4 bytes): pass sizes and offsets < 2**31, "
-                    "or split the tensor", kernel=fn.name)
         for op in fn.walk():
             for v in list(op.results) + list(op.operands):
                 if v.dtype is D.float64:
                     raise CompilationError.at(op.loc, "the kunlun target has no fp64 (software-only on xpu2, "
                                               "absent on xpu3); compute in float32", kernel=fn.name)
-        check_int64_feeds_addresses(fn)
         plan = plan_memory(fn, self.arch, policy, self.dialect)
         lm = self.check_lm(fn, plan)
         low = KunlunLowering(plan.ir, self.dialect, policy, placement={b.index: b.offset for b in plan.lm})

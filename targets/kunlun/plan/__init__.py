@@ -23,6 +23,7 @@ from ..arch import Arch
 from .layout import place
 from .liveness import live_range
 from .model import DMA, GMTensor, LMBuffer, MemoryPlan
+from .narrow import narrow
 from .search import fit
 
 
@@ -72,7 +73,7 @@ def _bases(v) -> set[int]:
 
 
 def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
-    ir, steps, rec = fit(fn, arch, policy, lambda f: record(f, dialect, policy))
+    ir, steps, rec = fit(narrow(fn), arch, policy, lambda f: record(f, dialect, policy))
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
                       dma=rec.dma, steps=steps, lm_bytes=rec.total)
 
