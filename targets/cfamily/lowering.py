@@ -313,13 +313,17 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
 
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
-            handler = getattr(self, f"op_{op.name}", None)
-            if handler is not None:
-                handler(op)
-            elif OPS[op.name].kind in ("elementwise", "view", "source"):
-                self.op_elementwise(op)
-            else:
-                raise CompilationError(f"the C lowering does not support op '{op.name}'")
+            self.lower_op(op)
+
+    def lower_op(self, op: Op) -> None:
+        """One op (a target may wrap this to note where in the program it is)."""
+        handler = getattr(self, f"op_{op.name}", None)
+        if handler is not None:
+            handler(op)
+        elif OPS[op.name].kind in ("elementwise", "view", "source"):
+            self.op_elementwise(op)
+        else:
+            raise CompilationError(f"the C lowering does not support op '{op.name}'")
 
     def op_elementwise(self, op: Op) -> None:
         v = op.results[0]

@@ -32,8 +32,8 @@ class KunlunTarget(Target):
                          max_programs=INT32_MAX)
         self.renderer = KunlunRenderer(self.arch)
         self._fingerprint = None
-        # source -> LM buffers, for what was rendered lately (render_only probes read it back)
-        self._rendered: collections.OrderedDict[str, list] = collections.OrderedDict()
+        # source -> memory plan, for what was rendered lately (render_only probes read it back)
+        self._rendered: collections.OrderedDict[str, object] = collections.OrderedDict()
 
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
@@ -51,28 +51,31 @@ class KunlunTarget(Target):
         check_tensor(kernel_name, arg_name, t)
 
     def render(self, fn: Function) -> str:
-        src, buffers = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
-        self._rendered[src] = buffers
+        src, plan = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        self._rendered[src] = plan
         while len(self._rendered) > 256:
             self._rendered.popitem(last=False)
         return src
 
-    def lm_buffers(self, fn: Function) -> list:
-        """The LM buffers one program of `fn` declares (raises LMBudgetError over budget)."""
+    def memory_plan(self, fn: Function):
+        """The memory plan of one program of `fn` (raises LMBudgetError when none fits)."""
         return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))[1]
 
+    def plan_of(self, source: str):
+        """The memory plan of a source this target rendered lately (render_only probes read it back)."""
+        return self._rendered[source]
+
     def footprint(self, source: str) -> int:
-        """Bytes of LM tile buffers of a program this target rendered lately (from its renderer's record)."""
-        return sum(b.nbytes for b in self._rendered[source])
+        """Bytes of the LM arena of a program this target rendered lately (from its memory plan)."""
+        return self._rendered[source].lm_bytes
 
     def inspect_extras(self, fn: Function) -> dict[str, str]:
-        """For `python -m compiler.inspect`: the LM footprint of one program, buffer by buffer."""
-        buffers = self.lm_buffers(fn)
-        total = sum(b.nbytes for b in buffers)
+        """For `python -m compiler.inspect`: the memory plan of one program, buffer by buffer."""
+        plan = self.memory_plan(fn)
         a = self.arch
-        lines = [f"__local__ {b.name}: {b.nbytes} bytes" for b in buffers]
-        lines.append(f"total {total} bytes of tile buffers + {a.lm_stack_reserve} stack reserve = "
-                     f"{total + a.lm_stack_reserve} of {a.lm_bytes_per_core} bytes per core ({a.name})")
+        lines = [plan.listing(),
+                 f"total {plan.lm_bytes} bytes of LM arena + {a.lm_stack_reserve} stack reserve = "
+                 f"{plan.lm_bytes + a.lm_stack_reserve} of {a.lm_bytes_per_core} bytes per core ({a.name})"]
         return {f"LM footprint ({self.name})": "\n".join(lines)}
 
     def build(self, fn: Function, source: str, out_dir) -> dict:

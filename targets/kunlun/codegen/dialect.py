@@ -8,9 +8,10 @@ from targets.cfamily.dialect import CDialect
 
 
 class KunlunDialect(CDialect):
-    # int64 registers are 32-bit: index_width.py proves they only feed addresses
-    reg_types = {**CDialect.reg_types, D.int64: "int32_t"}
-    mem_types = {k: v for k, v in CDialect.mem_types.items() if k is not D.int64}
+    # int64 values the memory plan could not narrow to int32 (plan/narrow.py) are two 32-bit halves
+    reg_types = {**CDialect.reg_types, D.int64: "tj_i64"}
+    mem_types = {**CDialect.mem_types, D.int64: "tj_i64"}
+    ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8}
     pointer_bytes = 4   # device pointers are 4 bytes
     dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
 
@@ -22,10 +23,22 @@ class KunlunDialect(CDialect):
         return super().reg_type(dt)
 
     def literal(self, value, dt: D.dtype) -> str:
-        if dt is D.int64:   # computed in 32 bits (see index_width.py): the value modulo 2**32
-            value = (int(value) + 2 ** 31) % 2 ** 32 - 2 ** 31
-            dt = D.int32
+        if dt is D.int64:
+            v = int(value) % 2 ** 64
+            hi = (v >> 32) - (2 ** 32 if v >> 63 else 0)
+            return f"tj_mk64({v & 0xffffffff:#x}u, {super().literal(hi, D.int32)})"
         return super().literal(value, dt)
+
+    def cast(self, x: str, src: D.dtype, dst: D.dtype) -> str:
+        if src is D.int64 and dst is not D.int64:
+            if dst.is_bool():
+                return f"tj_nz64({x})"
+            if dst.is_floating():
+                return self._round(f"tj_i64_to_f({x})", dst)
+            return f"({self.reg_type(dst)})tj_lo32({x})"
+        if dst is D.int64 and src is not D.int64:
+            return f"tj_f_to_i64({x})" if src.is_floating() else f"tj_i64((int32_t)({x}))"
+        return super().cast(x, src, dst)
 
     def mem_type(self, dt: D.dtype) -> str:
         try:
@@ -57,6 +70,10 @@ class KunlunDialect(CDialect):
     @staticmethod
     def to_mem(dt: D.dtype, x: str) -> str:
         return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
+
+    def elem_bytes(self, dt: D.dtype) -> int:
+        """Bytes of one element in global memory."""
+        return self.ctype_bytes[self.mem_type(dt)]
 
     dma_suffix = {D.float16: "f16", D.bfloat16: "bf16"}   # tilejit_xpu.h's widening/narrowing copies
 

@@ -10,17 +10,19 @@ from compiler.ir.analysis import index_step
 from targets.cfamily.lowering import CLowering, Nest
 
 from . import simd
+from .memory import PlannedMemory
 
 
-class KunlunLowering(CLowering):
+class KunlunLowering(PlannedMemory, CLowering):
     """The C-family lowering with DMA: no load is fused into a consumer (that would read GM
     from compute code); each one fills an LM buffer through GM2LM, each store drains through LM2GM."""
 
     index_type = "int"
 
-    def __init__(self, fn: Function, dialect, policy: str):
+    def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None):
         super().__init__(fn, dialect)
         self.vectorize = policy == "fast"   # strict needs fused multiply-adds, not vvadd(svmul(...))
+        self.init_memory(placement)
 
     def _load_fuses(self, v) -> bool:
         return False
@@ -28,13 +30,18 @@ class KunlunLowering(CLowering):
     # -- 16-lane SIMD (fast policy) --------------------------------------------------------------
     def op_elementwise(self, op: Op) -> None:
         v = op.results[0]
-        vec = simd.vector_form(self, v) if self.vectorize and not v.type.is_scalar and self._materialize(v) else None
+        if v.type.is_scalar or not self._materialize(v):
+            super().op_elementwise(op)
+            return
+        vec = simd.vector_form(self, v) if self.vectorize else None
+        self.allow_in_place(v)
         if vec is not None:
             simd.vector_nest(self, v.shape, self.declare_buffer(v), vec)
             return
         super().op_elementwise(op)
 
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+        self.work += M * N * K * self.loop_weight()
         if self.vectorize and in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:
             simd.emit_dot(self, A, B, C, M, N, K)
             return
@@ -61,7 +68,7 @@ class KunlunLowering(CLowering):
             return None
         axes = [k for k, n in enumerate(ptr.shape) if n > 1] or [len(ptr.shape) - 1]
         for a in reversed(axes if transposed_ok else axes[-1:]):
-            if index_step(ptr, a, narrow_int64=True) == 1:   # int64 indices proven 32-bit (index_width.py)
+            if index_step(ptr, a, narrow_int64=True) == 1:   # int64 offsets: low 32 bits (plan/narrow.py)
                 return a
         return None
 
@@ -103,7 +110,7 @@ class KunlunLowering(CLowering):
             return f"LM2GM({src}, {dst}, ({n}) * (int)sizeof({d.mem_type(dt)}));"
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
-    def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None) -> None:
+    def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4)) -> None:
         """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
         start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
         the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
@@ -122,6 +129,10 @@ class KunlunLowering(CLowering):
             base = self.linear(idx0, shape)
             row = f"({buf} + {base})" if base != "0" else buf
             if not masked:
+                rows_n = 1
+                for k, n in enumerate(shape):
+                    rows_n *= n if k != axis else 1
+                self.record_dma(dma[0], buf, dma[1], width, rows_n)
                 self.emit(copy(p0, row, "0", str(width)))
             else:
                 idx_j = tuple("j" if k == axis else i for k, i in enumerate(idx0))
@@ -163,6 +174,7 @@ class KunlunLowering(CLowering):
             name = self.name(v)
             self.emit(f"{self.d.reg_type(v.dtype)} {name};")
             copy = self._gm2lm(v.dtype, self.ev(ptr, (), None), name)
+            self.record_dma("GM2LM", name, self.d.elem_bytes(v.dtype), 1, 1)
             if mask is None:
                 self.emit(copy)
             else:
@@ -187,11 +199,14 @@ class KunlunLowering(CLowering):
                     return (f"{self._dma_in(v.dtype, gm, tr, n)} for (int t_ = 0; t_ < {n}; ++t_) "
                             f"{row}[({start} + t_) * {lm_step}] = {tr}[t_];")
             self._copy_rows(v.shape, axis, ptr, mask, name, copy,
-                            fill_other=lambda idx: zero if other is None else self._at(other, idx))
+                            fill_other=lambda idx: zero if other is None else self._at(other, idx),
+                            dma=("GM2LM", self.d.elem_bytes(v.dtype)))
             return
 
         def fill(masked: bool):
             # fallback: one element per GM2LM (gathers, strided tiles)
+            if not masked:
+                self.record_dma("GM2LM", name, self.d.elem_bytes(v.dtype), 1, v.type.numel)
             nest = self.open_nest(v.shape, simd=False)
             dst = f"{name}[{self.linear(nest.idx, v.shape)}]"
             copy = self._gm2lm(v.dtype, self.ev(ptr, nest.idx, nest), dst)
@@ -208,6 +223,7 @@ class KunlunLowering(CLowering):
         mask = op.operands[2] if len(op.operands) > 2 else None
         if ptr.type.is_scalar:
             s = self._lm2gm(val.dtype, self.ev(ptr, (), None), self.ev(val, (), None))
+            self.record_dma("LM2GM", "", self.d.elem_bytes(val.dtype), 1, 1)
             self.emit(s if mask is None else f"if ({self.ev(mask, (), None)}) {s}")
             return
         axis = self._row_axis(ptr)
@@ -217,10 +233,13 @@ class KunlunLowering(CLowering):
             else:
                 src = self._as_staging(val, ptr.shape)
             self._copy_rows(ptr.shape, axis, ptr, mask, src,
-                            lambda gm, row, start, n: self._dma_out(val.dtype, self._lm_at(row, start), gm, n))
+                            lambda gm, row, start, n: self._dma_out(val.dtype, self._lm_at(row, start), gm, n),
+                            dma=("LM2GM", self.d.elem_bytes(val.dtype)))
             return
 
         def fill(masked: bool):
+            if not masked:
+                self.record_dma("LM2GM", "", self.d.elem_bytes(val.dtype), 1, ptr.type.numel)
             nest = self.open_nest(ptr.shape, simd=False)
             s = self._lm2gm(val.dtype, self.ev(ptr, nest.idx, nest), self.ev(val, nest.idx, nest))
             if masked:
@@ -230,7 +249,9 @@ class KunlunLowering(CLowering):
         self._masked_or_fast(mask, fill)
 
     def _as_staging(self, val, shape) -> str:
-        """An LM buffer holding `val` for LM2GM (a fresh one: narrowing to fp16/bf16 is done in place)."""
+        """An LM buffer holding `val` for LM2GM (narrowing to fp16/bf16 is done in place, so it is
+        never `val`'s own buffer unless `val` dies here)."""
+        self.allow_in_place(val)
         name = self.local_buffer(self.d.reg_type(val.dtype), self.fresh("st"), val.type.numel, val)
         vec = simd.vector_form(self, val) if self.vectorize and val.shape == tuple(shape) else None
         if vec is not None:

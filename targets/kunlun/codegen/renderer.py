@@ -10,11 +10,10 @@ import jinja2
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function
-from targets.cfamily.lowering import LocalBuffer
 
 from ..arch import Arch
+from ..plan import MemoryPlan, plan_memory
 from .dialect import KunlunDialect
-from .index_width import check_int64_feeds_addresses
 from .lowering import KunlunLowering
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
@@ -31,42 +30,37 @@ class KunlunRenderer:
     def __init__(self, arch: Arch):
         self.arch = arch
 
-    def check_lm(self, fn: Function, buffers: list[LocalBuffer]) -> int:
-        """Footprint = every `__local__` buffer of the program (an upper bound on the live set) + the
-        arch's stack reserve; a config over the per-core LM is refused with the buffer listing, at the
-        source line of the largest buffer's value."""
-        total = sum(b.nbytes for b in buffers)
+    def check_lm(self, fn: Function, plan: MemoryPlan) -> int:
+        """The plan's arena must fit the per-core LM left after the arch's stack reserve; if not,
+        the error lists each buffer and its bytes, at the source line of the largest one."""
         a = self.arch
-        if total + a.lm_stack_reserve > a.lm_bytes_per_core:
-            listing = "\n".join(f"  __local__ {b.name}: {b.nbytes} bytes" for b in buffers)
-            largest = max(buffers, key=lambda b: b.nbytes)
+        if plan.lm_bytes > a.lm_budget:
+            listing = "\n".join(f"  __local__ {b.name}: {b.nbytes} bytes" for b in plan.lm)
+            largest = max(plan.lm, key=lambda b: b.nbytes)
             raise LMBudgetError.at(
                 largest.value.loc if largest.value is not None else None,
-                f"this config needs {total} bytes of LM tile buffers + {a.lm_stack_reserve} "
-                f"bytes stack reserve = {total + a.lm_stack_reserve} bytes per core, over {a.name}'s "
+                f"this config needs {plan.lm_bytes} bytes of LM tile buffers + {a.lm_stack_reserve} "
+                f"bytes stack reserve = {plan.lm_bytes + a.lm_stack_reserve} bytes per core, over {a.name}'s "
                 f"{a.lm_bytes_per_core} bytes of local memory per core. Buffers:\n{listing}\n"
                 "Use smaller BLOCK sizes.", kernel=fn.name)
-        return total
+        return plan.lm_bytes
 
-    def render(self, fn: Function, policy: str) -> tuple[str, list[LocalBuffer]]:
-        """(the .xpu source, the LM buffers one program declares)."""
-        for p in fn.params:
-            if p.type.dtype is D.int64:
-                raise CompilationError(
-                    f"argument '{p.name}' is a 64-bit integer; the kunlun target uses 32-bit "
-                    "index arithmetic (device `long` and `void*` are 4 bytes): pass sizes and offsets < 2**31, "
-                    "or split the tensor", kernel=fn.name)
+    def render(self, fn: Function, policy: str) -> tuple[str, MemoryPlan]:
+        """(the .xpu source, the memory plan it emits)."""
         for op in fn.walk():
             for v in list(op.results) + list(op.operands):
                 if v.dtype is D.float64:
                     raise CompilationError.at(op.loc, "the kunlun target has no fp64 (software-only on xpu2, "
                                               "absent on xpu3); compute in float32", kernel=fn.name)
-        check_int64_feeds_addresses(fn)
-        low = KunlunLowering(fn, self.dialect, policy)
+        plan = plan_memory(fn, self.arch, policy, self.dialect)
+        lm = self.check_lm(fn, plan)
+        low = KunlunLowering(plan.ir, self.dialect, policy, placement={b.index: b.offset for b in plan.lm})
         body = low.lower()
-        lm = self.check_lm(fn, low.local_buffers)
+        if len(low.requests) != len(plan.lm) or len(low.dma_sites) != len(plan.dma):
+            raise CompilationError(f"internal: kunlun emission differs from its memory plan in kernel '{fn.name}'")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
-                  for p in fn.params]
+                  for p in plan.ir.params]
         src = _ENV.get_template("kernel.xpu.j2").render(
-            name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm)
-        return src, list(low.local_buffers)
+            name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm,
+            arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in plan.listing().splitlines()))
+        return src, plan

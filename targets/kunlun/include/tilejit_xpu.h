@@ -178,6 +178,128 @@ template <int C, class M, class R> TJ_DEV R tj_atomic_cas(M* p, R cmp, R v) {
 TJ_DEV void tj_assert_fail(int k, const char* msg, int p0, int p1, int p2) {}
 #endif
 
+// ---- 64-bit integers as two 32-bit halves (registers, `long` and `void*` are 32-bit) -------
+// The memory plan narrows int64 values that only feed addresses to int32; the others are tj_i64:
+// the bytes of a little-endian int64_t (so int64 tensors move by DMA as they are), with wrapping
+// two's-complement arithmetic and the cpu target's defined results for /, %, shifts and casts.
+struct tj_i64 {
+    uint32_t lo;
+    int32_t hi;
+    __device__ tj_i64() : lo(0), hi(0) {}
+    __device__ tj_i64(int32_t x) : lo((uint32_t)x), hi(x < 0 ? -1 : 0) {}
+};
+TJ_DEV tj_i64 tj_mk64(uint32_t lo, int32_t hi) { tj_i64 r; r.lo = lo; r.hi = hi; return r; }
+TJ_DEV tj_i64 operator+(tj_i64 a, tj_i64 b) {
+    uint32_t lo = a.lo + b.lo;
+    return tj_mk64(lo, (int32_t)((uint32_t)a.hi + (uint32_t)b.hi + (lo < a.lo ? 1u : 0u)));
+}
+TJ_DEV tj_i64 operator-(tj_i64 a, tj_i64 b) {
+    return tj_mk64(a.lo - b.lo, (int32_t)((uint32_t)a.hi - (uint32_t)b.hi - (a.lo < b.lo ? 1u : 0u)));
+}
+TJ_DEV tj_i64 operator-(tj_i64 a) { return tj_i64(0) - a; }
+TJ_DEV tj_i64 tj_mul32x32(uint32_t a, uint32_t b) {   // the full 64-bit product of two halves
+    uint32_t a0 = a & 0xffffu, a1 = a >> 16, b0 = b & 0xffffu, b1 = b >> 16;
+    uint32_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    uint32_t mid = (p00 >> 16) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return tj_mk64((p00 & 0xffffu) | (mid << 16), (int32_t)(p11 + (p01 >> 16) + (p10 >> 16) + (mid >> 16)));
+}
+TJ_DEV tj_i64 operator*(tj_i64 a, tj_i64 b) {
+    tj_i64 r = tj_mul32x32(a.lo, b.lo);
+    r.hi = (int32_t)((uint32_t)r.hi + a.lo * (uint32_t)b.hi + (uint32_t)a.hi * b.lo);
+    return r;
+}
+TJ_DEV tj_i64 operator&(tj_i64 a, tj_i64 b) { return tj_mk64(a.lo & b.lo, a.hi & b.hi); }
+TJ_DEV tj_i64 operator|(tj_i64 a, tj_i64 b) { return tj_mk64(a.lo | b.lo, a.hi | b.hi); }
+TJ_DEV tj_i64 operator^(tj_i64 a, tj_i64 b) { return tj_mk64(a.lo ^ b.lo, a.hi ^ b.hi); }
+TJ_DEV tj_i64 operator~(tj_i64 a) { return tj_mk64(~a.lo, ~a.hi); }
+TJ_DEV bool operator==(tj_i64 a, tj_i64 b) { return a.lo == b.lo && a.hi == b.hi; }
+TJ_DEV bool operator!=(tj_i64 a, tj_i64 b) { return !(a == b); }
+TJ_DEV bool operator<(tj_i64 a, tj_i64 b) { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo); }
+TJ_DEV bool operator>(tj_i64 a, tj_i64 b) { return b < a; }
+TJ_DEV bool operator<=(tj_i64 a, tj_i64 b) { return !(b < a); }
+TJ_DEV bool operator>=(tj_i64 a, tj_i64 b) { return !(a < b); }
+TJ_DEV tj_i64& operator++(tj_i64& a) { a = a + tj_i64(1); return a; }
+TJ_DEV tj_i64 tj_abs(tj_i64 a) { return a.hi < 0 ? -a : a; }
+TJ_DEV tj_i64 tj_shl(tj_i64 a, tj_i64 b) {
+    if (b.hi != 0 || b.lo >= 64u) return tj_i64(0);
+    uint32_t n = b.lo;
+    if (n == 0) return a;
+    if (n >= 32) return tj_mk64(0, (int32_t)(a.lo << (n - 32)));
+    return tj_mk64(a.lo << n, (int32_t)(((uint32_t)a.hi << n) | (a.lo >> (32 - n))));
+}
+TJ_DEV tj_i64 tj_shr(tj_i64 a, tj_i64 b) {   // arithmetic; out-of-range counts give the sign
+    if (b.hi != 0 || b.lo >= 64u) return a.hi < 0 ? tj_i64(-1) : tj_i64(0);
+    uint32_t n = b.lo;
+    if (n == 0) return a;
+    if (n >= 32) return tj_mk64((uint32_t)(a.hi >> (n - 32)), a.hi < 0 ? -1 : 0);
+    return tj_mk64((a.lo >> n) | ((uint32_t)a.hi << (32 - n)), a.hi >> n);
+}
+TJ_DEV void tj_udivmod64(tj_i64 n, tj_i64 d, tj_i64* q, tj_i64* r) {   // unsigned, d != 0
+    tj_i64 quo(0), rem(0);
+    for (int i = 63; i >= 0; --i) {
+        rem = tj_shl(rem, tj_i64(1));
+        rem.lo |= (i >= 32 ? ((uint32_t)n.hi >> (i - 32)) : (n.lo >> i)) & 1u;
+        bool ge = (uint32_t)rem.hi > (uint32_t)d.hi || (rem.hi == d.hi && rem.lo >= d.lo);
+        if (ge) {
+            rem = rem - d;
+            if (i >= 32) quo.hi |= (int32_t)(1u << (i - 32)); else quo.lo |= 1u << i;
+        }
+    }
+    *q = quo;
+    *r = rem;
+}
+TJ_DEV tj_i64 tj_idiv(tj_i64 a, tj_i64 b) {   // truncates toward zero; /0 -> 0; /-1 wraps
+    if (b == tj_i64(0)) return tj_i64(0);
+    if (b == tj_i64(-1)) return -a;
+    tj_i64 q, r;
+    tj_udivmod64(tj_abs(a), tj_abs(b), &q, &r);
+    return (a.hi < 0) != (b.hi < 0) ? -q : q;
+}
+TJ_DEV tj_i64 tj_imod(tj_i64 a, tj_i64 b) {
+    if (b == tj_i64(0) || b == tj_i64(-1)) return tj_i64(0);
+    tj_i64 q, r;
+    tj_udivmod64(tj_abs(a), tj_abs(b), &q, &r);
+    return a.hi < 0 ? -r : r;
+}
+TJ_DEV int32_t tj_lo32(tj_i64 a) { return (int32_t)a.lo; }
+TJ_DEV bool tj_nz64(tj_i64 a) { return (a.lo | (uint32_t)a.hi) != 0; }
+TJ_DEV float tj_i64_to_f(tj_i64 a) {   // correctly rounded (to nearest, ties to even)
+    bool neg = a.hi < 0;
+    tj_i64 u = neg ? -a : a;            // INT64_MIN stays itself: read as unsigned it is 2**63
+    if (u.hi == 0) return neg ? -(float)u.lo : (float)u.lo;
+    uint32_t hi = (uint32_t)u.hi, lo = u.lo;
+    int s = 0;
+    while (!(hi & 0x80000000u)) { hi = (hi << 1) | (lo >> 31); lo <<= 1; ++s; }
+    float top = (float)(hi | (lo != 0 ? 1u : 0u));   // the rest only as a sticky bit
+    float r = top * tj_u2f((uint32_t)(127 + 32 - s) << 23);
+    return neg ? -r : r;
+}
+TJ_DEV tj_i64 tj_f_to_i64(float x) {   // truncates toward zero; NaN -> 0; saturates
+    if (x != x) return tj_i64(0);
+    if (x <= -9223372036854775808.0f) return tj_mk64(0, (-2147483647 - 1));
+    if (x >= 9223372036854775808.0f) return tj_mk64(0xffffffffu, 2147483647);
+    float ax = x < 0 ? -x : x;
+    tj_i64 r;
+    if (ax < 2147483648.0f) {
+        r = tj_i64((int32_t)ax);
+    } else {
+        uint32_t u = tj_f2u(ax);
+        int e = (int)((u >> 23) & 0xff) - 127;
+        r = tj_shl(tj_i64((int32_t)((u & 0x7fffff) | 0x800000)), tj_i64(e - 23));
+    }
+    return x < 0 ? -r : r;
+}
+template <> struct tj_lim<tj_i64> {
+    static const bool sgn = true;
+    static __device__ tj_i64 lo() { return tj_mk64(0, (-2147483647 - 1)); }
+    static __device__ tj_i64 hi() { return tj_mk64(0xffffffffu, 2147483647); }
+};
+template <> inline __device__ tj_i64 tj_trip_count<tj_i64>(tj_i64 lb, tj_i64 ub, tj_i64 st) {
+    if (st > tj_i64(0)) return ub > lb ? tj_idiv(ub - lb + st - tj_i64(1), st) : tj_i64(0);
+    if (st < tj_i64(0)) return lb > ub ? tj_idiv(lb - ub - st - tj_i64(1), -st) : tj_i64(0);
+    return tj_i64(0);
+}
+
 // ---- row-segment DMA with fp16/bf16 <-> fp32 conversion, no staging buffer -----------------
 // Loads: the n raw 2-byte elements land in the upper half of the n floats of `dst` and are widened
 // front to back; writing dst[j] (bytes 4j..4j+3) never covers a raw element not yet read (at bytes

@@ -12,8 +12,9 @@ from compiler import dtypes as D
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.target import launch_grid
 
+# an int64 argument is tj_i64 in the kernel: 8 bytes, passed like an int64_t
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
-           D.float32: ctypes.c_float}
+           D.int64: ctypes.c_int64, D.float32: ctypes.c_float}
 INT32_MAX = 2 ** 31 - 1
 
 
@@ -68,9 +69,6 @@ def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
     if t.dtype is torch.float64:
         raise KernelArgumentError(f"kernel '{kernel_name}': argument '{arg_name}' is float64; the kunlun target "
                                   "has no fp64 (convert with .float())")
-    if t.dtype is torch.int64:
-        raise KernelArgumentError(f"kernel '{kernel_name}': argument '{arg_name}' is int64; the kunlun target "
-                                  "uses 32-bit data and indices (convert with .to(torch.int32))")
     nbytes = t.untyped_storage().nbytes()
     if nbytes > INT32_MAX:
         raise KernelArgumentError(

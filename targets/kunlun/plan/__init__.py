@@ -1,0 +1,81 @@
+"""The Kunlun memory plan: the stage between the Tile IR and the `.xpu` text that decides where
+every tile lives and how it moves, parameterised by the arch table.
+
+    plan_memory(fn, arch, policy) -> MemoryPlan
+
+1. the IR stages (each an IR-to-IR rewrite inside this target): 64-bit integers that only feed
+   addresses are narrowed to 32 bits (`narrow.py`), and tiles whose buffers do not fit the arch's
+   LM are strip-mined into power-of-two chunks (`stripmine.py`, chosen by `search.py`);
+2. the lowering, in record mode, reports the LM buffers that IR needs and where it references them;
+3. live ranges (`liveness.py`) and the arena layout (`layout.py`: reuse by liveness, elementwise
+   results written over dying operands);
+4. the result (`model.py`): GM tensors, LM buffers with offsets, SM buffers, DMA sites, the steps.
+
+The renderer emits exactly this plan; `LMBudgetError` is raised only when no plan fits.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from compiler.ir import Function, walk_block
+
+from ..arch import Arch
+from .layout import place
+from .liveness import live_range
+from .model import DMA, GMTensor, LMBuffer, MemoryPlan
+from .narrow import narrow
+from .search import fit
+
+
+@dataclasses.dataclass
+class Record:
+    """What the lowering needs for one IR: its LM buffers (placed), DMA sites, arena bytes, work."""
+
+    buffers: list[LMBuffer]
+    dma: list[DMA]
+    total: int
+    work: float
+
+
+def record(ir: Function, dialect, policy: str) -> Record:
+    """Runs the lowering in record mode and places the buffers it asks for."""
+    from ..codegen.lowering import KunlunLowering  # noqa: PLC0415 - the lowering imports this package
+    low = KunlunLowering(ir, dialect, policy)
+    low.lower()
+    for b in low.requests:
+        b.start, b.end = live_range(low.refs[b.name], low.ranges)
+    return Record(low.requests, low.dma_sites, place(low.requests), low.work)
+
+
+def gm_tensors(fn: Function) -> list[GMTensor]:
+    written = set()
+    for op in walk_block(fn.body):
+        if op.name == "store":
+            written |= _bases(op.operands[0])
+    return [GMTensor(p.name, p.type.dtype.element_ty.name, id(p.value) in written)
+            for p in fn.params if p.type.dtype.is_ptr()]
+
+
+def _bases(v) -> set[int]:
+    """Ids of the pointer parameters a pointer value is derived from."""
+    out, stack, seen = set(), [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.owner is None:
+            if x.dtype.is_ptr():
+                out.add(id(x))
+            continue
+        stack.extend(o for o in x.owner.operands if o.dtype.is_ptr() or x.owner.name != "add")
+    return out
+
+
+def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
+    ir, steps, rec = fit(narrow(fn), arch, policy, lambda f: record(f, dialect, policy))
+    return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
+                      dma=rec.dma, steps=steps, lm_bytes=rec.total)
+
+
+__all__ = ["MemoryPlan", "plan_memory", "record"]

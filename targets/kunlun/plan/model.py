@@ -1,0 +1,144 @@
+"""What a Kunlun memory plan decides, as data: the GM tensors a program reads and writes, the LM
+buffers it holds (each at an offset of one per-core arena, with the live range that let it share
+bytes with others), the SM buffers of its cluster, every DMA between the spaces, and the
+strip-mining steps that made the tiles fit. The renderer prints `listing()` at the top of the
+`.xpu` source; the LM budget check, the autotuner's footprint probe and the cost model read
+`lm_bytes` and `dma` from here and from nowhere else."""
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import re
+
+from compiler.ir import Function, Value
+
+ALIGN = 64   # __simd__: vector loads and stores need 64-byte aligned LM
+NOMINAL_TRIPS = 8   # a run-time loop's trip count when ranking plans (unknown at compile time)
+
+
+def align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclasses.dataclass(frozen=True)
+class GMTensor:
+    name: str
+    dtype: str          # element dtype in global memory
+    written: bool
+
+
+@dataclasses.dataclass
+class LMBuffer:
+    """One LM buffer: `nbytes` at `offset` of the arena, live over op times [start, end]."""
+
+    index: int
+    name: str
+    ctype: str
+    numel: int
+    nbytes: int
+    value: Value | None
+    kind: str                    # "value" (holds an IR value) or "scratch" (within one op)
+    start: int = 0
+    end: int = 0
+    offset: int = 0
+    shares: str | None = None    # written in place over this (dying) buffer
+    inplace: tuple = ()          # buffers it may overwrite in place (read at the same index only)
+
+    def source_name(self) -> str:
+        return source_name(self.value) or self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class SMBuffer:
+    name: str
+    nbytes: int
+    purpose: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DMA:
+    """One DMA site of the emitted program: `transfers` copies of `elems` elements of `elem_bytes`
+    each time the site runs; `static_trips` is the product of the trip counts of the enclosing
+    loops known at compile time and `runtime_loops` the number of enclosing loops whose trip count
+    depends on the arguments."""
+
+    kind: str                    # GM2LM, LM2GM, GM2SM, SM2LM
+    buffer: str
+    elem_bytes: int
+    elems: int
+    transfers: int
+    static_trips: int
+    runtime_loops: int
+    time: int
+    shared: bool = False         # moved once per cluster (SM staging), not per core
+
+    def bytes_per_run(self, trips: float) -> float:
+        return self.elem_bytes * self.elems * self.transfers * self.static_trips * trips ** self.runtime_loops
+
+    def count_per_run(self, trips: float) -> float:
+        return self.transfers * self.static_trips * trips ** self.runtime_loops
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    ir: Function                 # the kernel after the plan's IR stages (int64 narrowing, strip-mining)
+    arch: str
+    budget: int                  # LM bytes the arena may use (LM - stack reserve)
+    gm: list[GMTensor]
+    lm: list[LMBuffer]
+    sm: list[SMBuffer]
+    dma: list[DMA]
+    steps: list[str]             # strip-mining decisions, in order
+    lm_bytes: int                # the arena: every LM buffer at its offset
+
+    @property
+    def peak_live_bytes(self) -> int:
+        """The most bytes live at one time (the arena can be larger: alignment, fragmentation)."""
+        times = sorted({b.start for b in self.lm})
+        return max((sum(align(b.nbytes) for b in self.lm if b.start <= t <= b.end and b.shares is None)
+                    for t in times), default=0)
+
+    def listing(self) -> str:
+        lines = [f"memory plan ({self.arch}): LM arena {self.lm_bytes} of {self.budget} bytes per core"
+                 + (f", SM {sum(s.nbytes for s in self.sm)} bytes per cluster" if self.sm else "")]
+        for step in self.steps:
+            lines.append(f"  strip-mined: {step}")
+        for t in self.gm:
+            lines.append(f"  GM {t.name}: {t.dtype}{' (written)' if t.written else ''}")
+        for b in self.lm:
+            share = f", in place over {b.shares}" if b.shares else ""
+            src = source_name(b.value)
+            lines.append(f"  LM {b.name} @{b.offset}: {b.nbytes} bytes, {b.ctype}[{b.numel}], live "
+                         f"{b.start}..{b.end}{share}" + (f" ({src})" if src else ""))
+        for s in self.sm:
+            lines.append(f"  SM {s.name}: {s.nbytes} bytes ({s.purpose})")
+        kinds: dict[str, int] = {}
+        for d in self.dma:
+            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+        if kinds:
+            lines.append("  DMA sites: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+        return "\n".join(lines)
+
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?:[-+*/]?=)(?!=)")
+
+
+def source_name(v: Value | None) -> str:
+    """The kernel-source name a value was bound to (`x` in `x = tl.load(...)`), read from its
+    source line; '' when the line binds no name."""
+    if v is None or v.loc is None:
+        return ""
+    if v.name_hint:
+        return v.name_hint
+    line = linecache.getline(v.loc.filename, v.loc.lineno) if v.loc.filename else ""
+    m = _ASSIGN.match(line)
+    return m.group(1).replace(" ", "") if m else ""
+
+
+def describe_value(v: Value | None) -> str:
+    """`name` (line N) for error messages."""
+    if v is None:
+        return "a scratch buffer"
+    name = source_name(v)
+    where = f"line {v.loc.lineno}" if v.loc is not None else "no source line"
+    return f"'{name}' ({where})" if name else f"the value made at {where}"

@@ -1,0 +1,130 @@
+"""Strip-mining: one dimension of a kernel's tiles cut into chunks that fit LM, as an IR rewrite.
+
+`stripmine(fn, dims, dim, size, policy)` returns a new Function in which every tile with an axis in
+`dim` (extent E) is computed `size` elements at a time, inside loops over the E/size chunks. It
+works region by region (a block), by what each op does along the dimension:
+
+- *parallel* ops (elementwise, views, sources, loads, stores, dots and reductions along other
+  axes) run per chunk: their chunk is computed where it is needed, from its operands' chunks;
+- a *reduction* along the dimension, or a *dot* contracting it, is carried across the chunks of
+  one pass (trees.py; the dot accumulates chunk after chunk, in ascending k);
+- a value needed after such a reduction (softmax: x - max(x)) is recomputed in a later pass from
+  its sources: its loads re-read GM. Passes are numbered by those dependencies; ops that use
+  nothing of the dimension run between passes;
+- a loop whose carried tiles have the axis and whose body is parallel along it is interchanged:
+  it runs once per chunk, inside the pass (a norm's carried accumulator, a matmul's K loop);
+- a loop that carries nothing of the dimension but uses it inside is a region of its own.
+
+Anything else touching the dimension (an op the dimension analysis pinned, a loop carrying the axis
+whose body reduces along it) makes the rewrite refuse with `NotApplicable`, and the search tries
+another dimension. Memory order is kept: stores stay in program order, and a load is re-read in a
+later pass only where no store to the same tensor parameter comes between (distinct parameters
+are assumed not to overlap, as in every tile program).
+"""
+from __future__ import annotations
+
+from compiler.ir import Block, Function, Op, Value, verify
+
+from .dims import Dims
+
+
+class NotApplicable(Exception):
+    """This dimension cannot be strip-mined here (the reason is the message)."""
+
+
+class Ctx:
+    def __init__(self, fn: Function, dims: Dims, dim, size: int, strict: bool):
+        self.fn, self.dims, self.dim, self.size, self.strict = fn, dims, dim, size, strict
+        self.extent = dims.classes()[dim]
+        if self.extent % size or size & (size - 1):
+            raise NotApplicable(f"chunk {size} does not divide extent {self.extent} in powers of two")
+        self.n = self.extent // size
+        self.stored = _stored_bases(fn.body)
+        self._touch: dict[int, bool] = {}
+
+    def axis(self, v: Value) -> int | None:
+        return self.dims.axis_of(v, self.dim)
+
+    def has(self, v: Value) -> bool:
+        return self.axis(v) is not None
+
+    def touches(self, op: Op) -> bool:
+        t = self._touch.get(id(op))
+        if t is None:
+            t = any(self.has(v) for v in (*op.operands, *op.results)) or \
+                any(self.touches(o) for b in op.blocks for o in b.ops) or \
+                any(self.has(a) for b in op.blocks for a in b.args)
+            self._touch[id(op)] = t
+        return t
+
+    def parallel_body(self, block: Block) -> bool:
+        """Whether every op of `block` (nested ones too) runs chunk by chunk on its own."""
+        for op in block.ops:
+            role = self.role(op) if self.touches(op) else "free"
+            if role in ("red", "con", "inner"):
+                return False
+            if role == "free" and _has_store(op):
+                return False   # would run once per chunk
+            if op.blocks and role == "loop" and not self.parallel_body(op.blocks[0]):
+                return False
+        return True
+
+    def role(self, op: Op) -> str:
+        """What `op` (which touches the dimension) does along it."""
+        if op.name == "for":
+            if any(self.has(v) for v in op.operands[3:]):
+                if not self.parallel_body(op.blocks[0]):
+                    raise NotApplicable("a loop carries a chunked tile but reduces along it inside")
+                return "loop"
+            return "inner"
+        if op.blocks:
+            raise NotApplicable(f"op '{op.name}' has blocks this rewrite does not know")
+        if op.name == "reduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
+            return "red"
+        if op.name == "dot" and self.axis(op.operands[0]) == 1:
+            return "con"
+        if op.name == "store":
+            return "store"
+        if op.name == "yield":
+            return "free"
+        return "par"
+
+
+def _has_store(op: Op) -> bool:
+    return op.name == "store" or any(_has_store(o) for b in op.blocks for o in b.ops)
+
+
+def _stored_bases(block: Block) -> set[int]:
+    out = set()
+    for op in block.ops:
+        if op.name == "store":
+            out |= bases(op.operands[0])
+        for b in op.blocks:
+            out |= _stored_bases(b)
+    return out
+
+
+def bases(v: Value) -> set[int]:
+    """Ids of the pointer parameters (or other roots) a pointer value is derived from."""
+    out, stack, seen = set(), [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.owner is None or not any(o.dtype.is_ptr() for o in x.owner.operands):
+            out.add(id(x))
+            continue
+        stack.extend(o for o in x.owner.operands if o.dtype.is_ptr())
+    return out
+
+
+def stripmine(fn: Function, dims: Dims, dim, size: int, strict: bool) -> Function:
+    ctx = Ctx(fn, dims, dim, size, strict)
+    body = Block()
+    scope = {id(p.value): p.value for p in fn.params}
+    from .passes import Region  # noqa: PLC0415 - the region scheduler builds on this module
+    Region(ctx, fn.body, body, scope, parent=None).run()
+    out = Function(fn.name, fn.params, body, fn.specialization)
+    verify(out)
+    return out
