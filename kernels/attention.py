@@ -10,7 +10,9 @@ sees every key, the KV-cache / flash-attn convention). For Sq == Sk this is exac
 torch.nn.functional.scaled_dot_product_attention(is_causal=True). For Sq != Sk torch's is_causal
 is top-left aligned (j <= i) and differs; ours equals SDPA with
 attn_mask=torch.ones(Sq, Sk).tril(Sk - Sq).bool(). Queries that see no key at all (only when
-Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there).
+Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there). A NaN in q, k or a
+score makes its rows NaN (out and lse), as in torch. head_dim 0 gives an empty output and, as
+torch's logsumexp of all-zero scores, lse = log(number of keys the row sees).
 
 Numerics: one program owns BLOCK_M queries of one (batch, head) and walks the keys in ascending
 BLOCK_N blocks (no split-KV) with an online softmax: running max m, running sum l and an fp32
@@ -30,7 +32,7 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import cdiv, check_device, check_same_dtype, check_tensor
+from .checks import cdiv, check_device, check_same_dtype, check_tensor, checked_config
 from .configs import select
 
 # strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
@@ -111,7 +113,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
                     mask=n_ok[:, None] & do_ok[None, :], other=0.0).to(tl.float32)
         acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
-    has_keys = l_i > 0.0
+    # l_i is 0 only for a row that saw no key (each key seen adds exp(0) = 1 for the row's max);
+    # a NaN score makes it NaN, which propagates to out and lse as in torch
+    has_keys = l_i != 0.0
     l_safe = tl.where(has_keys, l_i, 1.0)
     out = tl.where(has_keys[:, None], acc / l_safe[:, None], 0.0)
     tl.store(o_base + offs_m[:, None] * som + offs_do[None, :] * sod, out.to(o_ptr.dtype.element_ty),
@@ -153,7 +157,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if return_lse else None
     if B * Hq * Sq and D:
-        cfg = dict(config) if config else select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
+        cfg = checked_config(op, SPEC, config) if config else select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
         cfg.setdefault("BLOCK_D", npow2(D))
         if cfg["BLOCK_D"] < D:
             raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
@@ -166,17 +170,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             CAUSAL=causal, STORE_LSE=return_lse, **cfg)
     elif return_lse:
-        lse.fill_(-math.inf)
+        lse.copy_(_empty_head_lse(Sq, Sk, causal, q.device).expand(B, Hq, Sq))
     if return_lse:
         return out, lse
     return out
+
+
+def _empty_head_lse(Sq: int, Sk: int, causal: bool, device) -> torch.Tensor:
+    """lse of rows whose scores are all 0 (head_dim 0): log of the number of keys each row sees
+    (-inf for none), as torch.logsumexp of those scores."""
+    seen = torch.full((Sq,), Sk, dtype=torch.float32, device=device)
+    if causal:
+        seen = (torch.arange(Sq, device=device) + (Sk - Sq + 1)).clamp(0, Sk).to(torch.float32)
+    return torch.log(seen)
 
 
 def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype=None):
     """fp64 reference with the same (bottom-right) causal convention; rows with no key give 0 / -inf."""
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = (1.0 / math.sqrt(D) if D else 1.0) if scale is None else scale
     kd = k.double().repeat_interleave(Hq // Hkv, dim=1)
     vd = v.double().repeat_interleave(Hq // Hkv, dim=1)
     s = torch.matmul(q.double(), kd.transpose(-1, -2)) * scale

@@ -19,8 +19,8 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import FLOAT_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
-from .configs import select
+from .checks import FLOAT_DTYPES, cdiv, check_device, check_out, check_same_dtype, check_tensor, checked_config
+from .configs import shared
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 
@@ -81,7 +81,8 @@ def _batch_view(t: torch.Tensor):
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
            out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
-    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]."""
+    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N].
+    `out` must not overlap a, b or bias, nor have elements that share memory (ValueError)."""
     op = "matmul"
     check_tensor(op, "a", a, dims=(2, 3))
     check_tensor(op, "b", b, dims=(2, 3))
@@ -105,12 +106,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         if bias.shape[0] != N:
             raise ValueError(f"{op}: bias has {bias.shape[0]} elements, expected N={N}")
     if out is None:
-        out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+        out = a.new_empty(out_shape)
     else:
         check_tensor(op, "out", out)
         check_same_dtype(op, "a", a, out=out)
         if tuple(out.shape) != out_shape:
             raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {out_shape}")
+        check_out(op, out, a=a, b=b, bias=bias)
     check_device(op, a=a, b=b, bias=bias, out=out)
     if M == 0 or N == 0 or Z == 0:
         return out
@@ -118,7 +120,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         out.copy_(_epilogue(torch.zeros(out_shape, dtype=torch.float64, device=a.device), bias, activation))
         return out
     _, szc, _, _, scm, scn = _batch_view(out)
-    cfg = dict(config) if config else select(SPEC, None, N=N, K=K)
+    cfg = checked_config(op, SPEC, config) if config else shared(SPEC, None, {"N": N, "K": K})
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,

@@ -12,13 +12,15 @@ the output is rounded once to the input dtype.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import cdiv, check_device, check_same_dtype, check_tensor
-from .configs import select
+from .checks import cdiv, check_device, check_same_dtype, check_tensor, checked_config
+from .configs import shared
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
 # that fits Kunlun's LM), and strict outputs of all targets are bitwise equal (docs/numerics.md)
@@ -101,70 +103,81 @@ def rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, res_ptr, N, stride_x, stride_xn,
 
 
 def _rows(op, name, x):
-    """x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place)."""
+    """(x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place),
+    rows, N). Rows of length 0, and no rows, are fine: the result is empty."""
     check_tensor(op, name, x)
-    if x.dim() == 0:
+    shape = x.shape
+    if len(shape) == 2:
+        return x, shape[0], shape[1]
+    if not shape:
         raise ValueError(f"{op}: argument '{name}' must have at least 1 dimension, got a scalar")
-    N = x.shape[-1]
-    return x.reshape(-1, N), N
+    N, rows = shape[-1], math.prod(shape[:-1])
+    return x.reshape(rows, N), rows, N
 
 
 def _check_vec(op, name, t, x, N):
     if t is None:
         return None
     check_tensor(op, name, t, dims=1)
-    check_same_dtype(op, "x", x, **{name: t})
+    if t.dtype != x.dtype:
+        check_same_dtype(op, "x", x, **{name: t})
     if t.shape[0] != N:
         raise ValueError(f"{op}: {name} has {t.shape[0]} elements, expected {N} (the last dim of x)")
-    return t.contiguous()
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _check_eps(op, eps):
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
+    if type(eps) is float and eps >= 0:
+        return eps
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
         raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
     return float(eps)
+
+
+def _config(op, spec, config, N) -> dict:
+    return checked_config(op, spec, config) if config else shared(spec, None, {"N": N})
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional)."""
     op = "layer_norm"
-    x2, N = _rows(op, "x", x)
+    x2, rows, N = _rows(op, "x", x)
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, weight=weight, bias=bias)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    rows = x2.shape[0]
+    y = x.new_empty(x.shape)
     if rows == 0 or N == 0:
         return y
-    y2 = y.view(-1, N)
-    cfg = dict(config) if config else select(LAYER_NORM, None, N=N)
-    layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, x2.stride(0), x2.stride(1), y2.stride(0), eps,
+    y2 = y.view(rows, N)
+    cfg = _config(op, LAYER_NORM, config, N)
+    sx = x2.stride()
+    layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, sx[0], sx[1], N, eps,
                                HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
     return y
 
 
 def _rms(op, x, residual, weight, eps, config):
-    x2, N = _rows(op, "x", x)
+    x2, rows, N = _rows(op, "x", x)
     r2 = None
     if residual is not None:
         check_tensor(op, "residual", residual)
         check_same_dtype(op, "x", x, residual=residual)
         if residual.shape != x.shape:
             raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
-        r2 = residual.reshape(-1, N)
+        r2 = residual.reshape(rows, N)
     weight = _check_vec(op, "weight", weight, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, residual=residual, weight=weight)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else None
-    rows = x2.shape[0]
+    y = x.new_empty(x.shape)
+    res = x.new_empty(x.shape) if residual is not None else None
     if rows and N:
-        y2 = y.view(-1, N)
-        cfg = dict(config) if config else select(RMS_NORM if residual is None else ADD_RMS_NORM, None, N=N)
+        cfg = _config(op, RMS_NORM if residual is None else ADD_RMS_NORM, config, N)
+        sx = x2.stride()
+        sr = r2.stride() if r2 is not None else (0, 0)
+        # y and res are new contiguous [rows, N] tensors: row stride N
         rms_norm_kernel[(rows,)](
-            x2, r2, weight, y2, res.view(-1, N) if res is not None else None, N, x2.stride(0), x2.stride(1),
-            r2.stride(0) if r2 is not None else 0, r2.stride(1) if r2 is not None else 0, y2.stride(0), eps,
+            x2, r2, weight, y, res, N, sx[0], sx[1], sr[0], sr[1], N, eps,
             HAS_R=r2 is not None, HAS_W=weight is not None, **cfg)
     return y, res
 
