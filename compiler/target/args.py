@@ -94,3 +94,19 @@ def scalar_value(kernel: str, arg: str, a, dtype_name: str):
         raise KernelArgumentError(f"kernel '{kernel}': argument '{arg}' is {a}, outside this specialisation's "
                                   f"{dtype_name} parameter [{lo}, {hi}]; launch through kernel[grid](...)")
     return a
+
+
+_FLAG = {"cpu": "is_cpu", "cuda": "is_cuda"}
+
+
+def check_tensors(kernel: str, names, tensors, device_type: str) -> None:
+    """The warm-path check of launchers that hand tensors on to someone else (Triton, the Kunlun
+    runtime): a plain tensor on `device_type` with a data pointer passes after two attribute
+    reads; anything else gets `tensor_pointer`'s full check and its error."""
+    flag = _FLAG.get(device_type)
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            continue
+        if type(t) in _PLAIN and flag is not None and getattr(t, flag) and (t.data_ptr() or not t.numel()):
+            continue
+        tensor_pointer(kernel, name, t, device_type)

@@ -110,7 +110,7 @@ static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t ar
 // Bounds-checked mode: every element address is checked against the storage of the tensor the
 // pointer came from; an access outside it is skipped (a load reads 0 from a private sink) and
 // reported with the element offset and extent, counted from the tensor's data pointer.
-static thread_local alignas(64) unsigned char tj_sink[64];
+alignas(64) static thread_local unsigned char tj_sink[64];
 static inline bool tj_in(const tj_range& q, int64_t a, int64_t n) { return a >= q.lo && a + n <= q.hi; }
 template <class T> static inline T* tj_oob(T* p, const tj_range& q, tj_status* st, int arg, int site, int store) {
     const int64_t a = (int64_t)(intptr_t)p, n = (int64_t)sizeof(T);
