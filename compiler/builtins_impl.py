@@ -51,6 +51,9 @@ def _arange(b, name, a):
     end = _const_int(name, "end", a["end"])
     if end <= start:
         raise SemanticError(f"tl.arange: end ({end}) must be greater than start ({start})")
+    if not (-(2 ** 31) <= start and end <= 2 ** 31):
+        raise SemanticError(f"tl.arange({start}, {end}): its values are int32, so start and end must lie in "
+                            "[-2**31, 2**31]; use smaller BLOCK sizes")
     return b.op1("arange", [], {"start": start, "end": end})
 
 

@@ -58,6 +58,10 @@ class KernelArgumentError(TilejitError, TypeError, ValueError):
     """A launch passed arguments that do not fit the kernel's signature or the target."""
 
 
+class KernelBoundsError(TilejitError, IndexError):
+    """A bounds-checked launch found an access outside the tensor its pointer came from."""
+
+
 class TargetError(TilejitError):
     """A target is unknown, unavailable here, or its toolchain failed."""
 

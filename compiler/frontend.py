@@ -16,6 +16,7 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .captured import record as record_capture
 from . import dtypes as D
 from . import language as lang
 from .errors import CompilationError
@@ -91,10 +92,13 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         self.depth = depth
         self.scope: dict[str, object] = {}
         self.globals = dict(fn.__globals__)
+        self._sources = {}   # name -> the closure cell it was read from (else fn.__globals__)
+        self._fn_globals = fn.__globals__
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 try:
                     self.globals[name] = cell.cell_contents
+                    self._sources[name] = cell
                 except ValueError:
                     pass
         self.loop_depth = 0     # run-time loops around the statement being walked
@@ -218,7 +222,11 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         if name in self.scope:
             return self.scope[name]
         if name in self.globals:
-            return map_global(self.globals[name])
+            value = self.globals[name]
+            # what the kernel read is folded into its IR: the warm path checks it still holds
+            record_capture(getattr(self.builder, "captured", None), self._sources.get(name, self._fn_globals),
+                            name, value)
+            return map_global(value)
         if name in _PY_BUILTINS:
             return _PY_BUILTINS[name]
         why = self.gone.get(name)
@@ -379,10 +387,14 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         return result
 
 
-def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict) -> Function:
-    """Runs the frontend over `fn` for one specialisation and returns the kernel's IR."""
+def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict,
+                   captured: dict | None = None) -> Function:
+    """Runs the frontend over `fn` for one specialisation and returns the kernel's IR. `captured`,
+    when given, receives the globals the kernel (and the helpers it inlines) read
+    (compiler.captured.record)."""
     body = Block()
     builder = Builder(body)
+    builder.captured = captured
     visitor = FunctionVisitor(fn, builder, kernel_name)
     params = []
     for spec in argspecs:

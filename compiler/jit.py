@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import operator
 import os
@@ -20,12 +21,15 @@ import torch
 from . import dtypes as D
 from . import launch_options as LO
 from .cache import KernelCache, stable_hash
+from .captured import is_current, refreshed
 from .errors import CompilationError, KernelArgumentError
+from .fastpath import make_dispatcher
 from .frontend import ArgSpec, build_function, constexpr_params
 from .ir import print_function, structural_hash, verify
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
+from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
 
 # errors about the user's kernel or launch: shown without the compiler's frames unless TILEJIT_DEBUG=1
@@ -85,7 +89,7 @@ def kernel_cache() -> KernelCache:
 class CompiledKernel:
     """One specialisation of a kernel for one target: its IR, source and launcher."""
 
-    def __init__(self, name, ir_before, ir, source, launcher, runtime_indices, key, compile_time):
+    def __init__(self, name, ir_before, ir, source, launcher, runtime_indices, key, compile_time, captured=()):
         self.name = name
         self.ir_before = ir_before   # printed IR straight from the frontend
         self.ir = ir                 # printed IR after passes and numerics lowering
@@ -94,6 +98,7 @@ class CompiledKernel:
         self.runtime_indices = runtime_indices
         self.key = key
         self.compile_time = compile_time
+        self.captured = captured     # (where, name, value) of the globals it read (compiler.captured)
 
     def __call__(self, grid, args):
         self.launcher(grid, args)
@@ -123,7 +128,8 @@ def _hashable(v) -> bool:
 
 
 def _spec_of(a):
-    """Specialisation key part of one runtime argument: cheap, no allocation for tensors."""
+    """Specialisation key part of one runtime argument: cheap, no allocation for tensors.
+    compiler/fastpath/tjfast.c (spec_of) computes the same items for the compiled warm path."""
     if isinstance(a, torch.Tensor):
         return a.dtype
     t = type(a)
@@ -131,6 +137,8 @@ def _spec_of(a):
         if a == 1:
             return "i1"
         if not -(2 ** 31) <= a < 2 ** 31:
+            if not -(2 ** 63) <= a < 2 ** 63:
+                return "i>64"   # never compiled: _argspecs refuses it, naming the argument
             return "i64/16" if a % 16 == 0 else "i64"
         return "i/16" if a % 16 == 0 else "i"
     if t is float:
@@ -168,6 +176,7 @@ class KernelFunction:
         self._constexpr_names = None
         self._lock = threading.Lock()
         self._nargs = -1   # set by _prepare; -1 sends the first launch through bind()
+        self._dispatch = None   # the warm path `dispatch(grid, *args, **kwargs)`, made at the first launch
 
     # -- binding --------------------------------------------------------------------------
     def _prepare(self):
@@ -219,14 +228,28 @@ class KernelFunction:
 
     # -- launch ---------------------------------------------------------------------------
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+        dispatch = self._dispatch or self._make_dispatch()
+        return functools.partial(dispatch, grid)
+
+    def _make_dispatch(self):
+        """The compiled warm path (compiler.fastpath: key, lookup and launch in C, falling back to
+        `run` for anything else), or `run` itself where that path is unavailable."""
+        if self._binder is None:
+            self._prepare()
+        dispatch = make_dispatcher(self, current_target, current_policy, _DRY, torch.Tensor)
+        if dispatch is None:
+            def dispatch(grid, *args, **kwargs):
+                return self.run(grid, args, kwargs)
+        self._dispatch = dispatch
+        return dispatch
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"kernel '{self.__name__}' is launched with a grid: {self.__name__}[grid](...); "
                         "helpers called from another kernel are inlined automatically")
 
     def run(self, grid, args, kwargs):
-        # the warm path: bind, one tuple key, one dict lookup, one call
+        # the Python launch path, which the compiled warm path (compiler.fastpath) mirrors and
+        # falls back to: bind, one tuple key, one dict lookup, one call
         opts = self.launch_defaults
         if kwargs or len(args) != self._nargs:
             if kwargs:
@@ -244,7 +267,7 @@ class KernelFunction:
             ck = self.compiled.get(key) if dry is None else None
         except TypeError:
             raise self._unhashable(args) from None
-        if ck is None:
+        if ck is None or (ck.captured and not self._still_current(ck)):
             try:
                 ck = self._first_launch(grid, key, args, target, dry, topts)
             except _USER_ERRORS as exc:
@@ -265,7 +288,7 @@ class KernelFunction:
             dry[1].append(self._render(args, target, key[1], grid, topts))
             return dry[1][-1]
         launch_grid(self.__name__, grid(dict(zip(self.arg_names, args))) if callable(grid) else grid, target.caps)
-        ck = self.compiled.get(key) or self._compile(key, args, target, key[1], topts)
+        ck = self._compile(key, args, target, key[1], topts)   # looks the key up (and its globals) first
         if dry is not None:
             dry[1].append(ck)
         return ck
@@ -285,7 +308,10 @@ class KernelFunction:
         if topts:
             key += (topts,)
         try:
-            return self.compiled.get(key) or self._compile(key, args, target, policy, topts)
+            ck = self.compiled.get(key)
+            if ck is None or (ck.captured and not self._still_current(ck)):
+                ck = self._compile(key, args, target, policy, topts)
+            return ck
         except _USER_ERRORS as exc:
             if not _debug():
                 raise exc.with_traceback(None) from None
@@ -294,6 +320,18 @@ class KernelFunction:
             if "unhashable" in str(e):
                 raise self._unhashable(args) from None
             raise
+
+    @staticmethod
+    def _still_current(ck) -> bool:
+        """Whether the globals `ck` read still hold what it was compiled with (an equal scalar
+        rebound counts, and is noted so the compiled warm path sees it as current again)."""
+        if is_current(ck.captured):
+            return True
+        now = refreshed(ck.captured)
+        if now is None:
+            return False
+        ck.captured = now
+        return True
 
     def _unhashable(self, args) -> KernelArgumentError:
         bad = [self.arg_names[i] for i in self.constexpr_idx if not _hashable(args[i])]
@@ -313,6 +351,7 @@ class KernelFunction:
                         f"kernel '{self.__name__}': argument '{name}' is a {a.dtype} tensor; supported dtypes "
                         f"are {', '.join(str(t).replace('torch.', '') for t in D.TORCH_TO_DTYPE)}. "
                         "Convert it with .to(...) before the launch.")
+                check_tensor_kind(self.__name__, name, a)
                 target.check_tensor(self.__name__, name, a)
                 specs.append(ArgSpec(name, "tensor", dtype=D.pointer_type(dt)))
                 runtime.append(i)
@@ -323,6 +362,7 @@ class KernelFunction:
                 if a == 1 and name not in self.no_specialize:
                     specs.append(ArgSpec(name, "constexpr", value=1))
                     continue
+                check_int(self.__name__, name, a, 64)
                 big = not -(2 ** 31) <= a < 2 ** 31
                 hints = {"divisible_by": 16} if a % 16 == 0 and name not in self.no_specialize \
                     and name not in self.no_align_specialize else {}
@@ -339,16 +379,18 @@ class KernelFunction:
                     "pass a torch.Tensor, int, float or bool (or declare it `: tl.constexpr`).")
         return specs, runtime
 
-    def lower(self, specs: list[ArgSpec], target, policy: str, options=()) -> tuple[str, object, str]:
+    def lower(self, specs: list[ArgSpec], target, policy: str, options=(),
+              captured: dict | None = None) -> tuple[str, object, str]:
         """Frontend, passes and rendering for one specialisation: (IR before passes, IR, source).
-        `options`: the launch options the target honours (LO.for_target), in the specialisation."""
+        `options`: the launch options the target honours (LO.for_target), in the specialisation;
+        `captured` receives the globals the kernel read (compiler.captured)."""
         if self._binder is None:
             self._prepare()
         spec_desc = tuple((s.name, repr(s.value) if s.kind == "constexpr" else str(s.dtype)) for s in specs)
         specialization = {"numerics": policy, "args": spec_desc}
         if options:
             specialization["options"] = dict(options)
-        fn_ir = build_function(self.fn, self.__name__, specs, specialization)
+        fn_ir = build_function(self.fn, self.__name__, specs, specialization, captured)
         verify(fn_ir)
         ir_before = print_function(fn_ir)
         optimize(fn_ir)
@@ -367,19 +409,32 @@ class KernelFunction:
     def _compile(self, key, args, target, policy, options=()) -> CompiledKernel:
         with self._lock:
             ck = self.compiled.get(key)
-            if ck is not None:
+            if ck is not None and (not ck.captured or is_current(ck.captured)):
                 return ck
             t0 = time.perf_counter()
             specs, runtime = self._argspecs(args, target)
-            ir_before, fn_ir, source = self.lower(specs, target, policy, options)
+            captured: dict = {}
+            ir_before, fn_ir, source = self.lower(specs, target, policy, options, captured)
             entry_key = cache_key(fn_ir, target, policy)
-            cache = kernel_cache()
-            entry = cache.get_or_build(entry_key, lambda d: target.build(fn_ir, source, d))
-            launcher = target.load(fn_ir, entry, runtime, cache)
+            launcher = _build_and_load(kernel_cache(), entry_key, fn_ir, source, target, runtime)
             ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
-                                entry_key, time.perf_counter() - t0)
+                                entry_key, time.perf_counter() - t0, tuple(captured.values()))
             self.compiled[key] = ck
             return ck
+
+
+def _build_and_load(cache: KernelCache, key: str, fn_ir, source: str, target, runtime):
+    """The launcher of cache entry `key`, built first if needed. An entry removed between its
+    verified lookup and the load (a concurrent prune) is rebuilt once instead of failing."""
+    entry = cache.get_or_build(key, lambda d: target.build(fn_ir, source, d))
+    try:
+        return target.load(fn_ir, entry, runtime, cache)
+    except OSError:
+        if cache.still_valid(entry):
+            raise
+    cache.drop(key)
+    entry = cache.get_or_build(key, lambda d: target.build(fn_ir, source, d))
+    return target.load(fn_ir, entry, runtime, cache)
 
 
 def cache_key(fn_ir, target, policy: str) -> str:

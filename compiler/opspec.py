@@ -130,6 +130,36 @@ class OpSpec:
         return ",".join(f"{k}={v}" for k, v in self.key_of(**dims).items())
 
     # -- configs ----------------------------------------------------------------------------------
+    def config_keys(self) -> tuple[frozenset, frozenset]:
+        """(the parameters every config has, the parameters a config may have): from the candidate
+        spaces, the static defaults, the strict-fixed parameters and what the clamps add."""
+        cands = [c for sp in (self.space, *self.spaces.values()) for c in sp]
+        cands += [d for d in self.defaults.values() if isinstance(d, dict)]
+        required = frozenset.intersection(*(frozenset(c) for c in cands)) if cands else frozenset()
+        allowed = set().union(*(set(c) for c in cands), self.strict_fixed)
+        for shape in self.quick_shapes[:1]:
+            try:
+                allowed |= set(self.clamp(dict(cands[0]), self.dims_of(shape))) if cands else set()
+            except (KeyError, TypeError, ValueError):
+                pass
+        return required, frozenset(allowed)
+
+    def config_problem(self, config) -> str | None:
+        """Why `config` cannot run this op (a missing or unknown parameter, a block size that is
+        not a positive int), or None."""
+        why = config_problem(config)
+        if why:
+            return why
+        required, allowed = self.config_keys()
+        missing = sorted(required - set(config))
+        if missing:
+            return (f"it lacks {', '.join(missing)} (a config of {self.name} sets "
+                    f"{', '.join(sorted(required))})")
+        unknown = sorted(set(config) - allowed)
+        if unknown:
+            return f"{', '.join(unknown)} is not a parameter of {self.name} (its parameters: {', '.join(sorted(allowed))})"
+        return None
+
     def candidates(self, caps) -> list[dict]:
         return [dict(c) for c in self.spaces.get(caps.tile_class, self.space)]
 
@@ -164,6 +194,20 @@ class OpSpec:
                 return eff, f"strict fixes {k}={eff[k]} on every target"
             return eff, f"{k}={v} runs as {k}={eff.get(k)} for {self.shape_key(**dims)}"
         return eff, None
+
+
+def config_problem(config) -> str | None:
+    """Why `config` is not a config at all (block sizes are positive ints by name), or None."""
+    if not isinstance(config, dict) or not config:
+        return f"a config is a non-empty dict of block sizes, got {config!r}"
+    for k, v in config.items():
+        if not isinstance(k, str):
+            return f"parameter names are strings, got {k!r}"
+        if isinstance(v, bool) or not isinstance(v, int):
+            return f"{k}={v!r} is not an int"
+        if not 1 <= v < 2 ** 31:
+            return f"{k}={v} is not a positive block size (1 to 2**31 - 1)"
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

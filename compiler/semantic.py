@@ -57,6 +57,11 @@ def scalar_dtype_of(x) -> D.dtype:
     raise SemanticError(f"cannot use {type(x).__name__} value {x!r} as a tensor")
 
 
+# Tiles are indexed with 32-bit ints (the C lowering's `int`, Triton's int32 tl.arange): a tile of
+# 2**31 elements or more would wrap its index and silently do nothing.
+MAX_TILE_ELEMENTS = 2 ** 31 - 1
+
+
 class Builder:
     """Appends ops to the current block; `loc` is set by the frontend before each statement."""
 
@@ -72,6 +77,10 @@ class Builder:
             types = infer(name, [v.type for v in vals], attrs or {})
         except TypeRuleError as e:
             raise SemanticError(str(e)) from None
+        for t in types:
+            if t.numel > MAX_TILE_ELEMENTS:
+                raise SemanticError(f"a tile of shape {list(t.shape)} has {t.numel} elements, more than any target "
+                                    f"can index (at most 2**31 - 1 = {MAX_TILE_ELEMENTS}); use smaller BLOCK sizes")
         op = Op(name, vals, types, attrs, blocks, self.loc)
         self.block.append(op)
         return [Tile(r) for r in op.results]

@@ -14,7 +14,7 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem
 
-from .checks import check_device, check_same_dtype, check_tensor
+from .checks import check_device, check_same_dtype, check_tensor, checked_config
 from .configs import select
 from .norm import LAYER_NORM, _check_eps, _check_vec, _chunk_f32, _residual_sum, _rows, layer_norm_ref
 
@@ -55,21 +55,20 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
                    bias: torch.Tensor | None = None, eps: float = 1e-5, *, config: dict | None = None):
     """(layer_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised."""
     op = "add_layer_norm"
-    x2, N = _rows(op, "x", x)
+    x2, rows, N = _rows(op, "x", x)
     check_tensor(op, "residual", residual)
     check_same_dtype(op, "x", x, residual=residual)
     if residual.shape != x.shape:
         raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
-    r2 = residual.reshape(-1, N)
+    r2 = residual.reshape(rows, N)
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, residual=residual, weight=weight, bias=bias)
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    rows = x2.shape[0]
     if rows and N:
-        y2, s2 = y.view(-1, N), res.view(-1, N)
-        cfg = dict(config) if config else select(SPEC, None, N=N)
+        y2, s2 = y.view(rows, N), res.view(rows, N)
+        cfg = checked_config(op, SPEC, config) if config else select(SPEC, None, N=N)
         add_layer_norm_kernel[(rows,)](x2, r2, weight, bias, y2, s2, N, x2.stride(0), x2.stride(1), r2.stride(0),
                                        r2.stride(1), y2.stride(0), eps, HAS_W=weight is not None,
                                        HAS_B=bias is not None, **cfg)

@@ -10,7 +10,9 @@ sees every key, the KV-cache / flash-attn convention). For Sq == Sk this is exac
 torch.nn.functional.scaled_dot_product_attention(is_causal=True). For Sq != Sk torch's is_causal
 is top-left aligned (j <= i) and differs; ours equals SDPA with
 attn_mask=torch.ones(Sq, Sk).tril(Sk - Sq).bool(). Queries that see no key at all (only when
-Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there).
+Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there). A NaN in q, k or a
+score makes its rows NaN (out and lse), as in torch. head_dim 0 gives an empty output and, as
+torch's logsumexp of all-zero scores, lse = log(number of keys the row sees).
 
 Numerics: one program owns BLOCK_M queries of one (batch, head) and walks the keys in ascending
 BLOCK_N blocks (no split-KV) with an online softmax: running max m, running sum l and an fp32
@@ -30,7 +32,7 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, checked_config
 from .configs import select
 from .torch_ops import decode_config, define, encode_config
 
@@ -122,7 +124,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
                     mask=n_ok[:, None] & do_ok[None, :], other=0.0).to(tl.float32)
         acc = tl.dot(p, v, acc * alpha[:, None])
         m_i = m_new
-    has_keys = l_i > 0.0
+    has_keys = l_i != 0.0   # 0 only for a row that saw no key; NaN (propagated, as in torch) for a NaN score
     l_safe = tl.where(has_keys, l_i, 1.0)
     out = tl.where(has_keys[:, None], acc / l_safe[:, None], 0.0)
     tl.store(o_base + offs_m[:, None] * som + offs_do[None, :] * sod, out.to(o_ptr.dtype.element_ty),
@@ -157,7 +159,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         raise ValueError(f"{op}: argument 'scale' must be a finite number, got {scale!r}")
     # the backward needs the logsumexp: computed whenever autograd will ask for a gradient
     want_lse = return_lse or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-    out, lse = TORCH_OP.op(q, k, v, mask, causal, float(scale), want_lse, encode_config(config))
+    out, lse = TORCH_OP.op(q, k, v, mask, causal, float(scale), want_lse,
+                           encode_config(checked_config(op, SPEC, config) if config else None))
     return (out, lse) if return_lse else out
 
 
@@ -192,7 +195,7 @@ def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
     Hkv, Sk = k.shape[1], k.shape[2]
     if not (B * Hq * Sq and D):
         if return_lse:
-            lse.fill_(-math.inf)
+            lse.copy_(_empty_head_lse(B, Hq, Sq, Sk, causal, mask, lse))
         return
     cfg = decode_config(config) or select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
     cfg.setdefault("BLOCK_D", npow2(D))
@@ -209,6 +212,18 @@ def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
         CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, **cfg)
 
 
+def _empty_head_lse(B: int, Hq: int, Sq: int, Sk: int, causal: bool, mask, lse) -> torch.Tensor:
+    """lse of rows whose scores are all 0 (head_dim 0): log of the number of keys each row sees
+    (-inf for none), as torch.logsumexp of those scores."""
+    allowed = torch.ones(Sq, Sk, dtype=torch.bool, device=lse.device)
+    if causal:
+        allowed = allowed.tril(Sk - Sq)
+    allowed = allowed.expand(B, Hq, Sq, Sk)
+    if mask is not None:
+        allowed = allowed & mask
+    return torch.log(allowed.sum(-1).to(lse.dtype))
+
+
 def _reference(q, k, v, mask, causal, scale, return_lse, config):
     out, lse = attention_ref(q, k, v, causal, scale, True, torch.float64, mask=mask, lse_dtype=torch.float64)
     return out, (lse if return_lse else lse.new_empty(0))
@@ -220,7 +235,7 @@ def attention_ref(q, k, v, causal=False, scale=None, return_lse=False, out_dtype
     key give 0 / -inf."""
     B, Hq, Sq, D = q.shape
     Hkv, Sk = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = (1.0 / math.sqrt(D) if D else 1.0) if scale is None else scale
     kd = k.double().repeat_interleave(Hq // Hkv, dim=1)
     vd = v.double().repeat_interleave(Hq // Hkv, dim=1)
     s = torch.matmul(q.double(), kd.transpose(-1, -2)) * scale

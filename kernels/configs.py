@@ -5,15 +5,15 @@ clamps (and, in the strict policy, its fixed summation-order parameters).
 The answer depends only on (op, target, policy, dims), so it is memoised: after the first call
 for a shape, a lookup is one dict hit. The memo is dropped whenever the decision store changes
 (`compiler.cache.decisions.generation()`), and is keyed by the cache directory settings and the
-strict-cache mode, which change which decisions are visible."""
+strict-cache mode (`settings_stamp()`), which change which decisions are visible."""
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 
 from compiler import current_target, get_target
-from compiler.cache import decisions, strict_mode
+from compiler.cache import decisions
+from compiler.cache.safety import settings_stamp
 from compiler.numerics import current_policy
 from compiler.opspec import OpSpec
 
@@ -41,17 +41,23 @@ def resolve_target(target=None):
 
 
 def select(spec: OpSpec, target=None, **dims) -> dict:
-    """The config `spec`'s op launches on `target` (None: the current one) for `dims`."""
-    tgt = resolve_target(target)
-    policy = current_policy()
-    tuned = _TUNED.get()
-    key = (spec.name, tgt.name, id(tgt), policy, tuned, decisions.generation(), strict_mode(),
-           os.environ.get("TILEJIT_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), *sorted(dims.items()))
+    """The config `spec`'s op launches on `target` (None: the current one) for `dims` (a copy)."""
+    return dict(shared(spec, target, dims))
+
+
+def shared(spec: OpSpec, target, dims: dict) -> dict:
+    """`select`'s memoised dict itself, for callers that only read it (the library ops): after the
+    first call for a shape key, a context read and one dict hit."""
+    tgt = current_target() if target is None else resolve_target(target)
+    key = (spec.name, tgt, current_policy(), _TUNED.get(), decisions.generation(), settings_stamp(),
+           *dims.items())
     cfg = _memo.get(key)
     if cfg is None:
+        policy, tuned = key[2], key[3]
+        # lookup_or_default ignores (with a warning) a stored winner the op could not run
         found = decisions.lookup_or_default(spec.name, tgt, policy, spec.shape_key(**dims)) if tuned else None
         cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = cfg
-    return dict(cfg)
+    return cfg

@@ -19,7 +19,8 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
+from .checks import (FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_out, check_same_dtype, check_tensor,
+                     checked_config)
 from .configs import select
 from .torch_ops import decode_config, define, encode_config, require_no_grad
 
@@ -83,6 +84,7 @@ def _batch_view(t: torch.Tensor):
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
            out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
     """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N].
+    `out` must not overlap a, b or bias, nor have elements that share memory (ValueError).
 
     Runs as the torch operator tilejit::matmul (tilejit::matmul_out with `out`): traceable by
     torch.compile / torch.export, differentiable without `out` (kernels/matmul_backward.py)."""
@@ -91,12 +93,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     check_tensor(op, "b", b, dims=(2, 3))
     if bias is not None:
         check_tensor(op, "bias", bias, dims=1)
+    config = encode_config(checked_config(op, SPEC, config) if config else None)
     if out is None:
-        return TORCH_OP.op(a, b, bias, activation, encode_config(config))
+        return TORCH_OP.op(a, b, bias, activation, config)
     check_tensor(op, "out", out)
     check_same_dtype(op, "a", a, out=out)
+    check_out(op, out, a=a, b=b, bias=bias)
     require_no_grad(op, a, b, bias)
-    TORCH_OP.out_op(a, b, bias, activation, encode_config(config), out)
+    TORCH_OP.out_op(a, b, bias, activation, config, out)
     return out
 
 

@@ -12,13 +12,15 @@ the output is rounded once to the input dtype.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor
-from .configs import select
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, checked_config
+from .configs import shared
 from .torch_ops import decode_config, define, encode_config
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
@@ -102,26 +104,33 @@ def rms_norm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, res_ptr, N, stride_x, stride_xn,
 
 
 def _rows(op, name, x):
-    """x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place)."""
+    """(x as a 2-D [rows, N] view (a copy only when the leading dims cannot be flattened in place),
+    rows, N). Rows of length 0, and no rows, are fine: the result is empty."""
     check_tensor(op, name, x, dtypes=OP_DTYPES)
-    if x.dim() == 0:
+    shape = x.shape
+    if len(shape) == 2:
+        return x, shape[0], shape[1]
+    if not shape:
         raise ValueError(f"{op}: argument '{name}' must have at least 1 dimension, got a scalar")
-    N = x.shape[-1]
-    return x.reshape(-1, N), N
+    N, rows = shape[-1], math.prod(shape[:-1])
+    return x.reshape(rows, N), rows, N
 
 
 def _check_vec(op, name, t, x, N):
     if t is None:
         return None
     check_tensor(op, name, t, dims=1, dtypes=OP_DTYPES)
-    check_same_dtype(op, "x", x, **{name: t})
+    if t.dtype != x.dtype:
+        check_same_dtype(op, "x", x, **{name: t})
     if t.shape[0] != N:
         raise ValueError(f"{op}: {name} has {t.shape[0]} elements, expected {N} (the last dim of x)")
-    return t.contiguous()
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _check_eps(op, eps):
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
+    if type(eps) is float and eps >= 0:
+        return eps
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
         raise ValueError(f"{op}: eps must be a non-negative float, got {eps!r}")
     return float(eps)
 
@@ -135,17 +144,26 @@ def _wrapper_checks(op, eps, **tensors):
     return _check_eps(op, eps)
 
 
+def _config_arg(op, spec, config) -> str | None:
+    """A caller's explicit `config=`, checked (ValueError naming why it cannot run), as the op's string."""
+    return encode_config(checked_config(op, spec, config) if config else None)
+
+
+def _config(spec, config, N) -> dict:
+    return decode_config(config) or shared(spec, None, {"N": N})
+
+
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional).
     Runs as the torch operator tilejit::layer_norm (differentiable: kernels/norm_backward.py)."""
     eps = _wrapper_checks("layer_norm", eps, x=x, weight=weight, bias=bias)
-    return LAYER_NORM_OP.op(x, weight, bias, eps, encode_config(config))
+    return LAYER_NORM_OP.op(x, weight, bias, eps, _config_arg("layer_norm", LAYER_NORM, config))
 
 
 def _layer_norm_shapes(x, weight, bias, eps, config):
     op = "layer_norm"
-    _, N = _rows(op, "x", x)
+    _, _, N = _rows(op, "x", x)
     _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     _check_eps(op, eps)
     return ((x.shape, x.dtype),)
@@ -153,20 +171,20 @@ def _layer_norm_shapes(x, weight, bias, eps, config):
 
 def _layer_norm_launch(x, weight, bias, eps, config, y):
     op = "layer_norm"
-    x2, N = _rows(op, "x", x)
+    x2, rows, N = _rows(op, "x", x)
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     check_device(op, x=x, weight=weight, bias=bias, y=y)
-    rows = x2.shape[0]
     if rows == 0 or N == 0:
         return
-    y2 = y.view(-1, N)
-    cfg = decode_config(config) or select(LAYER_NORM, None, N=N)
-    layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, x2.stride(0), x2.stride(1), y2.stride(0), eps,
+    y2 = y.view(rows, N)
+    cfg = _config(LAYER_NORM, config, N)
+    sx = x2.stride()
+    layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, sx[0], sx[1], y2.stride(0), eps,
                                HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
 
 
 def _rms_shapes(op, x, residual, weight, eps):
-    _, N = _rows(op, "x", x)
+    _, _, N = _rows(op, "x", x)
     if residual is not None:
         check_tensor(op, "residual", residual, dtypes=OP_DTYPES)
         check_same_dtype(op, "x", x, residual=residual)
@@ -178,17 +196,18 @@ def _rms_shapes(op, x, residual, weight, eps):
 
 
 def _rms_launch(op, x, residual, weight, eps, config, y, res):
-    x2, N = _rows(op, "x", x)
-    r2 = residual.reshape(-1, N) if residual is not None else None
+    x2, rows, N = _rows(op, "x", x)
+    r2 = residual.reshape(rows, N) if residual is not None else None
     weight = _check_vec(op, "weight", weight, x, N)
     check_device(op, x=x, residual=residual, weight=weight, y=y, res=res)
-    rows = x2.shape[0]
     if rows and N:
-        y2 = y.view(-1, N)
-        cfg = decode_config(config) or select(RMS_NORM if residual is None else ADD_RMS_NORM, None, N=N)
+        y2 = y.view(rows, N)
+        cfg = _config(RMS_NORM if residual is None else ADD_RMS_NORM, config, N)
+        sx = x2.stride()
+        sr = r2.stride() if r2 is not None else (0, 0)
         rms_norm_kernel[(rows,)](
-            x2, r2, weight, y2, res.view(-1, N) if res is not None else None, N, x2.stride(0), x2.stride(1),
-            r2.stride(0) if r2 is not None else 0, r2.stride(1) if r2 is not None else 0, y2.stride(0), eps,
+            x2, r2, weight, y2, res.view(rows, N) if res is not None else None, N, sx[0], sx[1], sr[0], sr[1],
+            y2.stride(0), eps,
             HAS_R=r2 is not None, HAS_W=weight is not None, **cfg)
 
 
@@ -197,7 +216,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional).
     Runs as the torch operator tilejit::rms_norm (differentiable: kernels/norm_backward.py)."""
     eps = _wrapper_checks("rms_norm", eps, x=x, weight=weight)
-    return RMS_NORM_OP.op(x, weight, eps, encode_config(config))
+    return RMS_NORM_OP.op(x, weight, eps, _config_arg("rms_norm", RMS_NORM, config))
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -207,7 +226,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     if residual is None:
         raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
     eps = _wrapper_checks("add_rms_norm", eps, x=x, residual=residual, weight=weight)
-    return ADD_RMS_NORM_OP.op(x, residual, weight, eps, encode_config(config))
+    return ADD_RMS_NORM_OP.op(x, residual, weight, eps, _config_arg("add_rms_norm", ADD_RMS_NORM, config))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,11 +19,18 @@ does (the first N % size ranks get one row more), padding each chunk to ceil(N/s
 collective and trimming after; `all_gather(t, sizes=[...])` takes every rank's dim-0 count
 (known to all), pads to the largest and trims. Padding costs at most size-1 rows of traffic.
 
+Agreement: before each transfer the ranks all-gather a small descriptor of their call (op,
+dtype, shape, reduction) and compare it; if they differ, every rank raises a CollectiveError naming
+each rank's call, and nothing is transferred (`comm.check_calls = False` skips the check). So an op
+call returns once every rank of the group has issued it (or raises at the timeout).
+
 Timeouts: before each op a rank writes `tj/arrive/<group>/<rank> = <op seq>` to the store, a
 side channel that outlives the collective. A wait that does not finish by `timeout` seconds after
 the op was issued (or that fails because a peer went away) raises `CollectiveTimeout` /
-`CollectiveError` naming the ranks whose key is behind: the ranks that never arrived. The store
-is hosted by rank 0, so if rank 0 itself is gone the error says the arrivals could not be read.
+`CollectiveError` naming the ranks whose key is behind: the ranks that never arrived. When every
+rank arrived and the op still failed (a rank died during it), the error names the rank(s) that
+went away (collective_checks.gone_ranks). The store is hosted by rank 0, so if rank 0 itself is
+gone the error says the arrivals could not be read.
 After such an error the process group is broken; tear it down (`close()`) and re-initialise.
 
 Backends: "gloo" and "nccl" through torch.distributed; "xccl" (BKCL on Kunlun XPUs) through the
@@ -41,6 +48,8 @@ import torch.distributed as dist
 from compiler.errors import TargetError, TilejitError
 from compiler.loader import LoadError, load_ref
 from compiler.target import load_plugin, target_names
+
+from . import collective_checks as checks
 
 __all__ = ["init", "run_ranks", "free_port", "Communicator", "CommHandle", "CollectiveError",
            "CollectiveTimeout", "BackendUnavailable", "split_counts", "resolve_backend"]
@@ -131,6 +140,7 @@ def init(rank: int, world: int, *, backend: str | None = None, host: str = "127.
     td = datetime.timedelta(seconds=timeout)
     if store is None:
         store = dist.TCPStore(host, port, world, rank == 0, timeout=td)
+    checks.register_process(store, rank)
     if be == "xccl":
         return plugin_backend(be)[0].init(rank, world, store=store, timeout=timeout, device=device)
     dist.init_process_group(be, store=dist.PrefixStore("pg", store), rank=rank, world_size=world, timeout=td)
@@ -174,6 +184,8 @@ class Communicator:
         self._seq = 0
         self._p2p_seq: dict[tuple[int, int], int] = {}
         self._lock = threading.Lock()
+        # check that every rank makes the same call before each transfer (a tiny all_gather)
+        self.check_calls = True
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _arrive(self, channel: str, seq: int) -> None:
@@ -186,14 +198,37 @@ class Communicator:
         self._arrive(self.name, seq)
         return seq
 
+    def _agree(self, op: str, seq: int, t, reduction=None, *, any_rows: bool = False, extra: int = 0) -> None:
+        """Before the transfer: every rank's call must match (collective_checks). Raises on every
+        rank, naming each rank's call, when they differ; the timeout error when a rank never comes."""
+        if not self.check_calls:
+            return
+        desc = checks.describe(op, seq, t, reduction, any_rows=any_rows, extra=extra)
+        rows = desc.new_empty(self.size * desc.numel())
+        CommHandle(self, self._c_all_gather(rows, desc), op, seq, self._peers()).wait()
+        why = checks.disagreement(rows.cpu(), self.ranks)
+        if why:
+            raise CollectiveError(f"{op} #{seq} on group '{self.name}', seen from rank {self.global_rank}: {why}. "
+                                  "Every rank must make the same call (op, dtype, shape, reduction); nothing "
+                                  "was transferred.", op=op, group=self.name, seq=seq)
+
     def _diagnose(self, op: str, seq: int, peers, cause: BaseException) -> CollectiveError:
-        """Which ranks of `peers` ((channel, global rank) pairs) had not reached op `seq`."""
-        missing, unread = [], None
+        """Which ranks of `peers` ((channel, global rank) pairs) had not reached op `seq`, or, when
+        all had, which went away during it."""
+        missing, unread, how = [], None, []
         try:
             for channel, r in peers:
                 key = f"tj/arrive/{channel}/{r}"
                 if not self.store.check([key]) or int(self.store.get(key)) < seq:
                     missing.append(r)
+            if not missing and len(peers) > 1:
+                missing, how = checks.gone_ranks(self.store, peers[0][0], seq, self.global_rank,
+                                                 [r for _, r in peers], min(2.0, max(0.5, self.timeout / 4)))
+                if missing:
+                    msg = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), seen from rank "
+                           f"{self.global_rank}, failed after every rank arrived: rank(s) {missing} went away during "
+                           f"it ({'; '.join(how)}). Cause: {str(cause).splitlines()[0] if str(cause) else cause!r}")
+                    return CollectiveError(msg, op=op, group=self.name, seq=seq, missing=missing)
         except Exception as e:                # noqa: BLE001 - the store's host may be the dead rank
             unread = e
         timed_out = "timed out" in str(cause).lower() or "timeout" in str(cause).lower()
@@ -254,6 +289,7 @@ class Communicator:
     def _all_reduce(self, t, op):
         rop = _base_op(op)
         seq = self._next()
+        self._agree("all_reduce", seq, t, op)
         work = self._c_all_reduce(t, rop)
         return CommHandle(self, work, "all_reduce", seq, self._peers(),
                           finish=(lambda: _divide(t, self.size)) if op == "avg" else None, result=t)
@@ -268,6 +304,7 @@ class Communicator:
         if sizes is None:
             out = torch.empty((self.size * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=t.device)
             seq = self._next()
+            self._agree("all_gather", seq, t)
             return CommHandle(self, self._c_all_gather(out, t), "all_gather", seq,
                               self._peers(), result=out)
         if len(sizes) != self.size or sizes[self.rank] != t.shape[0]:
@@ -277,6 +314,7 @@ class Communicator:
         padded = t if t.shape[0] == m else torch.cat([t, t.new_zeros((m - t.shape[0], *t.shape[1:]))])
         buf = torch.empty((self.size * m, *t.shape[1:]), dtype=t.dtype, device=t.device)
         seq = self._next()
+        self._agree("all_gather", seq, t, any_rows=True, extra=hash(tuple(sizes)))
         work = self._c_all_gather(buf, padded)
         return CommHandle(self, work, "all_gather", seq, self._peers(),
                           finish=lambda: torch.cat([buf[i * m:i * m + n] for i, n in enumerate(sizes)]))
@@ -301,6 +339,7 @@ class Communicator:
                 start += k
         out = torch.empty((c, *t.shape[1:]), dtype=t.dtype, device=t.device)
         seq = self._next()
+        self._agree("reduce_scatter", seq, t, op)
         work = self._c_reduce_scatter(out, src, rop)
         mine = counts[self.rank]
 
@@ -316,6 +355,7 @@ class Communicator:
     def _broadcast(self, t, src):
         self._global(src)                      # checks the range
         seq = self._next()
+        self._agree("broadcast", seq, t, extra=src)
         work = self._c_broadcast(t, src)
         return CommHandle(self, work, "broadcast", seq, self._peers(), result=t)
 

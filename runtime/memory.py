@@ -5,6 +5,10 @@ state of a serving loop makes no device calls and cannot fragment the device all
 it after the weights are loaded: by default it takes `ratio` (0.85) of the memory free at that
 moment, which leaves the rest for the framework, activations of other libraries and the OS.
 
+The pool is thread-safe: one lock guards its free-block index and counters (alloc, free, stats,
+check, release). After `release()` every call, and every view of a block, raises a DeviceError
+saying the pool was released.
+
 Allocation rounds a request to its size class (alignment multiples up to 4 KiB, then 8 classes
 per power of two: at most 12.5% slack, and freed blocks fit later requests of a similar size),
 then takes the best-fitting (or first) free block and splits off the rest. Freeing merges the
@@ -16,6 +20,7 @@ import bisect
 import dataclasses
 import errno
 import os
+import threading
 from fractions import Fraction
 
 import torch
@@ -72,6 +77,7 @@ class Block:
 
     def tensor(self, dtype: torch.dtype = torch.uint8, shape=None) -> torch.Tensor:
         """A view of the block as `shape` elements of `dtype` (default: as many as fit in nbytes)."""
+        self.pool._check_live("Block.tensor")
         if self.freed:
             raise self.pool._error(DeviceError, errno.EFAULT, f"use of {self!r} after free")
         item = torch.empty((), dtype=dtype).element_size()
@@ -131,6 +137,13 @@ class MemoryPool:
         self._by_offset: list[int] = [0]                  # free offsets, sorted (first-fit)
         self._used: dict[int, Block] = {}
         self._in_use = self._requested = self._peak = self._allocs = self._frees = 0
+        self._lock = threading.RLock()
+
+    def _check_live(self, op: str) -> None:
+        if self.arena.freed:
+            raise self._error(DeviceError, errno.EINVAL,
+                              f"{op} on a released memory pool: release() returned its arena to the device, so "
+                              "its blocks are gone. Create a new MemoryPool.")
 
     # ---- free-block index ----
     def _add_free(self, off: int, size: int) -> None:
@@ -168,6 +181,11 @@ class MemoryPool:
     def alloc(self, nbytes: int) -> Block:
         if not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"alloc: size must be an int >= 0, got {nbytes!r}")
+        with self._lock:
+            self._check_live("alloc")
+            return self._alloc(nbytes)
+
+    def _alloc(self, nbytes: int) -> Block:
         need = self.size_class(nbytes)
         off = self._find(need)
         if off is None:
@@ -191,6 +209,11 @@ class MemoryPool:
     def free(self, block: Block) -> None:
         if not isinstance(block, Block) or block.pool is not self:
             raise self._error(InvalidFreeError, errno.EINVAL, f"{block!r} does not belong to this pool")
+        with self._lock:
+            self._check_live("free")
+            self._free(block)
+
+    def _free(self, block: Block) -> None:
         if block.freed or self._used.get(block.offset) is not block:
             raise self._error(InvalidFreeError, errno.EINVAL,
                               f"double free of the block at offset {block.offset} ({block.size} bytes): "
@@ -211,6 +234,10 @@ class MemoryPool:
         self._add_free(off, size)
 
     def stats(self) -> PoolStats:
+        with self._lock:
+            return self._stats()
+
+    def _stats(self) -> PoolStats:
         free = self.reserved - self._in_use
         largest = self._by_size[-1][0] if self._by_size else 0
         frag = 1.0 - largest / free if free else 0.0
@@ -220,6 +247,10 @@ class MemoryPool:
     def check(self) -> None:
         """Asserts the pool's invariants (for tests): blocks tile the arena with no overlap, no two
         free blocks are adjacent, and the counters match the blocks."""
+        with self._lock:
+            self._check()
+
+    def _check(self) -> None:
         spans = sorted([(o, s, "free") for o, s in self._free_start.items()] +
                        [(b.offset, b.size, "used") for b in self._used.values()])
         pos, prev = 0, None
@@ -234,22 +265,23 @@ class MemoryPool:
         assert sorted(self._free_start) == self._by_offset
 
     def release(self) -> None:
-        """Returns the arena to the device (live blocks become invalid)."""
-        if not self.arena.freed:
-            self.device.free(self.arena)
+        """Returns the arena to the device (live blocks become invalid; a second call does nothing)."""
+        with self._lock:
+            if not self.arena.freed:
+                self.device.free(self.arena)
 
     def _error(self, cls, code, detail: str):
         return cls(self.device.target, code, os.strerror(code), op="pool", detail=detail)
 
     def _oom(self, nbytes: int, need: int) -> OutOfMemoryError:
-        st = self.stats()
+        st = self._stats()
         detail = (f"cannot allocate {fmt_bytes(nbytes)} ({nbytes} bytes, {need} after rounding) from the memory pool; "
                   f"pool: {st}. Free blocks first, or size the pool larger (size=... or ratio=...)")
         return OutOfMemoryError(self.device.target, errno.ENOMEM, os.strerror(errno.ENOMEM), op="pool alloc",
                                 detail=detail, request=nbytes, stats=st)
 
     def __repr__(self) -> str:
-        return f"<MemoryPool {self.device.target} {self.stats()}>"
+        return f"<MemoryPool {self.device.target} {'released' if self.arena.freed else self.stats()}>"
 
 
 # ---- KV-cache planner ----

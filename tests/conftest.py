@@ -8,6 +8,9 @@ import pytest
 if not os.environ.get("TILEJIT_TEST_KEEP_CACHE"):
     _session_cache = tempfile.mkdtemp(prefix="tilejit-test-cache-")
     os.environ["TILEJIT_CACHE_DIR"] = _session_cache
+    # the compiled launch path is built once per session, also for the subprocesses of tests that
+    # start from an empty cache of their own
+    os.environ.setdefault("TILEJIT_FASTPATH_DIR", _session_cache)
 os.environ.setdefault("TILEJIT_TARGET", "cpu")
 
 

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from compiler.cache import STATS, CacheError, KernelCache, default_cache_dir, stable_hash
+from compiler.cache.store import BadEntry
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEY = stable_hash({"kernel": "add", "dtype": "f32"})
@@ -264,10 +265,16 @@ def test_entry_published_behind_our_back(tmp_path, valid):
     assert not list((root / "tmp").iterdir())
 
 
-def test_unlisted_files_are_ignored(tmp_path):
+def test_unlisted_file_makes_the_entry_bad(tmp_path):
+    """Every file an entry holds must be listed (and so hash-verified): a manifest whose line for an
+    artifact was removed must not serve that artifact unverified."""
     e = KernelCache(tmp_path).get_or_build(KEY, builder())
     (e.path / "notes.txt").write_text("added later")
-    assert KernelCache(tmp_path).lookup(KEY) is not None and STATS.rejected == 0
+    with pytest.raises(BadEntry, match="manifest does not list: 'notes.txt'"):
+        KernelCache(tmp_path).verify(KEY)
+    assert KernelCache(tmp_path).lookup(KEY) is None and STATS.rejected >= 1
+    # the bad entry was moved aside by that lookup: the next build rebuilds it
+    assert KernelCache(tmp_path).get_or_build(KEY, builder()).file("kernel.bin").exists()
 
 
 def test_failing_builder_leaves_nothing(tmp_path):

@@ -201,3 +201,72 @@ def test_hung_rank_times_out_naming_it():
     assert r0["error"] is not None and r0["missing"] == [1], r0
     assert "timed out after 3.0 s: rank(s) [1] did not arrive" in r0["error"], r0
     assert TIMEOUT_S - 0.5 < r0["elapsed"] < TIMEOUT_S + 1.0, r0
+
+
+# -- calls that differ across ranks, and a rank killed during a transfer -------------------------
+def _mismatched_calls(comm):
+    """Each pair of calls differs in one thing; every rank must refuse it before the transfer,
+    and the group stays usable afterwards."""
+    from runtime.collectives import CollectiveError
+    r = comm.rank
+    cases = [("size", lambda: comm.all_reduce(torch.ones(4 if r == 0 else 8))),
+             ("dtype", lambda: comm.all_reduce(torch.ones(4, dtype=torch.float32 if r == 0 else torch.int32))),
+             ("reduction", lambda: comm.all_reduce(torch.ones(4), "sum" if r == 0 else "max")),
+             ("op", lambda: comm.all_reduce(torch.ones(4)) if r == 0 else comm.broadcast(torch.ones(4))),
+             ("gather rows", lambda: comm.all_gather(torch.ones(2 + r, 3))),
+             ("broadcast src", lambda: comm.broadcast(torch.ones(4), src=r))]
+    out = {}
+    for name, call in cases:
+        try:
+            call().wait()
+            out[name] = None
+        except CollectiveError as e:
+            out[name] = str(e)
+    x = torch.full((4,), float(r + 1))
+    out["after"] = comm.all_reduce(x).wait().tolist()
+    return out
+
+
+def test_calls_that_differ_across_ranks_are_refused_on_every_rank():
+    res = run_ranks(_mismatched_calls, 2, timeout=TIMEOUT_S, deadline=90)
+    for r in (0, 1):
+        for name in ("size", "dtype", "reduction", "op", "gather rows", "broadcast src"):
+            msg = res[r][name]
+            assert msg is not None, f"rank {r}: mismatched {name} was accepted"
+            assert "nothing was transferred" in msg, msg
+        assert "rank 0: all_reduce float32[4] sum; rank 1: all_reduce float32[8] sum" in res[r]["size"], res[r]
+        assert "int32" in res[r]["dtype"] and " max" in res[r]["reduction"], res[r]
+        assert res[r]["after"] == [3.0] * 4, res[r]
+
+
+def _killed_mid_all_reduce(comm):
+    import signal
+    from runtime.collectives import CollectiveError
+    comm.all_reduce(torch.ones(4)).wait()             # connected and in step
+    big = torch.ones(1 << 22)                          # 16 MB: still moving when rank 1 dies
+    if comm.rank == 1:
+        comm.all_reduce(big)                           # issued (every rank arrived), then killed
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(big).wait()
+        out = {"error": None}
+    except CollectiveError as e:
+        out = {"error": str(e), "missing": list(e.missing), "type": type(e).__name__}
+    out["elapsed"] = time.monotonic() - t0
+    if comm.rank == 0:                                 # rank 0 hosts the store: stay until rank 2 read it
+        comm.store.set("test/killed/0", "1")
+        comm.store.wait(["test/killed/2"])
+    else:
+        comm.store.set("test/killed/2", "1")
+    return out
+
+
+def test_rank_killed_during_all_reduce_is_named_by_every_survivor():
+    res = run_ranks(_killed_mid_all_reduce, 3, timeout=TIMEOUT_S, deadline=60)
+    assert res[1] is None
+    for r in (0, 2):
+        assert res[r]["error"] is not None, f"rank {r}: the all_reduce succeeded without rank 1"
+        assert res[r]["missing"] == [1], res[r]
+        assert "rank(s) [1] went away during it" in res[r]["error"], res[r]
+        assert res[r]["elapsed"] < TIMEOUT_S + 1.0, res[r]

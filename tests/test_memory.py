@@ -125,3 +125,67 @@ def test_kv_planner_worked_example():
     assert "65537 tokens x 131072 B = 8590065664 B" in msg and "> 8589934592 B usable" in msg
     assert "2 (K,V) x 32 layers x 8 kv heads x 128 head_dim x 2 B (bfloat16) = 131072 B" in msg
     assert "10737418240 B x (1 - 0.2 headroom) = 8589934592 B" in msg and "at most 65536 tokens" in msg
+
+
+def test_eight_threads_fuzz_keeps_every_invariant():
+    """Random allocs, frees and views from 8 threads at once (the pool takes one lock per call);
+    each thread also checks that its own blocks never overlap another live block's bytes."""
+    import sys
+    import threading
+    pool = MemoryPool("cpu", 4 * MiB, alignment=64)
+    errors, owner = [], {}
+    guard = threading.Lock()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)      # switch threads as often as possible
+
+    def work(seed):
+        rng, live = random.Random(seed), []
+        try:
+            for _ in range(4000):
+                if live and rng.random() < 0.5:
+                    b = live.pop(rng.randrange(len(live)))
+                    with guard:
+                        del owner[b.offset]
+                    pool.free(b)
+                else:
+                    try:
+                        b = pool.alloc(rng.randrange(1, 16 << 10))
+                    except OutOfMemoryError:
+                        continue
+                    with guard:
+                        for off, other in owner.items():
+                            assert off + other.size <= b.offset or b.offset + b.size <= off, "overlapping blocks"
+                        owner[b.offset] = b
+                    b.tensor(torch.uint8).fill_(seed)
+                    live.append(b)
+            for b in live:
+                with guard:
+                    del owner[b.offset]
+                pool.free(b)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[:3]
+    pool.check()
+    st = pool.stats()
+    assert st.in_use == 0 and st.live_blocks == 0 and st.allocs == st.frees > 1000
+
+
+def test_released_pool_says_so():
+    from runtime.errors import DeviceError
+    pool = MemoryPool("cpu", 1 * MiB)
+    b = pool.alloc(100)
+    pool.release()
+    pool.release()                  # a second release does nothing
+    for call in (lambda: pool.alloc(10), lambda: b.tensor(), lambda: pool.free(b)):
+        with pytest.raises(DeviceError, match="released memory pool.*Create a new MemoryPool"):
+            call()
+    assert "released" in repr(pool)

@@ -11,7 +11,7 @@ safe for concurrent processes, shippable as one archive.
 from .decisions import DecisionStore
 from .keys import stable_hash
 from .safety import CacheError, check_dir_safety, strict_mode
-from .store import STATS, CacheEntry, KernelCache, default_cache_dir
+from .store import STATS, CacheEntry, KernelCache, compiler_tmpdir, default_cache_dir
 
 __all__ = ["KernelCache", "CacheEntry", "CacheError", "DecisionStore", "STATS", "stable_hash",
-           "default_cache_dir", "strict_mode", "check_dir_safety"]
+           "default_cache_dir", "strict_mode", "check_dir_safety", "compiler_tmpdir"]

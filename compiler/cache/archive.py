@@ -6,15 +6,18 @@ Archive layout::
                                    "entries": {key: {"target", "kernel", "files": {name: sha256}}}}
     entries/<key>/<file>          every file of the entry, including the entry's own manifest.json
 
-Import is all-or-nothing and never writes outside the cache directory:
+Import is all-or-nothing (even when killed: see staging.py) and never writes outside the cache
+directory:
 
 * members are read by hand (``tarfile.extract`` is never used); only regular files at
   ``manifest.json`` or ``entries/<key>/<safe name>`` are accepted - absolute paths, ``..``,
   symlinks, hard links, devices, FIFOs and anything else are refused before a byte is written;
 * every file's sha256 is checked against the archive manifest, and the tilejit version and the
   target fingerprints against this machine, before anything is published;
-* entries are staged under ``<cache>/tmp`` and renamed into place, so a reader sees whole
-  entries; each entry is then re-verified by ``KernelCache`` (its own manifest) before use.
+* members are streamed (never whole into memory, at most 4 GiB in all) into a staging directory
+  under ``<cache>/tmp``, committed once every check passed, then renamed into place, so a reader
+  sees whole entries; each entry is then re-verified by ``KernelCache`` (its own manifest);
+* decision files are checked too: every config in them must be one the op can run.
 
 Target fingerprints: an entry's ``meta["fingerprint"]`` when the builder stored one; otherwise the
 exporting machine's ``get_target(meta["target"]).fingerprint()``. Cache keys already include the
@@ -29,7 +32,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import tarfile
 import tempfile
 import time
@@ -37,15 +39,18 @@ import zlib
 
 from ..target import get_target
 from ..version import __version__
-from .decisions import SUBDIR as DECISIONS
+from .decisions import SUBDIR as DECISIONS, validate_document
 from .safety import CacheError
-from .store import KEY_RE, MANIFEST, SHA_RE, KernelCache, safe_name, sha256_file
+from .staging import Staging
+from .store import KEY_RE, MANIFEST, SHA_RE, KernelCache, safe_name
 
 __all__ = ["ArchiveError", "export_cache", "import_cache"]
 
 ARCHIVE_FORMAT = 1
 _DECISION_RE = re.compile(r"[A-Za-z0-9_.:-]{1,200}\.json")
 _MAX_MEMBER = 1 << 30  # a single artifact larger than 1 GiB is not a kernel
+_MAX_TOTAL = 4 << 30   # an import stages at most this many bytes (a decompression bomb stops here)
+_MAX_MANIFEST = 64 << 20
 
 
 class ArchiveError(CacheError):
@@ -149,30 +154,61 @@ def _member_path(info: tarfile.TarInfo) -> tuple[str, str] | None:
     raise ArchiveError(f"unexpected archive member {name!r} (expected manifest.json or entries/<key>/<file>)")
 
 
-def _read_archive(archive: pathlib.Path) -> tuple[dict, dict[str, dict[str, bytes]]]:
-    """Every member checked for safety, read into memory; returns (manifest, {key: {file: bytes}})."""
+def _stream(f, out_path: pathlib.Path, size: int, budget: list[int], name: str) -> str:
+    """Copies one member to ``out_path`` in chunks (never whole into memory), charging ``budget``
+    (bytes left for the whole archive); returns its sha256."""
+    h = hashlib.sha256()
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    written = 0
+    with os.fdopen(fd, "wb") as out:
+        while True:
+            chunk = f.read(1 << 20) if f is not None else b""
+            if not chunk:
+                break
+            written += len(chunk)
+            budget[0] -= len(chunk)
+            if budget[0] < 0:
+                raise ArchiveError(f"archive contents exceed the import limit of {_MAX_TOTAL >> 20} MiB (at member "
+                                   f"{name!r}); nothing was imported. Pass max_bytes=... to import a larger cache")
+            h.update(chunk)
+            out.write(chunk)
+    if written != size:
+        raise ArchiveError(f"archive member {name!r} is truncated")
+    return h.hexdigest()
+
+
+def _read_archive(archive: pathlib.Path, stage: Staging, max_bytes: int) -> tuple[dict, dict[str, dict[str, str]]]:
+    """Every member checked for safety and streamed into ``stage``; returns (manifest,
+    {key: {file: sha256}}) with the decision files under the DECISIONS key."""
     manifest = None
-    data: dict[str, dict[str, bytes]] = {}
+    digests: dict[str, dict[str, str]] = {}
+    budget = [max_bytes]
     try:
         with tarfile.open(archive, mode="r:gz") as tar:
             for info in tar:
                 where = _member_path(info)
                 f = tar.extractfile(info)
-                blob = f.read() if f is not None else b""
-                if len(blob) != info.size:
-                    raise ArchiveError(f"archive member {info.name!r} is truncated")
                 if where is None:
                     if manifest is not None:
                         raise ArchiveError("archive has two manifest.json members")
+                    if info.size > _MAX_MANIFEST:
+                        raise ArchiveError(f"archive manifest is implausibly large ({info.size} bytes)")
+                    blob = f.read() if f is not None else b""
+                    budget[0] -= len(blob)
                     try:
                         manifest = json.loads(blob)
                     except ValueError as exc:
                         raise ArchiveError(f"archive manifest is not valid JSON: {exc}") from None
+                    continue
+                key, fname = where
+                if fname in digests.setdefault(key, {}):
+                    raise ArchiveError(f"archive member {info.name!r} appears twice")
+                if key == DECISIONS:
+                    dest = stage.decision_path(fname)
                 else:
-                    key, fname = where
-                    if fname in data.setdefault(key, {}):
-                        raise ArchiveError(f"archive member {info.name!r} appears twice")
-                    data[key][fname] = blob
+                    d = stage.dir / "entries" / key
+                    dest = (d if d.is_dir() else stage.entry_dir(key)) / fname
+                digests[key][fname] = _stream(f, dest, info.size, budget, info.name)
     except ArchiveError:
         raise
     except (tarfile.TarError, zlib.error, EOFError, OSError) as exc:
@@ -180,36 +216,36 @@ def _read_archive(archive: pathlib.Path) -> tuple[dict, dict[str, dict[str, byte
                            f"{type(exc).__name__}: {exc}; nothing was imported") from None
     if not isinstance(manifest, dict):
         raise ArchiveError(f"{archive} has no manifest.json: not a tilejit cache archive")
-    return manifest, data
+    return manifest, digests
 
 
-def _check_contents(manifest: dict, data: dict[str, dict[str, bytes]]) -> dict[str, dict]:
+def _check_contents(manifest: dict, digests: dict[str, dict[str, str]]) -> dict[str, dict]:
     if manifest.get("format") != ARCHIVE_FORMAT:
         raise ArchiveError(f"unknown archive format {manifest.get('format')!r}")
     entries = manifest.get("entries")
     if not isinstance(entries, dict) or not isinstance(manifest.get("targets"), dict):
         raise ArchiveError("archive manifest lacks 'entries' or 'targets'")
     decisions = manifest.get("decisions", {})
-    if not isinstance(decisions, dict) or set(data.get(DECISIONS, {})) != set(decisions):
+    if not isinstance(decisions, dict) or set(digests.get(DECISIONS, {})) != set(decisions):
         raise ArchiveError("archive decision files differ from its manifest's 'decisions'")
     for fname, digest in decisions.items():
-        if hashlib.sha256(data[DECISIONS][fname]).hexdigest() != digest:
+        if digests[DECISIONS][fname] != digest:
             raise ArchiveError(f"decision file {fname!r} does not match its sha256 in the archive manifest "
                                "(corrupted or tampered with); nothing was imported")
-    if set(data) - set(entries) - {DECISIONS}:
+    if set(digests) - set(entries) - {DECISIONS}:
         raise ArchiveError(f"archive holds files of entries its manifest does not list: "
-                           f"{sorted(set(data) - set(entries) - {DECISIONS})}")
+                           f"{sorted(set(digests) - set(entries) - {DECISIONS})}")
     for key, ent in entries.items():
         files = ent.get("files") if isinstance(ent, dict) else None
         if not KEY_RE.fullmatch(str(key)) or not isinstance(files, dict) or MANIFEST not in files:
             raise ArchiveError(f"archive manifest entry {key!r} is malformed")
-        got = data.get(key, {})
+        got = digests.get(key, {})
         if set(got) != set(files):
             raise ArchiveError(f"entry {key}: files in the archive {sorted(got)} differ from its manifest {sorted(files)}")
         for fname, digest in files.items():
             if not isinstance(digest, str) or not SHA_RE.fullmatch(digest):
                 raise ArchiveError(f"entry {key}: bad sha256 for {fname!r} in the archive manifest")
-            if hashlib.sha256(got[fname]).hexdigest() != digest:
+            if got[fname] != digest:
                 raise ArchiveError(f"entry {key}: {fname!r} does not match its sha256 in the archive manifest "
                                    f"(corrupted or tampered with); nothing was imported")
     return entries
@@ -236,76 +272,67 @@ def _check_compat(manifest: dict) -> list[str]:
     return problems
 
 
-def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool = False) -> dict:
-    """Verify ``archive`` completely, then publish its entries into ``cache``.
+def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool = False,
+                 max_bytes: int | None = None) -> dict:
+    """Verify ``archive`` completely, then publish its entries into ``cache``, all or nothing.
 
     Returns {"imported": [...], "skipped": [...], "decisions_imported": [...], "decisions_skipped": [...],
     "problems": [...]}: kernel entries (skipped: a valid entry with that key exists) and the
     autotuner's decision files (skipped: this cache has its own file of that name), counted apart.
-    Raises ArchiveError (nothing written) on a corrupt/unsafe archive, or on a version/target
-    mismatch unless ``force``.
+    Raises ArchiveError (nothing published) on a corrupt or unsafe archive, on decisions that would
+    not run, on contents over ``max_bytes`` (default 4 GiB), or on a version/target mismatch unless
+    ``force``. Members are streamed into a staging directory (never whole into memory) that is
+    committed once everything checks out (see staging.py).
     """
     archive = pathlib.Path(archive)
-    manifest, data = _read_archive(archive)
-    entries = _check_contents(manifest, data)
-    problems = _check_compat(manifest)
-    if problems and not force:
-        raise ArchiveError("refusing to import " + str(archive) + ": " + "; ".join(problems)
-                           + ". Re-export on a machine matching this one, or pass --force to import anyway "
-                           "(mismatched entries are then simply never used).")
     root = cache.root
-    imported, skipped, dec_skipped = [], [], []
+    cache.sweep_stale(force=True)   # an import killed earlier is finished or removed first
     try:
-        (root / "tmp").mkdir(parents=True, exist_ok=True)
-        stage = pathlib.Path(tempfile.mkdtemp(prefix="import.", suffix=".staging", dir=root / "tmp"))
+        stage = Staging(cache, DECISIONS)
     except OSError as exc:
         raise CacheError(f"cannot write to the kernel cache {root} ({exc})") from exc
-    try:
-        staged = {}
+    with stage:
+        manifest, digests = _read_archive(archive, stage, _MAX_TOTAL if max_bytes is None else max_bytes)
+        entries = _check_contents(manifest, digests)
+        problems = _check_compat(manifest)
+        if problems and not force:
+            raise ArchiveError("refusing to import " + str(archive) + ": " + "; ".join(problems)
+                               + ". Re-export on a machine matching this one, or pass --force to import anyway "
+                               "(mismatched entries are then simply never used).")
         for key in sorted(entries):
-            d = stage / key
-            d.mkdir()
-            for fname, blob in data[key].items():
-                # O_EXCL|O_NOFOLLOW: a fresh private directory, but never follow anything anyway
-                fd = os.open(d / fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(blob)
-                if sha256_file(d / fname) != entries[key]["files"][fname]:
-                    raise ArchiveError(f"entry {key}: {fname!r} changed while staging")
-            man = json.loads(data[key][MANIFEST])
-            if not isinstance(man, dict) or man.get("key") != key or set(man.get("files", {})) | {MANIFEST} != set(data[key]):
+            d = stage.dir / "entries" / key
+            try:
+                man = json.loads((d / MANIFEST).read_bytes())
+            except ValueError:
+                man = None
+            if not isinstance(man, dict) or man.get("key") != key or \
+                    set(man.get("files", {})) | {MANIFEST} != set(digests[key]):
                 raise ArchiveError(f"entry {key}: its own manifest does not describe the archived files")
             os.chmod(d, 0o755)
-            staged[key] = d
-        for key, d in staged.items():
-            try:
-                (imported if cache.publish(key, d) else skipped).append(key)
-            except CacheError as exc:
-                raise ArchiveError(str(exc)) from None
-        dec_imported = _import_decisions(root, data.get(DECISIONS, {}), dec_skipped)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return {"imported": imported, "skipped": skipped, "decisions_imported": dec_imported,
-            "decisions_skipped": dec_skipped, "problems": problems}
+        for name in sorted(digests.get(DECISIONS, {})):
+            _check_decision_file(name, stage.decision_path(name))
+        stage.commit()
+        try:
+            res = stage.publish()
+        except CacheError as exc:
+            raise ArchiveError(str(exc)) from None
+    dec = f"{DECISIONS}/"
+    return {"imported": [k for k in res["imported"] if not k.startswith(dec)],
+            "skipped": [k for k in res["skipped"] if not k.startswith(dec)],
+            "decisions_imported": [k for k in res["imported"] if k.startswith(dec)],
+            "decisions_skipped": [k for k in res["skipped"] if k.startswith(dec)],
+            "problems": problems}
 
 
-def _import_decisions(root: pathlib.Path, files: dict[str, bytes], skipped: list) -> list[str]:
-    """Decision files go to <cache>/autotune/ (atomically); an existing one is kept, not merged:
-    it holds this machine's own measurements."""
-    done = []
-    if not files:
-        return done
-    d = root / DECISIONS
-    d.mkdir(parents=True, exist_ok=True)
-    for name, blob in sorted(files.items()):
-        json.loads(blob)   # a decision file must at least be JSON
-        final = d / name
-        if final.exists():
-            skipped.append(f"{DECISIONS}/{name}")
-            continue
-        fd, part = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=d)
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(part, final)
-        done.append(f"{DECISIONS}/{name}")
-    return done
+def _check_decision_file(name: str, path: pathlib.Path) -> None:
+    """A decision file must be a decision document whose every config would run (decisions.py)."""
+    try:
+        doc = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise ArchiveError(f"decision file {name!r} is not valid JSON ({exc}); nothing was imported") from None
+    bad = validate_document(doc)
+    if bad:
+        raise ArchiveError(f"decision file {name!r} holds decisions that would not run: {bad[0]}"
+                           + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                           + ". Nothing was imported; on the exporting machine delete that file, re-tune "
+                             "(`python -m compiler.autotune`) and export again.")

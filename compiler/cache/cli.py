@@ -112,16 +112,32 @@ def cmd_import(cache: KernelCache, args) -> int:
     return 0
 
 
+def _fix(exc: Exception, args) -> str:
+    """What to do about a bad entry (a CacheError about unsafe permissions says so itself)."""
+    if isinstance(exc, CacheError):
+        return ""
+    return (f"; fix: `python -m compiler.cache verify --delete{_dir_opt(args)}` removes it, and the kernel is "
+            "rebuilt on its next launch (or re-import the archive it came from)")
+
+
+def _dir_opt(args) -> str:
+    return f" --cache-dir {args.cache_dir}" if args.cache_dir else ""
+
+
 def cmd_verify(cache: KernelCache, args) -> int:
     good = bad = 0
+    for line in cache.sweep_stale(force=True):
+        print(f"swept: {line}")
     for key, _d in cache.entry_dirs():
         try:
             cache.verify(key)
         except (BadEntry, CacheError) as exc:
             bad += 1
-            action = ""
             if args.delete:
-                action = " (deleted)" if cache.remove(key) else " (busy, not deleted)"
+                action = " (deleted; rebuilt on next use)" if cache.remove(key) else \
+                    " (busy, not deleted: another process holds its lock; run verify --delete again)"
+            else:
+                action = _fix(exc, args)
             print(f"BAD  {key}: {exc}{action}")
         else:
             good += 1

@@ -25,8 +25,9 @@ import time
 
 from filelock import FileLock
 
+from ..opspec import config_problem
 from .keys import stable_hash
-from .safety import CacheError, strict_mode
+from .safety import CacheError, log, strict_mode
 from .store import default_cache_dir
 
 FORMAT = 1
@@ -152,16 +153,67 @@ def generation() -> int:
     return _GENERATION[0]
 
 
+def _spec(op):
+    """The op's spec, when an installed op library declares it (None otherwise)."""
+    from ..opspec import library_ops  # noqa: PLC0415 - loads the op libraries on first use
+    try:
+        return library_ops().get(op)
+    except Exception:  # noqa: BLE001 - a broken library must not break reading decisions
+        return None
+
+
+def config_problem_for(op, config) -> str | None:
+    """Why `config` could not run op `op` (the op's own rule when its spec is installed)."""
+    spec = _spec(op)
+    return spec.config_problem(config) if spec is not None else config_problem(config)
+
+
+def validate_document(doc) -> list[str]:
+    """The problems of a decision document: its shape, and every winning or measured config."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
+        return [f"it is not a decision document of format {FORMAT} with 'entries'"]
+    op, out = doc.get("op"), []
+    for shape_key, e in doc["entries"].items():
+        if not isinstance(e, dict):
+            out.append(f"shape {shape_key}: not an object")
+            continue
+        results = e.get("results") if isinstance(e.get("results"), dict) else {}
+        cfgs = [e.get("winner_config")] + [r.get("config") for r in results.values()
+                                           if isinstance(r, dict) and r.get("status") == "ok"]
+        for cfg in cfgs:
+            why = None if cfg is None else config_problem_for(op, cfg)
+            if why:
+                out.append(f"op {op!r}, shape {shape_key}: config {cfg}: {why}")
+    return out
+
+
+_warned: set = set()
+
+
 def lookup(op: str, target, policy: str, shape_key: str, root=None):
     """The winning config for (op, target fingerprint, policy, shape key), or None. Each store
-    file is read once per process (then served from memory; ``clear_memo()`` forgets it)."""
+    file is read once per process (then served from memory; ``clear_memo()`` forgets it). A
+    winner that could not run (BLOCK_M=0, a missing parameter: a file edited or planted by hand)
+    is ignored with a warning naming the file, so the op runs its default config instead."""
     fp = fingerprint_hash(target)
     fast_key = (root, os.environ.get("TILEJIT_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME"), op, target.name, fp, policy)
     table = _MEMO.get(fast_key)
     if table is None:
         store = DecisionStore(root)
         doc = store.read(op, target.name, fp, policy)
-        table = {k: e.get("winner_config") for k, e in doc["entries"].items() if e.get("winner_config")}
+        table = {}
+        for k, e in doc["entries"].items():
+            cfg = e.get("winner_config") if isinstance(e, dict) else None
+            if not cfg:
+                continue
+            why = config_problem_for(op, cfg)
+            if why is None:
+                table[k] = cfg
+            elif (op, k, str(cfg)) not in _warned:
+                _warned.add((op, k, str(cfg)))
+                log.warning("tilejit: ignoring the tuned decision for op %r, shape %s in %s: config %s: %s. "
+                            "The op runs its default config; delete the file and re-tune (`python -m compiler.autotune "
+                            "--kernels %s`).", op, k, store.path(op, target.name, fp, policy), cfg, why, op)
         _MEMO[fast_key] = table
     cfg = table.get(shape_key)
     return dict(cfg) if cfg is not None else None

@@ -15,6 +15,20 @@ class CacheError(Exception):
     """The cache cannot do what was asked (e.g. it is read-only and the entry is missing)."""
 
 
+_STAMPED = ("TILEJIT_CACHE_DIR", "XDG_CACHE_HOME", "TILEJIT_CACHE_STRICT")
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_STAMP_KEYS = tuple(k.encode() for k in _STAMPED)
+
+
+def settings_stamp() -> tuple:
+    """The environment settings that decide which cache, and so which decisions, are visible
+    (cache dir, XDG cache home, strict mode), cheaply: memos of decisions are keyed by it. On
+    POSIX it reads os.environ's own dict (what os.environ[...] = ... updates) with three lookups."""
+    if isinstance(_ENV_DATA, dict):
+        return tuple(_ENV_DATA.get(k) for k in _STAMP_KEYS)
+    return tuple(os.environ.get(k) for k in _STAMPED)
+
+
 def strict_mode() -> bool:
     """True when ``TILEJIT_CACHE_STRICT`` is set to a true value: any cache miss that would compile is an error."""
     return os.environ.get("TILEJIT_CACHE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")

@@ -19,6 +19,7 @@ Invariants the design relies on:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,10 +35,11 @@ from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
+from . import staging
 from .safety import CacheError, check_dir_safety, log, strict_mode
 
 __all__ = ["KernelCache", "CacheEntry", "BadEntry", "STATS", "MANIFEST", "KEY_RE", "SHA_RE", "default_cache_dir",
-           "safe_name", "sha256_file"]
+           "safe_name", "sha256_file", "compiler_tmpdir"]
 
 MANIFEST = "manifest.json"
 _FORMAT = 1
@@ -109,18 +111,38 @@ def sha256_file(path: pathlib.Path) -> str:
         return h.hexdigest()
 
 
+@contextlib.contextmanager
+def compiler_tmpdir(work_dir):
+    """The environment for a compiler run inside build directory ``work_dir``: its temporaries
+    (TMPDIR) go to a subdirectory that is removed afterwards, so a compiler killed mid-build
+    leaves nothing in the system's temp directory; if the whole process dies, the build
+    directory (and the temporaries with it) is swept as stale by a later build."""
+    tmp = pathlib.Path(work_dir) / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    try:
+        yield {**os.environ, "TMPDIR": str(tmp)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class CacheEntry:
-    """A verified entry. ``meta`` is the builder's dict; treat it as read-only (it is shared)."""
+    """A verified entry. ``meta`` is the builder's dict; treat it as read-only (it is shared).
+    ``files``: the artifact names its manifest lists (None: not known, any name is served)."""
 
     key: str
     path: pathlib.Path
     meta: dict
+    files: frozenset | None = None
 
     def file(self, name: str) -> pathlib.Path:
-        """Path of artifact ``name`` (only files the builder wrote are hash-verified)."""
+        """Path of artifact ``name``; only artifacts the manifest lists (and so were hash-verified)."""
         if not safe_name(name):
             raise ValueError(f"invalid artifact name {name!r}")
+        if self.files is not None and name not in self.files:
+            raise CacheError(f"cache entry {self.path} has no verified artifact {name!r} (its manifest lists "
+                             f"{sorted(self.files)}); remove the entry (`python -m compiler.cache verify --delete`) "
+                             "so it is rebuilt")
         return self.path / name
 
 
@@ -136,35 +158,38 @@ class KernelCache:
         # absolute(): a later chdir must not move the cache. Nothing is created until a write.
         self.root = (pathlib.Path(root).expanduser() if root is not None else default_cache_dir()).absolute()
         self._mem: dict[str, CacheEntry] = {}
+        self._swept = False
 
     def __repr__(self) -> str:
         return f"KernelCache({str(self.root)!r})"
 
     # ---------------------------------------------------------------- public API
 
-    def lookup(self, key: str) -> CacheEntry | None:
-        """Return the verified entry for ``key`` or None. A bad disk entry counts as a miss."""
+    def lookup(self, key: str, *, counted: bool = True) -> CacheEntry | None:
+        """Return the verified entry for ``key`` or None. A bad disk entry counts as a miss.
+        ``counted=False``: not a kernel (the launch-path module), left out of STATS."""
         check_key(key)
         entry = self._mem.get(key)
         if entry is not None:
-            STATS.bump("memory_hits")
+            if counted:
+                STATS.bump("memory_hits")
             return entry
         entry = self.load(key)
         if entry is None and os.path.lexists(self.entry_dir(key)):
             # Bad entry. Remove it only if nobody holds the lock (a holder re-checks and cleans
             # up itself): a lookup must never block behind someone else's build.
             entry = self._discard_bad(key)
-        if entry is not None:
+        if entry is not None and counted:
             STATS.bump("disk_hits")
         return entry
 
-    def get_or_build(self, key: str, build: Callable[[pathlib.Path], dict]) -> CacheEntry:
+    def get_or_build(self, key: str, build: Callable[[pathlib.Path], dict], *, counted: bool = True) -> CacheEntry:
         """Return the entry for ``key``, calling ``build(tmpdir) -> meta`` at most once across processes.
 
         ``build`` writes plain files directly into ``tmpdir`` (no subdirectories, no symlinks, not
         named ``manifest.json``) and returns a JSON-serialisable dict that is stored as ``meta``.
         """
-        entry = self.lookup(key)
+        entry = self.lookup(key, counted=counted)
         if entry is not None:
             return entry
         if strict_mode():
@@ -173,16 +198,19 @@ class KernelCache:
                 f"strict-cache mode forbids compiling. Populate the cache first: run the workload once "
                 f"without TILEJIT_CACHE_STRICT (or run autotune) and then `python -m compiler.cache export "
                 f"ARCHIVE`, and `python -m compiler.cache import ARCHIVE --cache-dir {self.root}` here.")
+        self.sweep_stale()
         with self.lock(key, blocking=True):
             entry = self.load(key)  # someone may have published while we waited for the lock
             if entry is not None:
-                STATS.bump("disk_hits")
+                if counted:
+                    STATS.bump("disk_hits")
                 return entry
             self.move_aside(key)  # a bad entry, if any
             self._sweep_tmp(key)
             entry = self._build(key, build)
             self._mem[key] = entry
-            STATS.bump("builds")
+            if counted:
+                STATS.bump("builds")
             return entry
 
     def entries(self) -> Iterator[CacheEntry]:
@@ -192,9 +220,33 @@ class KernelCache:
             if entry is not None:
                 yield entry
 
+    def sweep_stale(self, force: bool = False) -> list[str]:
+        """Once per instance (or when ``force``): cleans up what killed processes left under tmp/
+        (staging.sweep: interrupted imports are finished or removed, stale build dirs deleted)."""
+        if self._swept and not force:
+            return []
+        self._swept = True
+        try:
+            return staging.sweep(self)
+        except OSError as exc:
+            log.warning("tilejit cache: could not sweep %s/tmp: %s", self.root, exc)
+            return []
+
     def forget(self) -> None:
         """Drops the in-memory map: the next lookup of each key re-verifies its disk entry."""
         self._mem.clear()
+
+    def drop(self, key: str) -> None:
+        """Forgets one key in memory: its next lookup re-verifies the disk entry (or rebuilds it)."""
+        self._mem.pop(key, None)
+
+    def still_valid(self, entry: CacheEntry) -> bool:
+        """Whether ``entry`` is still on disk as it was verified (False after a prune or tampering)."""
+        try:
+            again = self.verify(entry.key)
+        except (BadEntry, CacheError):
+            return False
+        return again is not None and again.files == entry.files
 
     def entry_dirs(self) -> Iterator[tuple[str, pathlib.Path]]:
         """(key, dir) of everything laid out like an entry, valid or not."""
@@ -258,8 +310,14 @@ class KernelCache:
         return entry
 
     def verify(self, key: str) -> CacheEntry | None:
-        """Load and fully check the disk entry. None if absent; raises BadEntry if invalid."""
+        """Load and fully check the disk entry. None if absent; raises BadEntry if invalid: among
+        others when its directory is a symlink (it could point outside the cache) or it holds a
+        file its manifest does not list (every file an entry holds is hash-verified)."""
         d = self.entry_dir(key)
+        for p in (d.parent, d):
+            if p.is_symlink():
+                raise BadEntry(f"{p} is a symlink (to {os.readlink(p)}); entries are never links and a link "
+                               "could lead outside the cache")
         check_dir_safety(self.root, d.parent, d)
         try:
             raw = (d / MANIFEST).read_bytes()
@@ -291,7 +349,15 @@ class KernelCache:
                 raise BadEntry(f"artifact {name!r} unreadable: {exc}") from None
             if actual != digest:
                 raise BadEntry(f"artifact {name!r} sha256 mismatch")
-        return CacheEntry(key=key, path=d, meta=meta)
+        try:
+            present = {p.name for p in d.iterdir()}
+        except OSError as exc:
+            raise BadEntry(f"entry directory unreadable: {exc}") from None
+        unlisted = sorted(present - set(files) - {MANIFEST})
+        if unlisted:
+            raise BadEntry(f"holds file(s) its manifest does not list: {', '.join(map(repr, unlisted))} (added or "
+                           "left after the entry was built, so never verified)")
+        return CacheEntry(key=key, path=d, meta=meta, files=frozenset(files))
 
     def lock(self, key: str, *, blocking: bool):
         """Acquire the key's file lock (a context manager). CacheError if the root is not writable."""
@@ -386,4 +452,4 @@ class KernelCache:
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-        return CacheEntry(key=key, path=final, meta=json.loads(text)["meta"])
+        return CacheEntry(key=key, path=final, meta=json.loads(text)["meta"], files=frozenset(files))

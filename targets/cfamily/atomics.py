@@ -40,7 +40,8 @@ class AtomicDebugLowering:
         mask = op.operands[2] if len(op.operands) > 2 else None
 
         def make(nest, idx, dst):
-            call = self.d.atomic(op.attrs["kind"], val.dtype, self.ev(ptr, idx, nest), [self.ev(val, idx, nest)])
+            addr = self.address(op, self.ev(ptr, idx, nest), True)
+            call = self.d.atomic(op.attrs["kind"], val.dtype, addr, [self.ev(val, idx, nest)])
             return f"{dst} = {call};" if mask is None else f"if ({self.ev(mask, idx, nest)}) {dst} = {call};"
         self._per_element(op, make)
 
@@ -49,7 +50,8 @@ class AtomicDebugLowering:
 
         def make(nest, idx, dst):
             args = [self.ev(cmp, idx, nest), self.ev(val, idx, nest)]
-            return f"{dst} = {self.d.atomic('cas', val.dtype, self.ev(ptr, idx, nest), args)};"
+            addr = self.address(op, self.ev(ptr, idx, nest), True)
+            return f"{dst} = {self.d.atomic('cas', val.dtype, addr, args)};"
         self._per_element(op, make)
 
     def op_barrier(self, op: Op) -> None:

@@ -34,6 +34,10 @@ class CDialect:
                    "int32_t": 4, "int64_t": 8}
     pointer_bytes = 8
     simd_pragma = "#pragma omp simd"
+    # run-time loops: the C type of the trip count (None: the induction variable's type), and the
+    # statement that reports a run-time step of 0 (None: such a loop runs 0 times), with {step}, {site}
+    trip_count_type: str | None = None
+    zero_step_check: str | None = None
     # register-blocked dot micro-kernel (a C++ template taking MR, NR), or None for plain loops
     dot_microkernel: str | None = None
     dot_mr_choices, dot_nr = (6, 8, 4), "2 * TJ_LANES"

@@ -52,9 +52,14 @@ class LoopLowering:
         self._carried_slots(body.args[1:], op.operands[3:], op.results)
         trip = self.fresh("n")
         k = self.fresh("k")
-        self.emit(f"const {ivt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
-        self.emit(f"for ({ivt} {k} = 0; {k} < {trip}; ++{k}) {{")
-        self.emit(f"    const {ivt} {self.name(iv)} = {lb} + {k} * {st};")
+        step_op = op.operands[2].owner
+        if self.d.zero_step_check is not None and (step_op is None or step_op.name != "const"):
+            self.emit(self.d.zero_step_check.format(step=st, site=self.op_index[id(op)]))
+        tt = self.d.trip_count_type or ivt   # a count wider than the index: an int32 span can exceed int32
+        self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
+        self.emit(f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
+        iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
+        self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
         self._in_region("loop", body.args[1:], body)
         self.emit("}")
 

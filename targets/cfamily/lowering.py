@@ -70,6 +70,8 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         self.materialized: set[int] = set()
         self.roots: dict[int, set[int]] = {}
         self._decide(fn.body)
+        # an op's index in IR order names it in what a kernel reports at run time (a status's site)
+        self.op_index = {id(op): i for i, op in enumerate(fn.walk())}
         for p in fn.params:
             self.names[id(p.value)] = dialect.safe_name(p.name)
 
@@ -274,7 +276,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
         if name == "load":   # a load fused into its consumer (see _load_fuses)
-            val = self.d.load_elem(v.dtype, self.ev(op.operands[0], idx, nest))
+            val = self.d.load_elem(v.dtype, self.address(op, self.ev(op.operands[0], idx, nest)))
             if len(op.operands) > 1:
                 val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
             return val
@@ -293,6 +295,11 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             sidx.append("0" if n == 1 else f"(({lin}) / {stride} % {n})" if stride > 1 else f"(({lin}) % {n})")
             stride *= n
         return self.ev(src, tuple(reversed(sidx)), nest)
+
+    def address(self, op: Op, expr: str, store: bool = False) -> str:
+        """The address expression a load or store `op` accesses memory through (a bounds-checked
+        lowering wraps it in a check)."""
+        return expr
 
     # -- statements -----------------------------------------------------------------------------
     def lower(self) -> str:
@@ -369,7 +376,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         ptr, mask, other = (op.operands + [None, None])[:3]
         ld = self.d.load_elem
         if v.type.is_scalar:
-            p = self.ev(ptr, (), None)
+            p = self.address(op, self.ev(ptr, (), None))
             expr = ld(v.dtype, p) if mask is None else \
                 f"({self.ev(mask, (), None)} ? {ld(v.dtype, p)} : {self.ev(other, (), None)})"
             self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
@@ -378,7 +385,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
 
         def fill(masked: bool):
             nest = self.open_nest(v.shape)
-            p = self.ev(ptr, nest.idx, nest)
+            p = self.address(op, self.ev(ptr, nest.idx, nest))
             val = ld(v.dtype, p)
             if masked:
                 val = f"({self.ev(mask, nest.idx, nest)} ? {val} : {self.ev(other, nest.idx, nest)})"
@@ -391,13 +398,13 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         mask = op.operands[2] if len(op.operands) > 2 else None
         st = self.d.store_elem
         if ptr.type.is_scalar:
-            s = st(val.dtype, self.ev(ptr, (), None), self.ev(val, (), None))
+            s = st(val.dtype, self.address(op, self.ev(ptr, (), None), True), self.ev(val, (), None))
             self.emit(s + ";" if mask is None else f"if ({self.ev(mask, (), None)}) {s};")
             return
 
         def fill(masked: bool):
             nest = self.open_nest(ptr.shape)
-            s = st(val.dtype, self.ev(ptr, nest.idx, nest), self.ev(val, nest.idx, nest))
+            s = st(val.dtype, self.address(op, self.ev(ptr, nest.idx, nest), True), self.ev(val, nest.idx, nest))
             if masked:
                 s = f"if ({self.ev(mask, nest.idx, nest)}) {s}"
             self.close_nest(nest, [s + ";"])

@@ -1,5 +1,10 @@
 """The `cpu` target: host C++ from the C-family lowering, built by the system compiler with
-OpenMP across programs, loaded with ctypes."""
+OpenMP across programs, launched through the compiled launch path (ctypes where it is missing).
+
+TILEJIT_CPU_BOUNDS_CHECK=1 (read when the target is first used) renders every load and store
+with a check against the tensor it came from (bounds.py): an out-of-bounds access becomes a
+KernelBoundsError naming the kernel, the argument, the offset and the extent, instead of a crash.
+It is part of the fingerprint, so checked and unchecked builds are separate cache entries."""
 from __future__ import annotations
 
 import os
@@ -10,7 +15,7 @@ from compiler.target import Caps, Requirement, Target, TargetPlugin, command_ver
 from compiler.version import package_source_hash
 
 from . import toolchain
-from .launcher import CPULauncher
+from .launcher import load_launcher
 from .renderer import MAX_STACK_BYTES, CPURenderer
 
 _HERE = os.path.dirname(__file__)
@@ -27,8 +32,11 @@ class CPUTarget(Target):
     # the fast policy uses the strict exp/log sequences too: they vectorise, the C library's do not
     fast_software_math = True
 
-    def __init__(self):
-        self.renderer = CPURenderer()
+    def __init__(self, bounds_check: bool | None = None):
+        if bounds_check is None:
+            bounds_check = os.environ.get("TILEJIT_CPU_BOUNDS_CHECK", "").strip().lower() in ("1", "true", "yes", "on")
+        self.bounds_check = bounds_check
+        self.renderer = CPURenderer(bounds_check)
         self._fingerprint = None
 
     def fingerprint(self) -> dict:
@@ -36,6 +44,8 @@ class CPUTarget(Target):
             self._fingerprint = {"target": "cpu", **toolchain.fingerprint(),
                                  "source": package_source_hash(_HERE),
                                  "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+            if self.bounds_check:
+                self._fingerprint["bounds_check"] = True
         return self._fingerprint
 
     def render(self, fn: Function) -> str:
@@ -49,11 +59,9 @@ class CPUTarget(Target):
         return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu", "fingerprint": self.fingerprint(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params]}
 
-    def load(self, fn: Function, entry, arg_indices: list[int], cache) -> CPULauncher:
+    def load(self, fn: Function, entry, arg_indices: list[int], cache):
         """A launcher taking the kernel's full argument tuple; `arg_indices` picks the runtime ones."""
-        asserts = [(op.loc, op.attrs["msg"]) for op in fn.walk() if op.name == "assert"]
-        return CPULauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
-                           [p.name for p in fn.params], arg_indices, self.caps, asserts)
+        return load_launcher(str(entry.file("kernel.so")), fn, arg_indices, self.caps, self.bounds_check)
 
 
 class CPUPlugin(TargetPlugin):

@@ -11,6 +11,8 @@ from compiler.ir import Function
 from targets.cfamily.dialect import CDialect
 from targets.cfamily.lowering import CLowering
 
+from .bounds import BoundsCheckedLowering
+
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__), "templates")),
                           keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
@@ -28,13 +30,19 @@ class CPUDialect(CDialect):
     (6 rows x two vector widths of C in registers: 12 accumulators fit AVX-512's and AVX2's files)."""
 
     dot_microkernel = "tj_dot_block"
+    # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
+    trip_count_type = "uint64_t"
+    zero_step_check = "if ({step} == 0) tj_fail(tj_st, TJ_E_STEP0, {site}, -1, 0, 0, 0, 0);"
 
 
 class CPURenderer:
     dialect = CPUDialect()
 
+    def __init__(self, bounds_check: bool = False):
+        self.bounds_check = bounds_check
+
     def render(self, fn: Function, policy: str) -> str:
-        low = CLowering(fn, self.dialect)
+        low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect)
         body = low.lower()
         if low.stack_bytes > MAX_STACK_BYTES:
             largest = max(low.local_buffers, key=lambda b: b.nbytes)
@@ -43,12 +51,19 @@ class CPURenderer:
                 f"this specialisation keeps {low.stack_bytes / 1024:.0f} KiB of tiles live per program (the "
                 f"largest, {largest.nbytes >> 10} KiB, holds the value made here), over the cpu target's "
                 f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
-        params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype)} for p in fn.params]
+        params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype),
+                   "unpack": self.unpack(i, p.type.dtype)} for i, p in enumerate(fn.params)]
         uses_dot = any(op.name == "dot" for op in fn.walk())
         work = MIN_PARALLEL_WORK if low.has_loops else max(low.static_work, 1)
-        return _ENV.get_template("kernel.cpp.j2").render(name=fn.name, params=params, body=body, policy=policy,
-                                                         uses_dot=uses_dot, work_per_program=work,
-                                                         min_parallel_work=MIN_PARALLEL_WORK)
+        return _ENV.get_template("kernel.cpp.j2").render(
+            name=fn.name, params=params, body=body, policy=policy, uses_dot=uses_dot, work_per_program=work,
+            min_parallel_work=MIN_PARALLEL_WORK, bounds=self.bounds_check,
+            ptr_params=[i for i, p in enumerate(fn.params) if p.type.dtype.is_ptr()] or [0])
 
     def param_ctype(self, dt) -> str:
         return self.dialect.reg_type(dt)
+
+    def unpack(self, i: int, dt) -> str:
+        """Parameter i read from the packed entry's tj_arg array."""
+        field = "p" if dt.is_ptr() else "f" if dt.is_floating() else "i"
+        return f"({self.param_ctype(dt)})a[{i}].{field}"

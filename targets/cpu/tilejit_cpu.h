@@ -80,12 +80,13 @@ template <class To, class From> static inline To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     To y; std::memcpy(&y, &x, sizeof(To)); return y;
 }
-// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`, computed on the unsigned
-// distance so that no intermediate overflows; a step of 0 runs no iteration
-template <class T> static inline T tj_trip_count(T lb, T ub, T st) {
+// trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`. Computed in the unsigned
+// type, so a span wider than T (an int32 range from -2**31 to 2**31-1) neither overflows nor wraps;
+// 0 for a step of 0 (the loop reports that step before it would run).
+template <class T> static inline uint64_t tj_trip_count(T lb, T ub, T st) {
     typedef typename std::make_unsigned<T>::type U;
-    if (st > 0 && ub > lb) { U d = (U)ub - (U)lb, s = (U)st; return (T)(d / s + (d % s != 0)); }
-    if (st < 0 && lb > ub) { U d = (U)lb - (U)ub, s = (U)0 - (U)st; return (T)(d / s + (d % s != 0)); }
+    if (st > 0) return ub > lb ? (uint64_t)((U)((U)ub - (U)lb - 1) / (U)st) + 1 : 0;
+    if (st < 0) return lb > ub ? (uint64_t)((U)((U)lb - (U)ub - 1) / (U)((U)0 - (U)st)) + 1 : 0;
     return 0;
 }
 // the high 32 bits of the unsigned 64-bit product
@@ -155,6 +156,47 @@ extern "C" int tj_assert_status(int* rec) {
     __atomic_store_n(&tj_assert_state, 0, __ATOMIC_RELEASE);
     return 1;
 }
+
+// ---- the launch ABI; compiler/fastpath/tjfast.c declares the same three layouts ---------------
+// One kernel argument of the packed entry, a status the kernel reports to its launcher (the first
+// error wins; the launcher raises it), and the storage range of one tensor (bounds-checked mode).
+typedef union { void* p; int64_t i; float f; } tj_arg;
+struct tj_status { int32_t code, site, arg, store; int64_t offset, lo, hi; };
+struct tj_range { int64_t base, lo, hi; };
+enum { TJ_OK = 0, TJ_E_STEP0 = 1, TJ_E_BOUNDS = 2 };
+static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t arg, int32_t store, int64_t off,
+                           int64_t lo, int64_t hi) {
+    int32_t expected = 0;
+    if (__atomic_load_n(&st->code, __ATOMIC_RELAXED) != 0 ||
+        !__atomic_compare_exchange_n(&st->code, &expected, -1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return;
+    st->site = site; st->arg = arg; st->store = store; st->offset = off; st->lo = lo; st->hi = hi;
+    __atomic_store_n(&st->code, code, __ATOMIC_RELEASE);
+}
+
+#ifdef TILEJIT_BOUNDS_CHECK
+// Bounds-checked mode: every element address is checked against the storage of the tensor the
+// pointer came from; an access outside it is skipped (a load reads 0 from a private sink) and
+// reported with the element offset and extent, counted from the tensor's data pointer.
+alignas(64) static thread_local unsigned char tj_sink[64];
+static inline bool tj_in(const tj_range& q, int64_t a, int64_t n) { return a >= q.lo && a + n <= q.hi; }
+template <class T> static inline T* tj_oob(T* p, const tj_range& q, tj_status* st, int arg, int site, int store) {
+    const int64_t a = (int64_t)(intptr_t)p, n = (int64_t)sizeof(T);
+    tj_fail(st, TJ_E_BOUNDS, site, arg, store, (a - q.base) / n, (q.lo - q.base) / n, (q.hi - q.base) / n);
+    std::memset(tj_sink, 0, sizeof tj_sink);
+    return (T*)(void*)tj_sink;
+}
+template <class T> static inline T* tj_bc(T* p, const tj_range* r, tj_status* st, int arg, int site, int store) {
+    return tj_in(r[arg], (int64_t)(intptr_t)p, (int64_t)sizeof(T)) ? p : tj_oob(p, r[arg], st, arg, site, store);
+}
+// a pointer that may come from any of `n` arguments (chosen at run time): any of their storages
+template <class T> static inline T* tj_bc_any(T* p, const tj_range* r, tj_status* st, const int* args, int n,
+                                              int site, int store) {
+    for (int i = 0; i < n; ++i)
+        if (tj_in(r[args[i]], (int64_t)(intptr_t)p, (int64_t)sizeof(T))) return p;
+    return tj_oob(p, r[args[0]], st, -1, site, store);
+}
+#endif
 
 // ---- dot micro-kernel ------------------------------------------------------------------------
 // Only kernels with a dot define TILEJIT_DOT_KERNEL: immintrin.h alone costs ~0.2 s of compile time.

@@ -9,6 +9,7 @@ import platform
 import shutil
 import subprocess
 
+from compiler.cache import compiler_tmpdir
 from compiler.errors import TargetError
 
 HEADER_DIR = os.path.dirname(__file__)
@@ -76,6 +77,7 @@ def build(source_path: str, out_path: str) -> None:
     if cxx is None:
         raise TargetError("the cpu target needs a C++ compiler: install g++ (or set CXX)")
     cmd = [cxx, *BASE_FLAGS, *march_flags(), f"-I{HEADER_DIR}", source_path, "-o", out_path]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    with compiler_tmpdir(os.path.dirname(os.path.abspath(out_path))) as env:
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:
         raise TargetError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")

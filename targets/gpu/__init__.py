@@ -118,10 +118,10 @@ class GPUTarget(Target):
             return CompileOnlyLauncher(self.name, fn.name, str(entry.path), entry.meta.get("artifacts", []))
         if self.mode == "interpret":
             jit_fn = getattr(toolchain.load_module(str(entry.file("kernel.py"))), fn.name)
-            return InterpretLauncher(jit_fn, fn.name, arg_indices, self.caps)
+            return InterpretLauncher(jit_fn, fn.name, arg_indices, self.caps, [p.name for p in fn.params])
         return DeviceLauncher(fn.name, arg_indices, self._binary(fn, entry, ()),
                               lambda unaligned: self._binary(fn, self._unaligned_entry(fn, entry, unaligned, cache),
-                                                             unaligned), self.caps)
+                                                             unaligned), self.caps, [p.name for p in fn.params])
 
     def _binary(self, fn: Function, entry, unaligned) -> DeviceBinary:
         """A cache entry's kernel, checked against this target, read as a Triton CompiledKernel."""

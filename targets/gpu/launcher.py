@@ -21,6 +21,7 @@ import threading
 
 from compiler.errors import TargetError
 from compiler.target import launch_grid
+from compiler.target.args import check_tensors
 
 from .assume import ALIGN
 
@@ -51,18 +52,20 @@ def interpreting():
 
 
 class InterpretLauncher:
-    def __init__(self, jit_fn, name: str, arg_indices: list[int], caps):
+    def __init__(self, jit_fn, name: str, arg_indices: list[int], caps, param_names=None):
         from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
         self.fn = InterpretedFunction(jit_fn.fn)
         self.name = name
         self.arg_indices = list(arg_indices)
         self.caps = caps
+        self.param_names = list(param_names) if param_names else [f"#{i}" for i in arg_indices]
 
     def __call__(self, grid, args) -> None:
         grid = launch_grid(self.name, grid, self.caps)
         if grid is None:
             return
         runtime = [args[i] for i in self.arg_indices]
+        check_tensors(self.name, self.param_names, runtime, "cpu")
         with interpreting():
             self.fn[grid](*runtime)
 
@@ -107,10 +110,11 @@ class DeviceLauncher:
     """`binary`: the DeviceBinary of the cache entry; `variant(names)`: the DeviceBinary of the
     variant whose named pointers are not assumed aligned (built through the cache on first need)."""
 
-    def __init__(self, name: str, arg_indices: list[int], binary: DeviceBinary, variant, caps):
+    def __init__(self, name: str, arg_indices: list[int], binary: DeviceBinary, variant, caps, param_names=None):
         self.name = name
         self.caps = caps
         self.arg_indices = list(arg_indices)
+        self.param_names = list(param_names) if param_names else [f"#{i}" for i in arg_indices]
         self.binary = binary
         self._variant = variant
         self._variants: dict[tuple, DeviceBinary] = {(): binary}
@@ -146,6 +150,7 @@ class DeviceLauncher:
         if g is None:
             return
         runtime = [args[i] for i in self.arg_indices]
+        check_tensors(self.name, self.param_names, runtime, "cuda")
         binary = self.select(runtime)
         hooks, driver = _triton_runtime()
         drv = driver.active

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 
+from compiler.cache import compiler_tmpdir
 from compiler.errors import TargetError
 from targets.cpu import toolchain as cpu_toolchain
 
@@ -84,7 +85,8 @@ def build(arch: Arch, source: str, out_dir: str) -> str:
     cmds = xtdk_commands(xtdk, arch, source, out_dir) if xtdk else \
         [emulation_command(arch, source, os.path.join(out_dir, "kernel.so"))]
     for cmd in cmds:
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        with compiler_tmpdir(out_dir) as env:   # the compiler's temporaries stay in the build dir
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         if res.returncode != 0:
             raise TargetError(f"kunlun build failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")
     return "xtdk" if xtdk else "emulation"

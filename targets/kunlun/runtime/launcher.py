@@ -11,6 +11,7 @@ import torch
 from compiler import dtypes as D
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.target import launch_grid
+from compiler.target.args import scalar_value, tensor_pointer
 
 # an int64 argument is tj_i64 in the kernel: 8 bytes, passed like an int64_t
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
@@ -38,6 +39,8 @@ class KunlunLauncher:
                                                     ctypes.POINTER(ctypes.c_uint64)]
             self.lib.tj_emu_error.restype = ctypes.c_char_p
         self.name = fn_name
+        self.param_names = list(param_names)
+        self.param_types = list(param_types)
         self.plan = [(i, t.is_ptr()) for i, t in zip(arg_indices, param_types)]
         self.caps = caps                # 32-bit program ids: at most INT32_MAX programs a launch
         self._lock = threading.Lock()   # the emulation's region table is per library
@@ -46,7 +49,9 @@ class KunlunLauncher:
         g = launch_grid(self.name, grid, self.caps)
         if g is None:
             return
-        vals = [args[i].data_ptr() if ptr else args[i] for i, ptr in self.plan]
+        # the warm path checks what it hands the kernel: host tensors with memory, ints that fit
+        vals = [tensor_pointer(self.name, n, args[i], "cpu") if ptr else scalar_value(self.name, n, args[i], t.name)
+                for (i, ptr), n, t in zip(self.plan, self.param_names, self.param_types)]
         with self._lock:
             if self.emulation:
                 tensors = [args[i] for i, ptr in self.plan if ptr]
