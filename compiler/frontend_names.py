@@ -4,6 +4,7 @@ shape, T and the tensor methods), of dtypes, of Python numbers (`eps.to(tl.float
 specialised constant), and "did you mean" suggestions for misspelt names."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import types
 
@@ -86,6 +87,18 @@ def is_namespace(obj) -> bool:
     return isinstance(obj, types.ModuleType) and id(obj) in _NAMESPACE_PREFIX
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockType:
+    """What `x.type` is for a tile, as in Triton: its element type and shape."""
+
+    element_ty: D.dtype
+    shape: tuple
+
+    @property
+    def scalar(self):
+        return self.element_ty
+
+
 class BoundMethod:
     """`tile.name` before it is called: calls `tl.name(tile, ...)`."""
 
@@ -108,12 +121,14 @@ def tile_attr(builder, base: Tile, attr: str):
         return base.shape
     if attr == "numel":
         return base.type.numel
+    if attr == "type":   # Triton's tensor.type: the dtype of a scalar, a block type of a tile
+        return base.dtype if not base.shape else BlockType(base.dtype, tuple(base.shape))
     if attr == "T":
         return builder.op1("trans", [base], {"perm": list(reversed(range(len(base.shape))))})
     if attr in TILE_METHODS:
         return BoundMethod(base, attr)
     raise SemanticError(f"tensor values have no attribute '{attr}'"
-                        + did_you_mean(attr, list(TILE_METHODS) + ["dtype", "shape", "T"], "."))
+                        + did_you_mean(attr, list(TILE_METHODS) + ["dtype", "shape", "type", "T"], "."))
 
 
 def other_attr(builder, base, attr: str):

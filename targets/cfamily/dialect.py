@@ -79,6 +79,10 @@ class CDialect:
     def mem_type(self, dt: D.dtype) -> str:
         return self.mem_types[dt]
 
+    def ctype_size(self, ctype: str) -> int:
+        """Bytes of one element of C type `ctype` (a tile of pointers holds target pointers)."""
+        return self.pointer_bytes if ctype.endswith("*") else self.ctype_bytes[ctype]
+
     def reg_size(self, dt: D.dtype) -> int:
         return self.pointer_bytes if dt.is_ptr() else self.ctype_bytes[self.reg_type(dt)]
 

@@ -181,9 +181,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
 
     def local_buffer(self, ctype: str, name: str, numel: int, value: Value | None = None) -> str:
         """Declares local array `name` (recorded in `local_buffers`) and returns the name."""
-        # a tile of pointers (a loop-carried `ptrs += step`) holds target pointers
-        size = self.d.pointer_bytes if ctype.endswith("*") else self.d.ctype_bytes[ctype]
-        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * size, value))
+        self.local_buffers.append(LocalBuffer(name, ctype, numel, numel * self.d.ctype_size(ctype), value))
         self.emit(f"{self.d.local_buffer_decl(ctype, name, numel)};")
         return name
 

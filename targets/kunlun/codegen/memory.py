@@ -35,7 +35,7 @@ class PlannedMemory:
     # -- buffers -----------------------------------------------------------------------------------
     def local_buffer(self, ctype: str, name: str, numel: int, value=None) -> str:
         kind = "value" if value is not None and value is self._declaring else "scratch"
-        buf = LMBuffer(len(self.requests), name, ctype, numel, numel * self.d.ctype_bytes[ctype], value, kind,
+        buf = LMBuffer(len(self.requests), name, ctype, numel, numel * self.d.ctype_size(ctype), value, kind,
                        inplace=self._inplace)
         self._inplace = ()
         self.requests.append(buf)

@@ -39,7 +39,7 @@ class Record:
 
 def record(ir: Function, dialect, policy: str) -> Record:
     """Runs the lowering in record mode and places the buffers it asks for."""
-    from ..codegen.lowering import KunlunLowering  # noqa: PLC0415 - the lowering imports this package
+    from ..codegen.lowering import KunlunLowering  # local: the lowering imports this package
     low = KunlunLowering(ir, dialect, policy)
     low.lower()
     for b in low.requests:

@@ -117,9 +117,16 @@ def _block(old: Block, new: Block, vmap: dict[int, Value], wide: set[int]) -> No
             nb = Block(args)
             _block(b, nb, vmap, wide)
             blocks.append(nb)
-        new_op = Op(op.name, operands, [_narrow_type(r, wide) for r in op.results], attrs, blocks, op.loc)
+        # an op computing in 64 bits (a division of a wide value) keeps its int64 result, narrowed after
+        computes_wide = op.name not in ("cast", "for", "load") and not op.blocks and \
+            any(x.dtype is D.int64 for x in operands)
+        types = [r.type if computes_wide else _narrow_type(r, wide) for r in op.results]
+        new_op = Op(op.name, operands, types, attrs, blocks, op.loc)
         new.append(new_op)
-        vmap.update({id(r): n for r, n in zip(op.results, new_op.results)})
+        for r, n in zip(op.results, new_op.results):
+            if computes_wide and n.dtype is D.int64 and id(r) not in wide:
+                n = Emitter(new, op.loc).v("cast", [n], {"to": D.int32})
+            vmap[id(r)] = n
 
 
 def _reads_wide(op: Op, v: Value, wide: set[int]) -> bool:

@@ -1,11 +1,12 @@
-"""The region scheduler of the strip-mining rewrite (stripmine.py): which pass each op of a block
-runs in, and the chunk loops that run the passes."""
+"""The region scheduler of the strip-mining rewrite (stripmine.py describes it): which pass each op
+of a block runs in, and the chunk loops that run the passes. `stripmine` is the rewrite's entry."""
 from __future__ import annotations
 
 from compiler import dtypes as D
-from compiler.ir import Block, Op, TileType, Value
+from compiler.ir import Block, Function, Op, TileType, Value, verify
 
 from . import trees
+from .dims import Dims
 from .rebuild import COMBINE, Emitter, chunked, clone_chunked, identity
 from .stripmine import Ctx, NotApplicable, bases
 
@@ -47,13 +48,13 @@ def _memory(op: Op) -> tuple[set[int], set[int]]:
 class Scope:
     """Chunk values (`dmap`) and plain values (`fmap`) of one pass, or of a loop body inside it."""
 
-    def __init__(self, region: "Region", em: Emitter, offset: Value, iteration: Value, parent=None):
+    def __init__(self, region: Region, em: Emitter, offset: Value, iteration: Value, parent=None):
         self.region, self.em, self.offset, self.iteration, self.parent = region, em, offset, iteration, parent
         self.dmap: dict[int, Value] = {}
         self.fmap: dict[int, Value] = {}
         self.root_index = 0   # the root op being emitted (for memory-order checks)
 
-    def top(self) -> "Scope":
+    def top(self) -> Scope:
         s = self
         while s.parent is not None:
             s = s.parent
@@ -77,7 +78,7 @@ class Scope:
 
 
 class Region:
-    def __init__(self, ctx: Ctx, block: Block, out: Block, vmap: dict[int, Value], parent: "Region | None"):
+    def __init__(self, ctx: Ctx, block: Block, out: Block, vmap: dict[int, Value], parent: Region | None):
         self.ctx, self.block, self.out, self.vmap, self.parent = ctx, block, out, vmap, parent
         self.ops = block.ops
         self.index = {id(op): i for i, op in enumerate(self.ops)}
@@ -353,3 +354,13 @@ def clone_plain(em: Emitter, op: Op, lookup) -> Op:
     new = Op(op.name, [get(v) for v in op.operands], [r.type for r in op.results], dict(op.attrs), blocks, op.loc)
     em.block.append(new)
     return new
+
+
+def stripmine(fn: Function, dims: Dims, dim, size: int, strict: bool) -> Function:
+    ctx = Ctx(fn, dims, dim, size, strict)
+    body = Block()
+    scope = {id(p.value): p.value for p in fn.params}
+    Region(ctx, fn.body, body, scope, parent=None).run()
+    out = Function(fn.name, fn.params, body, fn.specialization)
+    verify(out)
+    return out

@@ -19,8 +19,9 @@ from ..arch import Arch
 from ..tune.cost_model import ASSUMED_CLOCK_HZ, ASSUMED_DMA_SETUP_S, FALLBACK_BANDWIDTH
 from .dims import Dims
 from .model import NOMINAL_TRIPS
+from .passes import stripmine
 from .sources import split_shared
-from .stripmine import NotApplicable, stripmine
+from .stripmine import NotApplicable
 
 MAX_STEPS = 8
 
@@ -44,7 +45,7 @@ def program_cost(rec, arch: Arch) -> float:
 
 
 def describe_dim(fn: Function, dims: Dims, dim, extent: int, size: int) -> str:
-    from .model import source_name  # noqa: PLC0415
+    from .model import source_name
     names = sorted({source_name(v) for v in dims.values.values() if dims.axis_of(v, dim) is not None} - {""})
     what = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
     return f"{extent} -> chunks of {size}" + (f" (axis of {what})" if what else "")

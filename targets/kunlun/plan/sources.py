@@ -8,7 +8,7 @@ its uses; the C lowering evaluates these inline anyway, so no local memory is sp
 """
 from __future__ import annotations
 
-from compiler.ir import Block, Function, Op, Value  # noqa: F401
+from compiler.ir import Block, Function, Op, Value
 from compiler.ir.ops import OPS
 from compiler.passes import dce
 

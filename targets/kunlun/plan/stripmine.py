@@ -1,6 +1,6 @@
 """Strip-mining: one dimension of a kernel's tiles cut into chunks that fit LM, as an IR rewrite.
 
-`stripmine(fn, dims, dim, size, policy)` returns a new Function in which every tile with an axis in
+`stripmine(fn, dims, dim, size, strict)` (passes.py) returns a new Function in which every tile with an axis in
 `dim` (extent E) is computed `size` elements at a time, inside loops over the E/size chunks. It
 works region by region (a block), by what each op does along the dimension:
 
@@ -23,7 +23,7 @@ are assumed not to overlap, as in every tile program).
 """
 from __future__ import annotations
 
-from compiler.ir import Block, Function, Op, Value, verify
+from compiler.ir import Block, Function, Op, Value
 
 from .dims import Dims
 
@@ -116,15 +116,4 @@ def bases(v: Value) -> set[int]:
             out.add(id(x))
             continue
         stack.extend(o for o in x.owner.operands if o.dtype.is_ptr())
-    return out
-
-
-def stripmine(fn: Function, dims: Dims, dim, size: int, strict: bool) -> Function:
-    ctx = Ctx(fn, dims, dim, size, strict)
-    body = Block()
-    scope = {id(p.value): p.value for p in fn.params}
-    from .passes import Region  # noqa: PLC0415 - the region scheduler builds on this module
-    Region(ctx, fn.body, body, scope, parent=None).run()
-    out = Function(fn.name, fn.params, body, fn.specialization)
-    verify(out)
     return out
