@@ -1,6 +1,6 @@
 """Speed of the inference ops against torch eager (and torch.nn.functional where it has the op),
-and of split-KV paged decode against the one-program-per-(request, head) decode of
-kernels.attention, on the cpu target.
+and of split-KV paged decode against kernels.attention's decode (one program per request and
+head), on the cpu target.
 
     python -m benchmarks.inference_ops [--quick] [--repeat R] [--dtype fp32|bf16]
 
@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 import kernels
 from benchmarks.speed import time_interleaved
+from compiler.clihelp import description
 from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling, serving_attention as sa
 
 
@@ -120,7 +121,7 @@ def _check(name, a, b, dt):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--quick", action="store_true", help="smaller shapes")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")

@@ -209,13 +209,14 @@ def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tm
 
 def test_kunlun_tunes_offline_with_every_decision_estimated(tcache):
     """--target kunlun on a machine without the chip: ranked by the target's cost model, nothing
-    measured, every decision labelled estimated; configs over the LM budget are rejected."""
+    measured, every decision labelled estimated; every candidate fits LM (the memory plan strip-mines
+    the big matmul tiles), so none is rejected."""
     before = MEASURE_COUNT["n"]
     rows = tune_ops(["matmul", "rms_norm"], None, target="kunlun:xpu2", cache_dir=tcache, progress=False, quick=False)
     assert MEASURE_COUNT["n"] == before
     won = [r for r in rows if r["winner"]]
     assert won and all(r["estimated"] for r in won)
-    assert all(r["rejected"] > 0 for r in rows if r["op"] == "matmul")   # big tiles exceed 7 KB of LM
+    assert all(r["rejected"] == 0 and r["winner"] for r in rows if r["op"] == "matmul")
     doc = json.loads(next((pathlib.Path(tcache) / "autotune").glob("matmul.*.json")).read_text())
     results = [r for e in doc["entries"].values() for r in e["results"].values()]
     assert results and all(r["estimated"] for r in results)

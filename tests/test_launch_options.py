@@ -100,7 +100,7 @@ def test_positional_constexprs():
     torch.testing.assert_close(y, x * 5)
     ck = scaled.warmup(x, y, 10, 6.0, 16, grid=(1,))
     assert ck.n_regs > 0 and ck.metadata.shared == 0
-    with pytest.raises(KernelArgumentError, match="takes 5 positional arguments but 6"):
+    with pytest.raises(KernelArgumentError, match="takes 5 arguments, got 6: 6 positional"):
         scaled[(1,)](x, y, 10, 3.0, 16, 7)
 
 

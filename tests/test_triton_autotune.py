@@ -214,33 +214,34 @@ def test_cache_results_false_keeps_the_decision_in_process(tcache):
 
 def test_unmeasured_target_takes_first_config_that_renders_and_labels_it(tcache):
     # kunlun's timings in host emulation are not its speed: nothing is timed; the 64K-element
-    # tile does not fit its local memory and is pruned by the renderer's own budget check
+    # prefix sum does not fit its local memory (a scan cannot be strip-mined) and is pruned by the
+    # renderer's own budget check
     @triton.jit
-    def offset_by_one(x, y, n, BLOCK: tl.constexpr):
+    def prefix_sum(x, y, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         m = offs < n
-        tl.store(y + offs, tl.load(x + offs, mask=m) + 1.0, mask=m)
+        tl.store(y + offs, tl.cumsum(tl.load(x + offs, mask=m, other=0.0), 0), mask=m)
 
     configs = [Config({"BLOCK": 65536}), Config({"BLOCK": 64}), Config({"BLOCK": 32})]
-    x, y = torch.randn(100), torch.zeros(100)
+    x, y = torch.randn(50), torch.zeros(50)
     with use_target("kunlun:xpu3"):
-        k = triton.autotune(configs=configs, key=["n"])(offset_by_one)
+        k = triton.autotune(configs=configs, key=["n"])(prefix_sum)
         before = MEASURE_COUNT["n"]
         with pytest.warns(triton.AutotuneNote, match="BLOCK=65536"):
-            k[_grid](x, y, 100)
+            k[_grid](x, y, 50)
         assert MEASURE_COUNT["n"] == before and k.best_config.kwargs == {"BLOCK": 64}
-        torch.testing.assert_close(y, x + 1)
-        files = list((tcache / "autotune").glob("*offset_by_one.kunlun_xpu3.*.json"))
+        torch.testing.assert_close(y, torch.cumsum(x, 0))
+        files = list((tcache / "autotune").glob("*prefix_sum.kunlun_xpu3.*.json"))
         (entry,) = json.loads(files[0].read_text())["entries"].values()
         ok = {k2: r for k2, r in entry["results"].items() if r["status"] == "ok"}
         assert [r["config"]["BLOCK"] for r in ok.values()] == [64]
         assert [r["config"]["BLOCK"] for r in entry["results"].values() if r["status"] == "rejected"] == [65536]
         assert all(r["unmeasured"] and r["time_s"] is None for r in ok.values())
         # another autotuner over the same kernel (a new process would do the same): found, not re-rendered
-        again = triton.autotune(configs=configs, key=["n"])(offset_by_one)
+        again = triton.autotune(configs=configs, key=["n"])(prefix_sum)
         with warnings.catch_warnings():
             warnings.simplefilter("error", triton.AutotuneNote)
-            again[_grid](x, y, 100)
+            again[_grid](x, y, 50)
         assert again.best_config.kwargs == {"BLOCK": 64}
 
 

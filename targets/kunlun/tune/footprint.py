@@ -25,8 +25,11 @@ def _footprint(target, op: str, cfg_items: tuple, probe_items: tuple, policy: st
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
     """Bytes of LM tile buffers per core for `spec`'s op with `config` on a kunlun target; raises
     the renderer's LMBudgetError (with the buffer listing) when it does not fit. Of `shape`, what
-    changes the kernel's tiles is read: dtype, head_dim, causal."""
+    changes the kernel's tiles is read: dtype, causal and the spec's exact key dims (head_dim,
+    rotary_dim)."""
     shape = shape or {}
-    probe = {k: shape[k] for k in ("dtype", "head_dim", "causal") if k in shape}
-    name = spec if isinstance(spec, str) else spec.name
+    spec = op_spec(spec) if isinstance(spec, str) else spec
+    exact = [k for k, how in spec.key_dims.items() if how == "exact"]
+    probe = {k: shape[k] for k in ("dtype", "causal", *exact) if k in shape}
+    name = spec.name
     return _footprint(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy)
