@@ -64,7 +64,8 @@ def _samples(grad: bool) -> dict:
 
 
 def test_every_registered_operator_has_a_sample():
-    assert set(_samples(False)) == set(torch_ops.registered())
+    # (test_autograd.py registers a toy "test_*" operator of its own)
+    assert set(_samples(False)) == {n for n in torch_ops.registered() if not n.startswith("test_")}
     with_backward = {n for n, op in torch_ops.registered().items() if op.has_backward}
     assert with_backward == {"matmul", "rms_norm", "add_rms_norm", "layer_norm", "attention", "hf_rope",
                              "hf_act_and_mul"}
