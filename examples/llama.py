@@ -190,7 +190,8 @@ def tp_rank(comm, a):
     torch.set_num_threads(1)
     model = tilejit_model(shard(build_model(a), comm.rank, comm.size, comm), a.linear)
     ids, am = prompts(a)
-    return prefill_logits(model, ids, am), generate(model, ids, am, a.new)
+    # numpy arrays travel by value (torch tensors would be shared with a process that is exiting)
+    return prefill_logits(model, ids, am).numpy(), generate(model, ids, am, a.new).numpy()
 
 
 def run_tp(a):
@@ -201,8 +202,13 @@ def run_tp(a):
     t0 = time.perf_counter()
     results = run_ranks(tp_rank, a.tp, a, timeout=120, deadline=600)
     print(f"{a.tp} cpu ranks (gloo), {time.perf_counter() - t0:.1f} s")
+    lost = [r for r, x in enumerate(results) if x is None]
+    if lost:
+        print(f"ranks {lost} exited without a result (killed from outside?)", file=sys.stderr)
+        return 1
     keep = am.bool()
     ok = True
+    results = [(torch.from_numpy(lg), torch.from_numpy(tk)) for lg, tk in results]
     for r, (logits, tokens) in enumerate(results):
         d = (logits - ref_logits)[keep].abs().max().item()
         same = torch.equal(tokens, ref_tokens)
