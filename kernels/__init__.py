@@ -1,6 +1,7 @@
 """tilejit's library kernels: matmul, layer_norm / rms_norm / add_rms_norm, attention.
 
-Each op module is a `@kernel` tile program, a torch-facing wrapper with argument checks, an fp64
+Each op module is a `@kernel` tile program, a torch-facing wrapper with argument checks that calls
+the op's torch operator (`tilejit::<op>`, registered by `kernels.torch_ops.define`), an fp64
 torch reference (`*_ref`) and its op spec (`SPECS`: config space, default config per target tile
 class, clamps, tuning problems; see compiler.opspec). Every module of this package that exports
 `SPECS` is found here, so a new op is one new file. Configs depend only on non-batch dimensions
@@ -52,7 +53,9 @@ def config_for(op: str, target=None, **dims) -> dict:
     - matmul: N, K (M is ignored);
     - layer_norm / rms_norm / add_rms_norm: N, the row length (the number of rows is ignored);
     - attention: head_dim, seq_k (seq_q only sizes BLOCK_M, which does not affect results;
-      batch and heads are ignored).
+      batch and heads are ignored);
+    - the backward passes: matmul_backward N, K; rms_norm_backward / layer_norm_backward N;
+      attention_backward head_dim, seq_k (seq_q).
     """
     spec = OP_SPECS.get(op)
     if spec is None:
