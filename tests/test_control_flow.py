@@ -155,7 +155,8 @@ def test_while_loop_and_short_circuit_guard(tgt):
 def test_runtime_for_bounds(tgt):
     out = torch.zeros(2, dtype=torch.int32)
     big = 2 ** 31 - 4096 if tgt.startswith("kunlun") else 2 ** 40   # kunlun: 32-bit integer arguments
-    cases = [((0, 10, 3), 4), ((10, 0, -3), 4), ((0, 10, 0), 0), ((5, 5, 1), 0), ((-7, -1, 2), 3)]
+    cases = [((0, 10, 3), 4), ((10, 0, -3), 4), ((0, 10, 0), 0), ((5, 5, 1), 0), ((-7, -1, 2), 3),
+             ((-2 ** 31, 2 ** 31 - 1, 2 ** 30), 4), ((2 ** 31 - 1, -2 ** 31, -(2 ** 30)), 4)]   # no overflow
     for (lo, hi, st), want in cases:
         with compiler.use_target(tgt):
             for_bounds_kernel[(1,)](out, lo, hi, st, big)

@@ -251,3 +251,20 @@ def test_int64_program_id_arithmetic_is_64_bit_on_cpu_and_gpu():
         with compiler.use_target(tgt), compiler.render_only() as seen:
             scalar_kernel[(2,)](torch.zeros(8), 1.5, 7, N=4)
         assert "int64" in seen[0].source or "tl.int64" in seen[0].source
+
+
+@kernel
+def specialised_scalar_kernel(o_ptr, offset, FLAG: tl.constexpr):
+    # offset == 1 is specialised to a constant (as in Triton): .to() still applies to it
+    v = offset.to(tl.float32) + tl.where(FLAG == 1, 10.0, 20.0)
+    tl.store(o_ptr, v)
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+def test_to_on_specialised_scalars_and_constexpr_where(tgt):
+    o = torch.zeros(1)
+    with compiler.use_target(tgt):
+        specialised_scalar_kernel[(1,)](o, 1, 1)
+        assert o.item() == 11.0
+        specialised_scalar_kernel[(1,)](o, 5, 0)
+        assert o.item() == 25.0
