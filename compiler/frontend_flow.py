@@ -194,7 +194,7 @@ class FlowMixin:
             return out
 
         merged = self._branches(node, c, [node.body, node.orelse], items)
-        for n, v in merged.items() if isinstance(merged, dict) else ():
+        for n, v in merged.items():
             if v is _NOT_RETURNED:
                 self.scope.pop(n, None)
                 self.gone[n] = "it is assigned in only one branch of an 'if' on a run-time value"

@@ -268,3 +268,38 @@ def test_to_on_specialised_scalars_and_constexpr_where(tgt):
         assert o.item() == 11.0
         specialised_scalar_kernel[(1,)](o, 5, 0)
         assert o.item() == 25.0
+
+
+# -- unsigned integers -------------------------------------------------------------------------------
+@kernel
+def uint_kernel(x_ptr, b_ptr, o_ptr, f_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs).to(tl.uint32)          # int32 -> uint32: the same bits
+    h = x * 0x9E3779B1                                # wraps modulo 2**32
+    h = h ^ (h >> 15)                                 # a logical shift
+    tl.store(o_ptr + offs, h // 7 + h % 1000)         # unsigned division
+    tl.store(o_ptr + N + offs, x + (-1))              # the int32 literal promotes to uint32
+    tl.store(o_ptr + 2 * N + offs, (h > 2147483648).to(tl.uint32))
+    tl.store(f_ptr + offs, h.to(tl.float32))
+    u8 = tl.load(b_ptr + offs)
+    tl.store(b_ptr + offs, u8 + 200)                  # uint8 wraps
+    tl.store(o_ptr + 3 * N + offs, tl.sum(u8, axis=0) + tl.zeros((N,), tl.uint32))
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+def test_unsigned_integers(tgt):
+    import numpy as np
+    N = 16
+    x = torch.tensor([0, 1, -1, 7, 2 ** 31 - 1, -2 ** 31, 12345, -999] * 2, dtype=torch.int32)
+    u8 = torch.arange(N, dtype=torch.uint8) * 17
+    xn = x.numpy().view(np.uint32).astype(np.uint64)
+    h = (xn * 0x9E3779B1) % 2 ** 32
+    h = h ^ (h >> 15)
+    want = np.concatenate([(h // 7 + h % 1000) % 2 ** 32, (xn + 2 ** 32 - 1) % 2 ** 32, (h > 2 ** 31),
+                           np.full(N, int(u8.numpy().astype(np.uint64).sum()))]).astype(np.uint32).view(np.int32)
+    o, f, b = torch.zeros(4 * N, dtype=torch.int32), torch.zeros(N), u8.clone()
+    with compiler.use_target(tgt):
+        uint_kernel[(1,)](x, b, o, f, N)
+    assert np.array_equal(o.numpy(), want)
+    assert np.array_equal(f.numpy(), h.astype(np.float32))
+    assert torch.equal(b, ((u8.int() + 200) % 256).to(torch.uint8))

@@ -9,8 +9,8 @@ from targets.cfamily.dialect import CDialect
 
 class KunlunDialect(CDialect):
     # int64 registers are 32-bit: index_width.py proves they only feed addresses
-    reg_types = {**CDialect.reg_types, D.int64: "int32_t"}
-    mem_types = {k: v for k, v in CDialect.mem_types.items() if k is not D.int64}
+    reg_types = {**{k: v for k, v in CDialect.reg_types.items() if k is not D.uint64}, D.int64: "int32_t"}
+    mem_types = {k: v for k, v in CDialect.mem_types.items() if k not in (D.int64, D.uint64)}
     pointer_bytes = 4   # device pointers are 4 bytes
     dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
 
