@@ -214,3 +214,15 @@ def test_return_inside_a_loop_is_refused_with_the_alternative():
         tl.store(x_ptr, 1.0)
     with pytest.raises(CompilationError, match="'return' inside a loop is not supported"):
         kernel(bad)[(1,)](torch.zeros(1), 3)
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_control_flow_compiles_for_sm_90_without_a_gpu(policy):
+    x4 = torch.zeros(4, 4)
+    with compiler.use_target("gpu:sm_90"), compiler.numerics(policy), compiler.compile_only() as built:
+        branches_kernel[(4,)](x4, x4, torch.zeros(16), -1.0, BLOCK=4)
+        early_return_kernel[(4,)](torch.zeros(4, dtype=torch.int32), torch.zeros(4, 8), 5, 8, HAS_LABEL=True,
+                                  BLOCK=8)
+        while_kernel[(1,)](torch.zeros(5), torch.zeros(6), 5, 3.5, BLOCK=4)
+        for_bounds_kernel[(1,)](torch.zeros(2, dtype=torch.int32), 0, 10, 3, 2 ** 40)
+    assert len(built) == 4 and all(b is not None for b in built)

@@ -303,3 +303,20 @@ def test_unsigned_integers(tgt):
     assert np.array_equal(o.numpy(), want)
     assert np.array_equal(f.numpy(), h.astype(np.float32))
     assert torch.equal(b, ((u8.int() + 200) % 256).to(torch.uint8))
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_the_surface_compiles_for_sm_90_without_a_gpu(policy):
+    """The interpreter never runs libdevice, tl.range options or fp8 code paths of compiled Triton:
+    triton.compile does (PTX and cubin for sm_90)."""
+    x = torch.zeros(64)
+    with compiler.use_target("gpu:sm_90"), compiler.numerics(policy), compiler.compile_only() as built:
+        math_kernel[(1,)](x, torch.zeros(12 * 32), torch.zeros(4 * 32, dtype=torch.int32), 32)
+        shape_kernel[(1,)](torch.zeros(4, 8), torch.zeros(6 * 32), torch.zeros(16, dtype=torch.int32), 4, 8)
+        fp8_kernel[(1,)](x, torch.zeros(64, dtype=torch.float8_e5m2), torch.zeros(64, dtype=torch.float8_e4m3fn),
+                         x, 64)
+        uint_kernel[(1,)](torch.zeros(16, dtype=torch.int32), torch.zeros(16, dtype=torch.uint8),
+                          torch.zeros(64, dtype=torch.int32), torch.zeros(16), 16)
+        row_kernel[(1,)](torch.zeros(1, 16).half(), torch.zeros(1, 16).half(), 16, 16, 1e-5, 1.0, 1, 1, "mean", 0.5,
+                         ttl.float16, BLOCK=16)
+    assert len(built) == 5 and all(b is not None for b in built)
