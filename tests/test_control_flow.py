@@ -86,9 +86,10 @@ def while_kernel(x_ptr, out_ptr, n, limit, BLOCK: tl.constexpr):
 
 
 @kernel
-def for_bounds_kernel(out_ptr, lo, hi, step, big):
-    """Run-time bounds: a step of 0 runs nothing, negative steps count down, int64 bounds count in
-    64 bits."""
+def for_bounds_kernel(out_ptr, bounds_ptr, big):
+    """Run-time bounds (loaded, so that one specialisation serves every case): a step of 0 runs
+    nothing, negative steps count down, int64 bounds count in 64 bits."""
+    lo, hi, step = tl.load(bounds_ptr), tl.load(bounds_ptr + 1), tl.load(bounds_ptr + 2)
     n = 0
     for i in range(lo, hi, step):
         n += 1
@@ -159,7 +160,7 @@ def test_runtime_for_bounds(tgt):
              ((-2 ** 31, 2 ** 31 - 1, 2 ** 30), 4), ((2 ** 31 - 1, -2 ** 31, -(2 ** 30)), 4)]   # no overflow
     for (lo, hi, st), want in cases:
         with compiler.use_target(tgt):
-            for_bounds_kernel[(1,)](out, lo, hi, st, big)
+            for_bounds_kernel[(1,)](out, torch.tensor([lo, hi, st], dtype=torch.int32), big)
         assert out.tolist() == [want, 3], (lo, hi, st)
 
 
@@ -224,5 +225,5 @@ def test_control_flow_compiles_for_sm_90_without_a_gpu(policy):
         early_return_kernel[(4,)](torch.zeros(4, dtype=torch.int32), torch.zeros(4, 8), 5, 8, HAS_LABEL=True,
                                   BLOCK=8)
         while_kernel[(1,)](torch.zeros(5), torch.zeros(6), 5, 3.5, BLOCK=4)
-        for_bounds_kernel[(1,)](torch.zeros(2, dtype=torch.int32), 0, 10, 3, 2 ** 40)
+        for_bounds_kernel[(1,)](torch.zeros(2, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 2 ** 40)
     assert len(built) == 4 and all(b is not None for b in built)
