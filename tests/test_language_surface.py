@@ -320,3 +320,25 @@ def test_the_surface_compiles_for_sm_90_without_a_gpu(policy):
         row_kernel[(1,)](torch.zeros(1, 16).half(), torch.zeros(1, 16).half(), 16, 16, 1e-5, 1.0, 1, 1, "mean", 0.5,
                          ttl.float16, BLOCK=16)
     assert len(built) == 5 and all(b is not None for b in built)
+
+
+@kernel
+def rounding_kernel(x_ptr, o_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(o_ptr + offs, tl.floor(x))
+    tl.store(o_ptr + N + offs, tl.ceil(x))
+    tl.store(o_ptr + 2 * N + offs, libdevice.trunc(x))
+    tl.store(o_ptr + 3 * N + offs, libdevice.rint(x))
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_exact_rounding_of_narrow_floats(tgt, dtype):
+    x = (torch.randn(32, generator=_gen(5)) * 20).to(dtype)
+    x[:4] = torch.tensor([2.5, -2.5, 0.5, -0.0])
+    o = torch.zeros(4 * 32, dtype=dtype)
+    with compiler.use_target(tgt):
+        rounding_kernel[(1,)](x, o, 32)
+    want = torch.cat([torch.floor(x), torch.ceil(x), torch.trunc(x), torch.round(x)])
+    assert torch.equal(o.view(torch.int16), want.view(torch.int16))

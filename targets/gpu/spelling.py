@@ -47,7 +47,7 @@ ROUNDING = ROUNDS
 # bits, so its numpy comparisons/negation/max of bf16 would compare integers
 BF16_EXACT = {"neg", "abs", "floor", "ceil", "max", "min"} | COMPARE
 # exact ops whose Triton functions take fp32 only: fp16/bf16 operands are widened first
-EXACT_VIA_F32 = {"trunc", "rint"}
+EXACT_VIA_F32 = {"trunc", "rint", "floor", "ceil"}
 # ops rendered by a method rather than a table entry
 SPECIAL = {"const", "arange", "program_id", "num_programs", "cast", "bitcast", "broadcast", "expand_dims",
            "trans", "load", "store", "reduce", "dot", "for", "while", "if", "yield", "reshape", "join", "split",
