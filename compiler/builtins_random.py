@@ -1,8 +1,8 @@
 """Random numbers: Philox 4x32 (10 rounds by default) built from int32 operations and umulhi,
 with the constants, key schedule, counter layout and float conversions of Triton's
-`triton.language.random`, so a seed and an offset give the same bits as Triton (its randint
-returns them as uint32, this language as int32). Integer arithmetic wraps modulo 2**32 on every
-target, which is what Philox needs."""
+`triton.language.random`, so a seed and an offset give the same bits as Triton (uint32 words, as
+its randint returns them). The rounds run on int32 values (the same bits: integer arithmetic
+wraps modulo 2**32 on every target, which is what Philox needs)."""
 from __future__ import annotations
 
 from . import dtypes as D
@@ -29,7 +29,7 @@ def _key(b, seed):
         return _i32(seed), _i32(seed >> 32)
     if seed.shape or not seed.dtype.is_int() or seed.dtype.is_bool():
         raise SemanticError(f"a random seed must be an integer scalar, got a {seed.type} value")
-    if seed.dtype is D.int64:
+    if seed.dtype.bits == 64:
         return b.cast(seed, D.int32), b.cast(b.binary("shr", seed, 32), D.int32)
     seed = b.cast(seed, D.int32)
     return seed, b.binary("shr", seed, 31)
@@ -54,7 +54,7 @@ def philox_rounds(b, seed, c0, c1, c2, c3, n_rounds):
         c1 = b.binary("mul", _c2, rb)
         c3 = b.binary("mul", _c0, ra)
         k0, k1 = _add32(b, k0, _KEY_A), _add32(b, k1, _KEY_B)
-    return c0, c1, c2, c3
+    return tuple(b.bitcast(x, D.uint32) for x in (c0, c1, c2, c3))
 
 
 def _counters(b, offset):
@@ -62,7 +62,7 @@ def _counters(b, offset):
     offset = b.to_tile(offset)
     if not offset.dtype.is_int() or offset.dtype.is_bool():
         raise SemanticError(f"random offsets must be integers, got {offset.dtype}")
-    if offset.dtype is D.int64:
+    if offset.dtype.bits == 64:
         return b.cast(offset, D.int32), b.cast(b.binary("shr", offset, 32), D.int32)
     lo = b.cast(offset, D.int32)
     return lo, b.broadcast_to(b.const(0, D.int32), lo.shape)
@@ -78,6 +78,7 @@ def uniform(b, x):
     x = b.to_tile(x)
     if not x.dtype.is_int() or x.dtype.bits not in (32, 64):
         raise SemanticError(f"tl.uint_to_uniform_float needs 32- or 64-bit integers, got {x.dtype}")
+    x = b.bitcast(x, D.int32 if x.dtype.bits == 32 else D.int64)
     x = b.where(b.binary("lt", x, 0), b.unary("not", x), x)
     return b.binary("mul", x, _SCALE32 if x.dtype.bits == 32 else _SCALE64)
 

@@ -43,9 +43,10 @@ def _fmod(b, name, a):
 def _umulhi(b, name, a):
     x, y = b._promote_pair(a["x"], a["y"])
     x, y = b.broadcast_all(x, y)
-    if x.dtype is not D.int32 or y.dtype is not D.int32:
-        raise SemanticError(f"tl.umulhi needs int32 operands, got {x.dtype} and {y.dtype}")
-    return b.op1("umulhi", [x, y])
+    dt = D.promote(x.dtype, y.dtype)
+    if dt not in (D.int32, D.uint32):
+        raise SemanticError(f"tl.umulhi needs 32-bit integer operands, got {x.dtype} and {y.dtype}")
+    return b.op1("umulhi", [b.cast(x, dt), b.cast(y, dt)])
 
 
 def _shape_args(name, shape):

@@ -22,12 +22,23 @@ class dtype:
         cls._by_name[key] = self
         return self
 
-    # kind: "f" float, "i" signed int, "b" boolean (int1), "p" pointer
+    # kind: "f" float, "i" signed int, "u" unsigned int, "b" boolean (int1), "p" pointer
     def is_floating(self) -> bool:
         return self.kind == "f"
 
     def is_int(self) -> bool:
-        return self.kind in ("i", "b")
+        return self.kind in ("i", "b", "u")
+
+    def is_unsigned(self) -> bool:
+        return self.kind == "u"
+
+    def int_range(self) -> tuple[int, int]:
+        """(lowest, highest) value of an integer dtype."""
+        if self.kind == "u":
+            return 0, 2 ** self.bits - 1
+        if self.kind == "b":
+            return 0, 1
+        return -(2 ** (self.bits - 1)), 2 ** (self.bits - 1) - 1
 
     def is_bool(self) -> bool:
         return self.kind == "b"
@@ -82,12 +93,17 @@ int8 = dtype("int8", 8, "i")
 int16 = dtype("int16", 16, "i")
 int32 = dtype("int32", 32, "i")
 int64 = dtype("int64", 64, "i")
+uint8 = dtype("u8", 8, "u")       # spelled as Triton's str(tl.uint8)
+uint16 = dtype("u16", 16, "u")
+uint32 = dtype("u32", 32, "u")
+uint64 = dtype("u64", 64, "u")
 
 # Element types a kernel argument tensor may have; fp64 is kept out on purpose (Kunlun has none).
 TORCH_TO_DTYPE = {
     torch.float32: float32, torch.float16: float16, torch.bfloat16: bfloat16,
     torch.int32: int32, torch.int64: int64, torch.bool: int1, torch.int8: int8, torch.int16: int16,
-    torch.float8_e5m2: float8e5, torch.float8_e4m3fn: float8e4nv,
+    torch.float8_e5m2: float8e5, torch.float8_e4m3fn: float8e4nv, torch.uint8: uint8,
+    **{getattr(torch, f"uint{n}"): d for n, d in ((16, uint16), (32, uint32), (64, uint64)) if hasattr(torch, f"uint{n}")},
 }
 DTYPE_TO_TORCH = {v: k for k, v in TORCH_TO_DTYPE.items()}
 
@@ -116,9 +132,13 @@ def promote(a: dtype, b: dtype) -> dtype:
                 return float32
             return a if float_rank(a) >= float_rank(b) else b
         return a if a.is_floating() else b
-    # both integer (int1 promotes to the other)
+    # both integer (int1 promotes to the other); mixed signedness: the unsigned type when it is at
+    # least as wide, else the signed one (Triton's rule, as C's)
     if a.is_bool():
         return b
     if b.is_bool():
         return a
-    return a if a.bits >= b.bits else b
+    if a.kind == b.kind:
+        return a if a.bits >= b.bits else b
+    u, i = (a, b) if a.is_unsigned() else (b, a)
+    return u if u.bits >= i.bits else i

@@ -80,19 +80,29 @@ class _Carry:
     """The names a loop carries: per name its leaves, which of them are carried, and the initial
     tiles (one per carried leaf, in name order)."""
 
-    def __init__(self, visitor, names):
+    def __init__(self, visitor, names, keep=frozenset(), scope=None):
         b = visitor.builder
+        scope = visitor.scope if scope is None else scope
         self.entries = []     # (name, rebuild, leaves with None at carried positions, carried indices)
         self.inits: list[Tile] = []
+        self.held = []        # per carried slot: (name, leaf index) when it is a leaf of a structure
+        self.keep = keep      # such leaves the body leaves alone: not carried (constants stay constants)
         for n in names:
-            leaves, rebuild = flatten(visitor.scope[n])
-            dyn = [i for i, x in enumerate(leaves) if is_dynamic(x)]
+            value = scope[n]
+            leaves, rebuild = flatten(value)
+            structured = isinstance(value, (tuple, list)) or hasattr(value, "tj_flatten")
+            dyn = [i for i, x in enumerate(leaves) if is_dynamic(x) and (n, i) not in keep]
             if not dyn:
                 continue
             for i in dyn:
                 x = leaves[i]
                 self.inits.append(x if isinstance(x, Tile) else b.to_tile(x))
+                self.held.append((n, i) if structured else None)
             self.entries.append((n, rebuild, [None if i in dyn else x for i, x in enumerate(leaves)], dyn))
+
+    def untouched(self, ys, args) -> frozenset:
+        """The structures' leaves the body yields back unchanged (the slot's own argument)."""
+        return frozenset(h for h, y, a in zip(self.held, ys, args) if h is not None and y.value is a)
 
     @property
     def names(self) -> list[str]:
@@ -194,7 +204,7 @@ class FlowMixin:
             return out
 
         merged = self._branches(node, c, [node.body, node.orelse], items)
-        for n, v in merged.items() if isinstance(merged, dict) else ():
+        for n, v in merged.items():
             if v is _NOT_RETURNED:
                 self.scope.pop(n, None)
                 self.gone[n] = "it is assigned in only one branch of an 'if' on a run-time value"
@@ -441,15 +451,20 @@ class FlowMixin:
         b = self.builder
         iv_dt, bounds = self._loop_bounds(node, lb, ub, step)
         assigned = assigned_names(node.body)
-        carry = _Carry(self, [n for n in sorted(assigned) if n in self.scope and n != node.target.id])
+        names = [n for n in sorted(assigned) if n in self.scope and n != node.target.id]
+        carry = _Carry(self, names)
         outer_block, outer_scope = b.block, dict(self.scope)
-        for _attempt in range(3):
+        for _attempt in range(4):
             body = Block([Value(TileType(iv_dt))] + [Value(t.type) for t in carry.inits])
             self.scope = dict(outer_scope)
             self.scope[node.target.id] = Tile(body.args[0])
             carry.bind(self.scope, body.args[1:])
             self._walk_loop_body(node.body, body)
             ys, retry = self._settle(node, carry, body, self.scope)
+            fixed = carry.untouched(ys, body.args[1:])
+            if fixed:   # e.g. a block pointer's strides: not carried, walk again
+                carry = _Carry(self, names, carry.keep | fixed, outer_scope)
+                retry = True
             if not retry:
                 break
         else:
@@ -513,9 +528,10 @@ class FlowMixin:
             raise self.error(node, "'while ... else' is not supported")
         b = self.builder
         assigned = assigned_names(node.body)
-        carry = _Carry(self, [n for n in sorted(assigned) if n in self.scope])
+        names = [n for n in sorted(assigned) if n in self.scope]
+        carry = _Carry(self, names)
         outer_block, outer_scope = b.block, dict(self.scope)
-        for _attempt in range(3):
+        for _attempt in range(4):
             cond = Block([Value(t.type) for t in carry.inits])
             self.scope = dict(outer_scope)
             carry.bind(self.scope, cond.args)
@@ -539,6 +555,10 @@ class FlowMixin:
             carry.bind(self.scope, body.args)
             self._walk_loop_body(node.body, body)
             ys, retry = self._settle(node, carry, body, self.scope)
+            fixed = carry.untouched(ys, body.args)
+            if fixed:
+                carry = _Carry(self, names, carry.keep | fixed, outer_scope)
+                retry = True
             if not retry:
                 break
         else:

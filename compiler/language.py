@@ -12,13 +12,12 @@ import functools
 import types as _types
 
 from .dtypes import (bfloat16, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,  # noqa: F401
-                     int16, int32, int64, pointer_type)
+                     int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64)
 
 # Triton spells some of these differently too.
 bool_ = int1
 # not supported; present so that these names give a clear error rather than AttributeError
 float8 = float8e4b15 = float8e4b8 = float8e5b16 = None
-uint8 = uint16 = uint32 = uint64 = None
 
 
 class constexpr:
@@ -267,7 +266,7 @@ def pow(x, y):  # noqa: A001
 
 @builtin
 def umulhi(x, y):
-    """The high 32 bits of the 64-bit product of two int32 tiles read as unsigned."""
+    """The high 32 bits of the 64-bit product of two 32-bit integer tiles read as unsigned."""
 
 
 @builtin
@@ -370,14 +369,13 @@ def static_print(*values):
 # -- random numbers: Philox 4x32-10, the bits of Triton's generator --------------------------------
 @builtin
 def randint(seed, offset, n_rounds=10):
-    """Random int32 bits for each element of `offset` (an integer tile) under `seed` (an integer
-    scalar): the first word of Philox 4x32 with `n_rounds` rounds, as Triton's tl.randint (which
-    returns the same 32 bits as uint32)."""
+    """Random uint32 bits for each element of `offset` (an integer tile) under `seed` (an integer
+    scalar): the first word of Philox 4x32 with `n_rounds` rounds, as Triton's tl.randint."""
 
 
 @builtin
 def randint4x(seed, offset, n_rounds=10):
-    """The four Philox words of `randint` (a tuple of four int32 tiles)."""
+    """The four Philox words of `randint` (a tuple of four uint32 tiles)."""
 
 
 @builtin
@@ -402,12 +400,12 @@ def randn4x(seed, offset, n_rounds=10):
 
 @builtin
 def philox(seed, c0, c1, c2, c3, n_rounds=10):
-    """Philox 4x32 of the counters c0..c3 (int32 tiles) under `seed`: four int32 tiles."""
+    """Philox 4x32 of the counters c0..c3 (32-bit integer tiles) under `seed`: four uint32 tiles."""
 
 
 @builtin
 def uint_to_uniform_float(x):
-    """int32 random bits -> uniform fp32 in [0, 1)."""
+    """32- (or 64-) bit random integers -> uniform fp32 in [0, 1)."""
 
 
 @builtin

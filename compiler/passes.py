@@ -11,7 +11,8 @@ from .ir.analysis import const_value
 from .ir.ops import OPS
 
 _NP = {D.float32: np.float32, D.float16: np.float16, D.int32: np.int32, D.int64: np.int64, D.int1: np.bool_,
-       D.int8: np.int8, D.int16: np.int16}
+       D.int8: np.int8, D.int16: np.int16, D.uint8: np.uint8, D.uint16: np.uint16, D.uint32: np.uint32,
+       D.uint64: np.uint64}
 
 
 def uses(fn: Function) -> dict[int, list[Op]]:
@@ -95,8 +96,9 @@ def fold_constants(fn: Function) -> None:
             with np.errstate(all="ignore"):
                 x = _NP[op.operands[0].dtype](vals[0])
                 if rt.dtype.is_int() and not rt.dtype.is_bool() and op.operands[0].dtype.is_floating():
-                    if not np.isfinite(x):
-                        continue
+                    lo, hi = rt.dtype.int_range()
+                    if not np.isfinite(x) or not lo <= x <= hi:
+                        continue   # the targets saturate; numpy would not
                     x = np.trunc(x)
                 new = _NP[rt.dtype](x).item()
         elif op.name in _FOLD and all(v.dtype in _NP for v in op.operands) and rt.dtype in _NP:

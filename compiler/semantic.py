@@ -99,7 +99,7 @@ class Builder:
             value = bool(value)
         elif dt.is_int():
             value = int(value)
-            lo, hi = -(2 ** (dt.bits - 1)), 2 ** (dt.bits - 1) - 1
+            lo, hi = dt.int_range()
             if not lo <= value <= hi:
                 raise SemanticError(f"constant {value} does not fit in {dt}")
         return self.op1("const", [], {"value": value, "type": TileType(dt, tuple(shape))})
@@ -115,8 +115,8 @@ class Builder:
             if like.is_floating() and not isinstance(x, bool):
                 dt = like
             elif like.is_int() and not like.is_bool() and isinstance(x, int) and not isinstance(x, bool):
-                lo, hi = -(2 ** (like.bits - 1)), 2 ** (like.bits - 1) - 1
-                dt = like if lo <= x <= hi else D.int64
+                lo, hi = like.int_range()
+                dt = like if lo <= x <= hi else scalar_dtype_of(x) if like.is_unsigned() else D.int64
             elif like.is_bool() and isinstance(x, bool):
                 dt = D.int1
         return self.const(x, dt)
@@ -309,8 +309,8 @@ class Builder:
             x = self.cast(x, out_dtype)
             dt = out_dtype
         elif kind == "sum" and dt.is_int() and dt.bits < 32:
-            x = self.cast(x, D.int32)
-            dt = D.int32
+            dt = D.uint32 if dt.is_unsigned() else D.int32
+            x = self.cast(x, dt)
         if dt in D.FP8:
             x = self.cast(x, D.float32)
             dt = D.float32

@@ -140,3 +140,14 @@ def test_device_assert_in_kunlun_emulation_and_gpu_source():
     with compiler.use_target("gpu:interpret"), compiler.render_only() as seen:
         assert_kernel[(1,)](torch.ones(4), 3, 4)
     assert "tl.device_assert(" in seen[0].source and "'n is too large'" in seen[0].source
+
+
+def test_atomics_and_debugging_compile_for_sm_90_without_a_gpu():
+    with compiler.use_target("gpu:sm_90"), compiler.compile_only() as built:
+        atomics_kernel[(1,)](torch.zeros(7, dtype=torch.int32), torch.zeros(8), torch.zeros(1, dtype=torch.int32),
+                             torch.zeros(16), torch.zeros(8), 8)
+        locked_sum_kernel[(1,)](torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                                torch.zeros(1, dtype=torch.int32))
+        print_kernel[(1,)](torch.zeros(2), 2)
+        assert_kernel[(1,)](torch.zeros(4), 3, 4)
+    assert len(built) == 4 and all(b is not None for b in built)

@@ -86,9 +86,10 @@ def while_kernel(x_ptr, out_ptr, n, limit, BLOCK: tl.constexpr):
 
 
 @kernel
-def for_bounds_kernel(out_ptr, lo, hi, step, big):
-    """Run-time bounds: a step of 0 runs nothing (an error on the cpu target), negative steps count
-    down, int64 bounds count in 64 bits."""
+def for_bounds_kernel(out_ptr, bounds_ptr, big):
+    """Run-time bounds (loaded, so that one specialisation serves every case): a step of 0 runs
+    nothing (an error on the cpu target), negative steps count down, int64 bounds count in 64 bits."""
+    lo, hi, step = tl.load(bounds_ptr), tl.load(bounds_ptr + 1), tl.load(bounds_ptr + 2)
     n = 0
     for i in range(lo, hi, step):
         n += 1
@@ -155,14 +156,15 @@ def test_while_loop_and_short_circuit_guard(tgt):
 def test_runtime_for_bounds(tgt):
     out = torch.zeros(2, dtype=torch.int32)
     big = 2 ** 31 - 4096 if tgt.startswith("kunlun") else 2 ** 40   # kunlun: 32-bit integer arguments
-    cases = [((0, 10, 3), 4), ((10, 0, -3), 4), ((0, 10, 0), 0), ((5, 5, 1), 0), ((-7, -1, 2), 3)]
+    cases = [((0, 10, 3), 4), ((10, 0, -3), 4), ((0, 10, 0), 0), ((5, 5, 1), 0), ((-7, -1, 2), 3),
+             ((-2 ** 31, 2 ** 31 - 1, 2 ** 30), 4), ((2 ** 31 - 1, -2 ** 31, -(2 ** 30)), 4)]   # no overflow
     for (lo, hi, st), want in cases:
         if st == 0 and tgt == "cpu":   # the cpu target reports a run-time step of 0 as an error
             with compiler.use_target(tgt), pytest.raises(compiler.KernelArgumentError, match="step of 0"):
-                for_bounds_kernel[(1,)](out, lo, hi, st, big)
+                for_bounds_kernel[(1,)](out, torch.tensor([lo, hi, st], dtype=torch.int32), big)
             continue
         with compiler.use_target(tgt):
-            for_bounds_kernel[(1,)](out, lo, hi, st, big)
+            for_bounds_kernel[(1,)](out, torch.tensor([lo, hi, st], dtype=torch.int32), big)
         assert out.tolist() == [want, 3], (lo, hi, st)
 
 
@@ -217,3 +219,15 @@ def test_return_inside_a_loop_is_refused_with_the_alternative():
         tl.store(x_ptr, 1.0)
     with pytest.raises(CompilationError, match="'return' inside a loop is not supported"):
         kernel(bad)[(1,)](torch.zeros(1), 3)
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_control_flow_compiles_for_sm_90_without_a_gpu(policy):
+    x4 = torch.zeros(4, 4)
+    with compiler.use_target("gpu:sm_90"), compiler.numerics(policy), compiler.compile_only() as built:
+        branches_kernel[(4,)](x4, x4, torch.zeros(16), -1.0, BLOCK=4)
+        early_return_kernel[(4,)](torch.zeros(4, dtype=torch.int32), torch.zeros(4, 8), 5, 8, HAS_LABEL=True,
+                                  BLOCK=8)
+        while_kernel[(1,)](torch.zeros(5), torch.zeros(6), 5, 3.5, BLOCK=4)
+        for_bounds_kernel[(1,)](torch.zeros(2, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), 2 ** 40)
+    assert len(built) == 4 and all(b is not None for b in built)

@@ -251,3 +251,94 @@ def test_int64_program_id_arithmetic_is_64_bit_on_cpu_and_gpu():
         with compiler.use_target(tgt), compiler.render_only() as seen:
             scalar_kernel[(2,)](torch.zeros(8), 1.5, 7, N=4)
         assert "int64" in seen[0].source or "tl.int64" in seen[0].source
+
+
+@kernel
+def specialised_scalar_kernel(o_ptr, offset, FLAG: tl.constexpr):
+    # offset == 1 is specialised to a constant (as in Triton): .to() still applies to it
+    v = offset.to(tl.float32) + tl.where(FLAG == 1, 10.0, 20.0)
+    tl.store(o_ptr, v)
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+def test_to_on_specialised_scalars_and_constexpr_where(tgt):
+    o = torch.zeros(1)
+    with compiler.use_target(tgt):
+        specialised_scalar_kernel[(1,)](o, 1, 1)
+        assert o.item() == 11.0
+        specialised_scalar_kernel[(1,)](o, 5, 0)
+        assert o.item() == 25.0
+
+
+# -- unsigned integers -------------------------------------------------------------------------------
+@kernel
+def uint_kernel(x_ptr, b_ptr, o_ptr, f_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs).to(tl.uint32)          # int32 -> uint32: the same bits
+    h = x * 0x9E3779B1                                # wraps modulo 2**32
+    h = h ^ (h >> 15)                                 # a logical shift
+    tl.store(o_ptr + offs, h // 7 + h % 1000)         # unsigned division
+    tl.store(o_ptr + N + offs, x + (-1))              # the int32 literal promotes to uint32
+    tl.store(o_ptr + 2 * N + offs, (h > 2147483648).to(tl.uint32))
+    tl.store(f_ptr + offs, h.to(tl.float32))
+    u8 = tl.load(b_ptr + offs)
+    tl.store(b_ptr + offs, u8 + 200)                  # uint8 wraps
+    tl.store(o_ptr + 3 * N + offs, tl.sum(u8, axis=0) + tl.zeros((N,), tl.uint32))
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+def test_unsigned_integers(tgt):
+    import numpy as np
+    N = 16
+    x = torch.tensor([0, 1, -1, 7, 2 ** 31 - 1, -2 ** 31, 12345, -999] * 2, dtype=torch.int32)
+    u8 = torch.arange(N, dtype=torch.uint8) * 17
+    xn = x.numpy().view(np.uint32).astype(np.uint64)
+    h = (xn * 0x9E3779B1) % 2 ** 32
+    h = h ^ (h >> 15)
+    want = np.concatenate([(h // 7 + h % 1000) % 2 ** 32, (xn + 2 ** 32 - 1) % 2 ** 32, (h > 2 ** 31),
+                           np.full(N, int(u8.numpy().astype(np.uint64).sum()))]).astype(np.uint32).view(np.int32)
+    o, f, b = torch.zeros(4 * N, dtype=torch.int32), torch.zeros(N), u8.clone()
+    with compiler.use_target(tgt):
+        uint_kernel[(1,)](x, b, o, f, N)
+    assert np.array_equal(o.numpy(), want)
+    assert np.array_equal(f.numpy(), h.astype(np.float32))
+    assert torch.equal(b, ((u8.int() + 200) % 256).to(torch.uint8))
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_the_surface_compiles_for_sm_90_without_a_gpu(policy):
+    """The interpreter never runs libdevice, tl.range options or fp8 code paths of compiled Triton:
+    triton.compile does (PTX and cubin for sm_90)."""
+    x = torch.zeros(64)
+    with compiler.use_target("gpu:sm_90"), compiler.numerics(policy), compiler.compile_only() as built:
+        math_kernel[(1,)](x, torch.zeros(12 * 32), torch.zeros(4 * 32, dtype=torch.int32), 32)
+        shape_kernel[(1,)](torch.zeros(4, 8), torch.zeros(6 * 32), torch.zeros(16, dtype=torch.int32), 4, 8)
+        fp8_kernel[(1,)](x, torch.zeros(64, dtype=torch.float8_e5m2), torch.zeros(64, dtype=torch.float8_e4m3fn),
+                         x, 64)
+        uint_kernel[(1,)](torch.zeros(16, dtype=torch.int32), torch.zeros(16, dtype=torch.uint8),
+                          torch.zeros(64, dtype=torch.int32), torch.zeros(16), 16)
+        row_kernel[(1,)](torch.zeros(1, 16).half(), torch.zeros(1, 16).half(), 16, 16, 1e-5, 1.0, 1, 1, "mean", 0.5,
+                         ttl.float16, BLOCK=16)
+    assert len(built) == 5 and all(b is not None for b in built)
+
+
+@kernel
+def rounding_kernel(x_ptr, o_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(o_ptr + offs, tl.floor(x))
+    tl.store(o_ptr + N + offs, tl.ceil(x))
+    tl.store(o_ptr + 2 * N + offs, libdevice.trunc(x))
+    tl.store(o_ptr + 3 * N + offs, libdevice.rint(x))
+
+
+@pytest.mark.parametrize("tgt", TARGETS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_exact_rounding_of_narrow_floats(tgt, dtype):
+    x = (torch.randn(32, generator=_gen(5)) * 20).to(dtype)
+    x[:4] = torch.tensor([2.5, -2.5, 0.5, -0.0])
+    o = torch.zeros(4 * 32, dtype=dtype)
+    with compiler.use_target(tgt):
+        rounding_kernel[(1,)](x, o, 32)
+    want = torch.cat([torch.floor(x), torch.ceil(x), torch.trunc(x), torch.round(x)])
+    assert torch.equal(o.view(torch.int16), want.view(torch.int16))

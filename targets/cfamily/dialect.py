@@ -25,13 +25,15 @@ class CDialect:
     # fp8 values are their bits (compiler/fp8.py converts them with integer operations)
     reg_types = {D.float32: "float", D.float16: "float", D.bfloat16: "float", D.int1: "bool",
                  D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
-                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t"}
+                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t", D.uint8: "uint8_t", D.uint16: "uint16_t",
+                 D.uint32: "uint32_t", D.uint64: "uint64_t"}
     mem_types = {D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t", D.int1: "uint8_t",
                  D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
-                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t"}
+                 D.float8e5: "uint8_t", D.float8e4nv: "uint8_t", D.uint8: "uint8_t", D.uint16: "uint16_t",
+                 D.uint32: "uint32_t", D.uint64: "uint64_t"}
     # bytes of each register/memory C type (local buffer sizes are counted with it)
     ctype_bytes = {"float": 4, "double": 8, "bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2,
-                   "int32_t": 4, "int64_t": 8}
+                   "int32_t": 4, "int64_t": 8, "uint32_t": 4, "uint64_t": 8}
     pointer_bytes = 8
     simd_pragma = "#pragma omp simd"
     # run-time loops: the C type of the trip count (None: the induction variable's type), and the
@@ -106,6 +108,8 @@ class CDialect:
         if dt.is_bool():
             return "true" if value else "false"
         v = int(value)
+        if dt.is_unsigned():
+            return f"UINT64_C({v})" if dt.bits == 64 else f"{v}u"
         if dt is D.int64:
             return f"INT64_C({v})" if v >= 0 else f"(-INT64_C({-v - 1}) - 1)"
         if v == -(2 ** 31):
@@ -195,8 +199,11 @@ class CDialect:
             fmt, val = "%.9g", f"(double)({value})"
         elif dt.is_ptr():
             fmt, val = "%p", f"(const void*)({value})"
-        elif dt is D.int64:
-            fmt, val = ("0x%llx", f"(unsigned long long)({value})") if hexa else ("%lld", f"(long long)({value})")
+        elif dt.bits == 64:
+            fmt, val = ("0x%llx", f"(unsigned long long)({value})") if hexa else (
+                ("%llu", f"(unsigned long long)({value})") if dt.is_unsigned() else ("%lld", f"(long long)({value})"))
+        elif dt.is_unsigned():
+            fmt, val = ("0x%x" if hexa else "%u"), f"(unsigned)({value})"
         else:
             fmt, val = ("0x%x", f"(unsigned)({value})") if hexa else ("%d", f"(int)({value})")
         idx_args = "".join(f", (int){i}" for i in idx)

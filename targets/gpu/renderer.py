@@ -317,6 +317,9 @@ class _Emitter(StructuredOps):
         a, b = args
         if b.literal and int(b.text.strip("()")) not in (0, -1):
             return BINARY[name].format(a.text, b.text)
+        if dt.is_unsigned():   # no -1 divisor: only x // 0 = 0 and x % 0 = 0, as on cpu
+            safe = f"tl.where({b.text} == 0, 1, {b.text})"
+            return f"tl.where({b.text} == 0, 0, {a.text} {'%' if name == 'mod' else '//'} {safe})"
         # the cpu target's defined results: x // 0 = 0, x % 0 = 0, x // -1 = -x (wrapping), x % -1 = 0
         safe = f"tl.where(({b.text} == 0) | ({b.text} == -1), 1, {b.text})"
         if name == "mod":
@@ -332,8 +335,8 @@ class _Emitter(StructuredOps):
         # shift amounts outside [0, width) are defined as on cpu: 0 (or the sign for >>)
         ok = f"({b.text} >= 0) & ({b.text} < {w})"
         safe = f"tl.where({ok}, {b.text}, 0)"
-        if name == "shl":
-            return f"tl.where({ok}, {a.text} << {safe}, 0)"
+        if name == "shl" or dt.is_unsigned():
+            return f"tl.where({ok}, {a.text} {op} {safe}, 0)"
         return f"tl.where({ok}, {a.text} >> {safe}, tl.where({a.text} < 0, -1, 0))"
 
     def op_cast(self, op: Op) -> None:
@@ -370,7 +373,7 @@ class _Emitter(StructuredOps):
             # truncation toward zero; NaN -> 0 and out-of-range values saturate (the cpu target's tj_f2i)
             if src is not D.float32:
                 x = f"{x}.to(tl.float32)"
-            lo, hi = -(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1
+            lo, hi = dst.int_range()
             return (f"tl.where({x} != {x}, 0, tl.where({x} >= {float(hi + 1)!r}, {hi}, "
                     f"tl.where({x} <= {float(lo)!r}, ({lo}), {x}.to({tl_dtype(dst)}))))")
         return f"{x}.to({tl_dtype(dst)})"

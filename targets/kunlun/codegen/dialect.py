@@ -8,9 +8,10 @@ from targets.cfamily.dialect import CDialect
 
 
 class KunlunDialect(CDialect):
-    # int64 values the memory plan could not narrow to int32 (plan/narrow.py) are two 32-bit halves
-    reg_types = {**CDialect.reg_types, D.int64: "tj_i64"}
-    mem_types = {**CDialect.mem_types, D.int64: "tj_i64"}
+    # int64 values the memory plan could not narrow to int32 (plan/narrow.py) are two 32-bit halves;
+    # no uint64 (the halves are signed arithmetic)
+    reg_types = {**{k: v for k, v in CDialect.reg_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
+    mem_types = {**{k: v for k, v in CDialect.mem_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
     ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8}
     pointer_bytes = 4   # device pointers are 4 bytes
     # a tile of pointers in LM (a loop-carried `ptrs += step`) is placed at 8 bytes an element: the

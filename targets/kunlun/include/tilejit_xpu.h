@@ -53,6 +53,9 @@ template <class T> struct tj_lim;
 template <> struct tj_lim<bool> { typedef bool U; static const bool sgn = false; static bool lo() { return false; } static bool hi() { return true; } };
 template <> struct tj_lim<int8_t> { typedef uint8_t U; static const bool sgn = true; static int8_t lo() { return -128; } static int8_t hi() { return 127; } };
 template <> struct tj_lim<int16_t> { typedef uint16_t U; static const bool sgn = true; static int16_t lo() { return -32768; } static int16_t hi() { return 32767; } };
+template <> struct tj_lim<uint8_t> { typedef uint8_t U; static const bool sgn = false; static uint8_t lo() { return 0; } static uint8_t hi() { return 255; } };
+template <> struct tj_lim<uint16_t> { typedef uint16_t U; static const bool sgn = false; static uint16_t lo() { return 0; } static uint16_t hi() { return 65535; } };
+template <> struct tj_lim<uint32_t> { typedef uint32_t U; static const bool sgn = false; static uint32_t lo() { return 0; } static uint32_t hi() { return 4294967295u; } };
 template <> struct tj_lim<int32_t> { typedef uint32_t U; static const bool sgn = true; static int32_t lo() { return (-2147483647 - 1); } static int32_t hi() { return 2147483647; } };
 template <class T> TJ_DEV T tj_idiv(T a, T b) {
     if (b == 0) return 0;
