@@ -25,6 +25,7 @@ from .liveness import live_range
 from .model import DMA, GMTensor, LMBuffer, MemoryPlan
 from .induction import scalarize
 from .narrow import narrow
+from .explain import unplannable
 from .search import fit
 
 
@@ -79,11 +80,14 @@ def _bases(v) -> set[int]:
 
 
 def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
-    ir, steps, rec = fit(scalarize(narrow(fn)), arch, policy, lambda f: record(f, dialect, policy))
+    found = fit(scalarize(narrow(fn)), arch, policy, lambda f: record(f, dialect, policy))
+    ir, rec = found.ir, found.rec
+    if rec.total > arch.lm_budget:
+        raise unplannable(fn.name, found, arch)
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
-                      dma=rec.dma, steps=steps, lm_bytes=rec.total)
+                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total)
 
 
 __all__ = ["MemoryPlan", "plan_memory", "record"]

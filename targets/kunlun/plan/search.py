@@ -51,15 +51,29 @@ def axis_names(dims: Dims, dim) -> str:
     return f"(axis of {what})" if what else ""
 
 
-def fit(fn: Function, arch: Arch, policy: str, record) -> tuple[Function, list[str], object]:
-    """(the IR to emit, the strip-mining steps taken, its record); the record may still be over the
-    budget when no rewrite helps (the caller raises the error)."""
-    ir, steps = fn, []
+@dataclasses.dataclass
+class Fit:
+    ir: Function
+    steps: list[str]
+    rec: object
+    dims: Dims | None = None                          # of `ir`, when the search gave up
+    refused: dict = dataclasses.field(default_factory=dict)   # dimension -> why it cannot be cut
+
+
+def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
+    """The IR to emit, the strip-mining steps taken and its record; the record may still be over
+    the budget when no rewrite helps (then `dims` and `refused` say why, for the error)."""
+    rec = record(fn)
+    if rec.total <= arch.lm_budget:
+        return Fit(fn, [], rec)
+    ir, steps = split_shared(fn), []
     rec = record(ir)
+    refused: dict = {}
     for _ in range(MAX_STEPS):
         if rec.total <= arch.lm_budget:
-            break
-        cands = candidates(ir, arch, policy, record)
+            return Fit(ir, steps, rec)
+        refused = {}
+        cands = candidates(ir, arch, policy, record, refused)
         if not cands:
             break
         fitting = [c for c in cands if c.rec.total <= arch.lm_budget]
@@ -74,7 +88,7 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> tuple[Function, list[s
                                                c.rec.total))
         ir, rec = best.ir, best.rec
         steps.append(best.step)
-    return ir, steps, rec
+    return Fit(ir, steps, rec, Dims(ir), refused)
 
 
 def _largest_fitting(sizes: list[int], at, budget: int) -> None:
@@ -104,10 +118,10 @@ def _order(kv):
     return (-kv[1], str(kv[0]))
 
 
-def candidates(ir: Function, arch: Arch, policy: str, record) -> list[Candidate]:
+def candidates(ir: Function, arch: Arch, policy: str, record, refused: dict) -> list[Candidate]:
     """One dimension at a time, and every dimension of one extent together (the chunk loops of a
-    norm's passes each have their own arange of the same BLOCK)."""
-    ir = split_shared(ir)
+    norm's passes each have their own arange of the same BLOCK). `refused` gets, per dimension
+    that cannot be cut at all, the reason."""
     dims = Dims(ir)
     classes = sorted(dims.classes().items(), key=_order)
     groups = [[i] for i in range(len(classes))]
@@ -126,8 +140,10 @@ def candidates(ir: Function, arch: Arch, policy: str, record) -> list[Candidate]
             if size not in seen:
                 try:
                     new = stripmine(ir, dims, [classes[i][0] for i in group], size, policy == "strict")
-                except NotApplicable:
+                except NotApplicable as e:
                     seen[size] = None
+                    if len(group) == 1:
+                        refused.setdefault(classes[group[0]][0], str(e))
                 else:
                     step = f"{extent} -> chunks of {size}" + (f" {what}" if what else "") + \
                         (f", in {len(group)} places" if len(group) > 1 else "")
