@@ -12,7 +12,7 @@ from compiler.target import Requirement, TargetPlugin, command_version
 
 from .arch import ARCHS, DEFAULT_ARCH
 from .build import sdk, toolchain
-from .codegen.renderer import LMBudgetError
+from .plan.explain import LMBudgetError
 from .target import KunlunTarget
 
 __all__ = ["ARCHS", "KunlunTarget", "KunlunPlugin", "LMBudgetError", "TARGET"]

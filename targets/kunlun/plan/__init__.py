@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.ir import Function, walk_block
+from compiler.ir import Function, verify, walk_block
 
 from ..arch import Arch
 from .layout import place
 from .liveness import live_range
 from .model import DMA, GMTensor, LMBuffer, MemoryPlan
+from .induction import scalarize
 from .narrow import narrow
+from .explain import unplannable
 from .search import fit
 
 
@@ -35,6 +37,11 @@ class Record:
     dma: list[DMA]
     total: int
     work: float
+
+    @property
+    def live(self) -> int:
+        """Bytes of every buffer, a tie-breaker of progress where the arena's peak did not move."""
+        return sum(b.nbytes for b in self.buffers)
 
 
 def record(ir: Function, dialect, policy: str) -> Record:
@@ -73,9 +80,14 @@ def _bases(v) -> set[int]:
 
 
 def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
-    ir, steps, rec = fit(narrow(fn), arch, policy, lambda f: record(f, dialect, policy))
+    found = fit(scalarize(narrow(fn)), arch, policy, lambda f: record(f, dialect, policy))
+    ir, rec = found.ir, found.rec
+    if rec.total > arch.lm_budget:
+        raise unplannable(fn.name, found, arch)
+    if ir is not fn:
+        verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
-                      dma=rec.dma, steps=steps, lm_bytes=rec.total)
+                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total)
 
 
 __all__ = ["MemoryPlan", "plan_memory", "record"]

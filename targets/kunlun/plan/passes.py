@@ -3,7 +3,8 @@ of a block runs in, and the chunk loops that run the passes. `stripmine` is the 
 from __future__ import annotations
 
 from compiler import dtypes as D
-from compiler.ir import Block, Function, Op, TileType, Value, verify
+from compiler.ir import Block, Function, Op, TileType, Value
+from compiler.ir.ops import OPS
 
 from . import trees
 from .dims import Dims
@@ -328,11 +329,24 @@ class Region:
                     continue
                 sp = 2 * self.pass_[si] + 1 if si in self.pass_ else 2 * self.gap.get(si, 0)
                 pos = 2 * p + 1
-                same = op.name == "store" and op.operands[0] is load.operands[0]
+                same = op.name == "store" and same_value(op.operands[0], load.operands[0])
                 if si < li and not (sp < pos or (sp == pos and same)):
                     raise NotApplicable("a re-read load would miss a store before it")
-                if si > li and not (pos < sp or (pos == sp and same and ri < si)):
+                if si > li and not (pos < sp or (pos == sp and same and ri <= si)):
                     raise NotApplicable("a re-read load would see a store after it")
+
+
+def same_value(a: Value, b: Value, depth: int = 0) -> bool:
+    """Whether two values are computed by the same expression (a pointer tile rebuilt at each use)."""
+    if a is b:
+        return True
+    oa, ob = a.owner, b.owner
+    if oa is None or ob is None or depth > 32 or oa.name != ob.name or oa.blocks or ob.blocks:
+        return False
+    if a.type != b.type or repr(sorted(oa.attrs.items())) != repr(sorted(ob.attrs.items())) or \
+            len(oa.operands) != len(ob.operands) or not OPS[oa.name].pure:
+        return False
+    return all(same_value(x, y, depth + 1) for x, y in zip(oa.operands, ob.operands))
 
 
 def clone_plain(em: Emitter, op: Op, lookup) -> Op:
@@ -361,6 +375,4 @@ def stripmine(fn: Function, dims: Dims, dim, size: int, strict: bool) -> Functio
     body = Block()
     scope = {id(p.value): p.value for p in fn.params}
     Region(ctx, fn.body, body, scope, parent=None).run()
-    out = Function(fn.name, fn.params, body, fn.specialization)
-    verify(out)
-    return out
+    return Function(fn.name, fn.params, body, fn.specialization)   # verified once chosen (plan_memory)

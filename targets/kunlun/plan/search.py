@@ -44,53 +44,113 @@ def program_cost(rec, arch: Arch) -> float:
     return dma + rec.work / (arch.fp32_lanes * ASSUMED_CLOCK_HZ)
 
 
-def describe_dim(fn: Function, dims: Dims, dim, extent: int, size: int) -> str:
+def axis_names(dims: Dims, dim) -> str:
+    """'(axis of x, y, ...)': the source names of values with an axis in `dim`."""
     from .model import source_name
     names = sorted({source_name(v) for v in dims.values.values() if dims.axis_of(v, dim) is not None} - {""})
     what = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    return f"{extent} -> chunks of {size}" + (f" (axis of {what})" if what else "")
+    return f"(axis of {what})" if what else ""
 
 
-def fit(fn: Function, arch: Arch, policy: str, record) -> tuple[Function, list[str], object]:
-    """(the IR to emit, the strip-mining steps taken, its record); the record may still be over the
-    budget when no rewrite helps (the caller raises the error)."""
-    ir, steps = fn, []
+@dataclasses.dataclass
+class Fit:
+    ir: Function
+    steps: list[str]
+    rec: object
+    dims: Dims | None = None                          # of `ir`, when the search gave up
+    refused: dict = dataclasses.field(default_factory=dict)   # dimension -> why it cannot be cut
+
+
+def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
+    """The IR to emit, the strip-mining steps taken and its record; the record may still be over
+    the budget when no rewrite helps (then `dims` and `refused` say why, for the error)."""
+    rec = record(fn)
+    if rec.total <= arch.lm_budget:
+        return Fit(fn, [], rec)
+    ir, steps = split_shared(fn), []
     rec = record(ir)
+    refused: dict = {}
     for _ in range(MAX_STEPS):
         if rec.total <= arch.lm_budget:
-            break
-        cands = candidates(ir, arch, policy, record)
+            return Fit(ir, steps, rec)
+        refused = {}
+        cands = candidates(ir, arch, policy, record, refused)
         if not cands:
             break
         fitting = [c for c in cands if c.rec.total <= arch.lm_budget]
         if fitting:
             best = min(fitting, key=lambda c: (c.cost(arch), c.rec.total))
         else:   # no single cut fits: the one that buys the most bytes per unit of added cost
-            smaller = [c for c in cands if c.rec.total < rec.total]
+            smaller = [c for c in cands if (c.rec.total, c.rec.live) < (rec.total, rec.live)]
             if not smaller:
                 break
             base = program_cost(rec, arch)
-            best = min(smaller, key=lambda c: (max(c.cost(arch) - base, 0.0) / (rec.total - c.rec.total),
+            best = min(smaller, key=lambda c: (max(c.cost(arch) - base, 0.0) / max(rec.live - c.rec.live, 1),
                                                c.rec.total))
         ir, rec = best.ir, best.rec
         steps.append(best.step)
-    return ir, steps, rec
+    return Fit(ir, steps, rec, Dims(ir), refused)
 
 
-def candidates(ir: Function, arch: Arch, policy: str, record) -> list[Candidate]:
-    ir = split_shared(ir)
+def _largest_fitting(sizes: list[int], at, budget: int) -> None:
+    """Evaluates chunk sizes (descending) with few rewrites: the smallest first; when it fits, a
+    binary search for the largest that fits (footprints shrink with the chunk); when it does not,
+    a few larger ones, for the cost-per-byte choice of a partial step."""
+    small = at(sizes[-1]) if sizes else None
+    if small is None:
+        for size in sizes[:2]:
+            at(size)
+        return
+    if small.rec.total > budget:
+        for size in {sizes[0], sizes[len(sizes) // 2]}:
+            at(size)
+        return
+    lo, hi = 0, len(sizes) - 1          # sizes[hi] fits; find the smallest index that fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        c = at(sizes[mid])
+        if c is not None and c.rec.total <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+
+
+def _order(kv):
+    return (-kv[1], str(kv[0]))
+
+
+def candidates(ir: Function, arch: Arch, policy: str, record, refused: dict) -> list[Candidate]:
+    """One dimension at a time, and every dimension of one extent together (the chunk loops of a
+    norm's passes each have their own arange of the same BLOCK). `refused` gets, per dimension
+    that cannot be cut at all, the reason."""
     dims = Dims(ir)
+    classes = sorted(dims.classes().items(), key=_order)
+    groups = [[i] for i in range(len(classes))]
+    for extent in sorted({e for _, e in classes}, reverse=True):
+        same = [i for i, (_, e) in enumerate(classes) if e == extent]
+        if len(same) > 1:
+            groups.append(same)
     out = []
-    for dim, extent in sorted(dims.classes().items(), key=lambda kv: -kv[1]):
-        size = extent // 2
-        while size >= 1:
-            try:
-                new = stripmine(ir, dims, dim, size, policy == "strict")
-            except NotApplicable:
-                break
-            rec = record(new)
-            out.append(Candidate(new, rec, describe_dim(ir, dims, dim, extent, size)))
-            if rec.total <= arch.lm_budget:
-                break    # the largest chunk that fits; smaller ones only cost more
-            size //= 2
+    for group in groups:
+        extent = classes[group[0]][1]
+        what = axis_names(dims, classes[group[0]][0])
+        sizes = [extent >> k for k in range(1, extent.bit_length()) if extent >> k >= 1]
+        seen: dict[int, Candidate | None] = {}
+
+        def at(size: int, group=group, extent=extent, what=what, seen=seen) -> Candidate | None:
+            if size not in seen:
+                try:
+                    new = stripmine(ir, dims, [classes[i][0] for i in group], size, policy == "strict")
+                except NotApplicable as e:
+                    seen[size] = None
+                    if len(group) == 1:
+                        refused.setdefault(classes[group[0]][0], str(e))
+                else:
+                    step = f"{extent} -> chunks of {size}" + (f" {what}" if what else "") + \
+                        (f", in {len(group)} places" if len(group) > 1 else "")
+                    seen[size] = Candidate(new, record(new), step)
+            return seen[size]
+
+        _largest_fitting(sizes, at, arch.lm_budget)
+        out += [c for c in seen.values() if c is not None]
     return out

@@ -33,17 +33,31 @@ class NotApplicable(Exception):
 
 
 class Ctx:
+    """One rewrite: the dimensions cut (several independent ones of one extent may be cut together,
+    e.g. the aranges of a norm's passes), the chunk size and the policy."""
+
     def __init__(self, fn: Function, dims: Dims, dim, size: int, strict: bool):
-        self.fn, self.dims, self.dim, self.size, self.strict = fn, dims, dim, size, strict
-        self.extent = dims.classes()[dim]
+        self.fn, self.dims, self.size, self.strict = fn, dims, size, strict
+        self.dim = frozenset(dim) if isinstance(dim, (set, frozenset, list)) else frozenset([dim])
+        extents = {dims.classes()[d] for d in self.dim}
+        if len(extents) != 1:
+            raise NotApplicable("dimensions cut together must have one extent")
+        self.extent = extents.pop()
         if self.extent % size or size & (size - 1):
             raise NotApplicable(f"chunk {size} does not divide extent {self.extent} in powers of two")
         self.n = self.extent // size
         self.stored = _stored_bases(fn.body)
         self._touch: dict[int, bool] = {}
+        self._axis: dict[int, int | None] = {}
 
     def axis(self, v: Value) -> int | None:
-        return self.dims.axis_of(v, self.dim)
+        got = self._axis.get(id(v), -1)
+        if got == -1:
+            axes = [a for a, n in enumerate(v.shape) if n > 1 and self.dims.find((id(v), a)) in self.dim]
+            if len(axes) > 1:
+                raise NotApplicable("a tile has two axes among the dimensions cut together")
+            got = self._axis[id(v)] = axes[0] if axes else None
+        return got
 
     def has(self, v: Value) -> bool:
         return self.axis(v) is not None
