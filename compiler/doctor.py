@@ -66,13 +66,15 @@ def check_packages() -> list[dict]:
     """Each of tilejit's top-level packages: imported from where, really tilejit's, shared with another distribution?"""
     rows = []
     for name in names.PACKAGES:
+        found = names.find(name)      # read, not imported: a foreign package is never executed here
+        if found is None or not names.is_tilejit(found):
+            rows.append(_row(FAIL, f"package {name}", names.clash_message(name, found) if found is not None
+                             else "not found on sys.path: reinstall tilejit"))
+            continue
         try:
             module = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - report, do not stop
             rows.append(_row(FAIL, f"package {name}", f"does not import: {type(e).__name__}: {e}"))
-            continue
-        if not names.is_tilejit(module):
-            rows.append(_row(FAIL, f"package {name}", names.clash_message(name, module)))
             continue
         others = [p for p in names.providers(name) if p.split()[0].lower() != names.DISTRIBUTION]
         if others:

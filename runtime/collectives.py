@@ -33,7 +33,7 @@ arrival keys and timeouts are the same code for every backend.
 """
 from __future__ import annotations
 
-import datetime, queue, socket, threading, time, traceback  # noqa: E401
+import datetime, pickle, queue, socket, threading, time, traceback  # noqa: E401
 
 import torch
 import torch.distributed as dist
@@ -394,7 +394,9 @@ def _rank_main(fn, rank, world, port, backend, timeout, args, q):
     comm = None
     try:
         comm = init(rank, world, backend=backend, port=port, timeout=timeout)
-        q.put((rank, True, fn(comm, *args)))
+        # pickled here into plain bytes: a tensor put on the queue as it is would be shared through
+        # this process's file-descriptor server, which is gone once the rank exits
+        q.put((rank, True, pickle.dumps(fn(comm, *args))))
     except BaseException:                     # noqa: BLE001 - reported to the parent as text
         q.put((rank, False, traceback.format_exc()))
     finally:
@@ -421,7 +423,7 @@ def run_ranks(fn, world: int, *args, backend: str | None = "gloo", timeout: floa
     while time.monotonic() < end:
         try:                                  # drain while waiting: a full pipe would block a child
             rank, ok, value = q.get(timeout=0.1)
-            (results.__setitem__ if ok else errors.__setitem__)(rank, value)
+            (results.__setitem__ if ok else errors.__setitem__)(rank, pickle.loads(value) if ok else value)
             continue
         except queue.Empty:
             pass
