@@ -274,7 +274,8 @@ def _warnings_as_text():
 
 
 # ---------------------------------------------------------------------------- the report
-CHECKS = (check_python, check_install, check_packages, check_cpu, check_torch, check_triton, check_targets, check_cache_dir)
+CHECKS = (check_python, check_install, check_packages, check_cpu, check_torch, check_triton, check_targets,
+          check_cache_dir)
 
 
 def run_checks() -> list[dict]:
