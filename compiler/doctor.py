@@ -59,7 +59,11 @@ def check_install() -> list[dict]:
             return [_row(WARN, "tilejit", f"{dist.version}, an editable install of {src}, but the packages imported "
                          f"here come from {_ROOT} (the current directory comes first on sys.path)")]
         return [_row(OK, "tilejit", f"{dist.version}, an editable install of {src}")]
-    return [_row(OK, "tilejit", f"{dist.version}, installed; packages imported from {_ROOT}")]
+    installed = pathlib.Path(str(dist.locate_file("compiler"))).resolve().parent
+    if installed != _ROOT:
+        return [_row(INFO, "tilejit", f"{dist.version}, installed in {installed}; the packages imported here come "
+                     f"from {_ROOT} (the current directory comes first on sys.path)")]
+    return [_row(OK, "tilejit", f"{dist.version}, installed in {installed}")]
 
 
 def check_packages() -> list[dict]:
