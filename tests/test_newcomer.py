@@ -38,8 +38,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHORT_RUN = {"bash scripts/demo.sh": "bash scripts/demo.sh --quick --kernels rms_norm",
              "bash scripts/test.sh": "bash scripts/test.sh tests/test_inspect.py"}
 # scripts run as files: their quick mode where it is cheap, else --help
+# (examples/demo.py runs as a file among the README's commands already)
 QUICK_MODE = {
-    "examples/demo.py": ["--repeat", "1"],
     "benchmarks/accuracy.py": ["--quick", "--kernels", "rms_norm", "--dtypes", "fp32", "--policies", "fast"],
     "benchmarks/kunlun_cost.py": ["--arch", "xpu2"],
     "benchmarks/dispatch.py": ["--calls", "200", "--repeat", "1"],
