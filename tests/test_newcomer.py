@@ -171,12 +171,15 @@ def test_fresh_install_follows_the_readme(tmp_path):
     for cmd in install:
         res = _sh(cmd, repo, env, activate=False, timeout=1500)
         assert res.returncode == 0, _report(cmd, res)
-    py = str(repo / re.match(r"python3 -m venv (\S+)", install[0]).group(1) / "bin" / "python")
+    venv = repo / re.match(r"python3 -m venv (\S+)", install[0]).group(1)
+    py = str(venv / "bin" / "python")
     pkgs = {p["name"].lower(): p["version"] for p in json.loads(subprocess.run(
         [py, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, env=env).stdout)}
     assert not [p for p in pkgs if p.startswith(("nvidia", "cuda"))], pkgs
     assert pkgs["torch"].endswith("+cpu") or sys.platform == "darwin", pkgs["torch"]
     assert "tilejit" in pkgs and "triton" in pkgs
+    size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
+    assert size < 2 * 2 ** 30, f"{size / 2 ** 30:.1f} GiB installed: a CUDA build came in"   # CUDA torch: > 4 GiB
 
     use = ("import kernels, torch\n"
            "x = torch.randn(4, 64)\n"
@@ -185,7 +188,8 @@ def test_fresh_install_follows_the_readme(tmp_path):
            "print(kernels.__file__)\n")
     res = subprocess.run([py, "-c", use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    assert "site-packages" in res.stdout and str(repo) not in res.stdout      # the installed copy, not the checkout
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert res.stdout.strip() == str(site / "kernels" / "__init__.py")      # the installed copy, not the checkout
     _foreign_kernels_is_reported(py, repo, tmp_path, env)
 
 
