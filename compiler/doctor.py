@@ -59,20 +59,26 @@ def check_install() -> list[dict]:
             return [_row(WARN, "tilejit", f"{dist.version}, an editable install of {src}, but the packages imported "
                          f"here come from {_ROOT} (the current directory comes first on sys.path)")]
         return [_row(OK, "tilejit", f"{dist.version}, an editable install of {src}")]
-    return [_row(OK, "tilejit", f"{dist.version}, installed; packages imported from {_ROOT}")]
+    installed = pathlib.Path(str(dist.locate_file("compiler"))).resolve().parent
+    if installed != _ROOT:
+        return [_row(INFO, "tilejit", f"{dist.version}, installed in {installed}; the packages imported here come "
+                     f"from {_ROOT} (the current directory comes first on sys.path)")]
+    return [_row(OK, "tilejit", f"{dist.version}, installed in {installed}")]
 
 
 def check_packages() -> list[dict]:
     """Each of tilejit's top-level packages: imported from where, really tilejit's, shared with another distribution?"""
     rows = []
     for name in names.PACKAGES:
+        found = names.find(name)      # read, not imported: a foreign package is never executed here
+        if found is None or not names.is_tilejit(found):
+            rows.append(_row(FAIL, f"package {name}", names.clash_message(name, found) if found is not None
+                             else "not found on sys.path: reinstall tilejit"))
+            continue
         try:
             module = importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - report, do not stop
             rows.append(_row(FAIL, f"package {name}", f"does not import: {type(e).__name__}: {e}"))
-            continue
-        if not names.is_tilejit(module):
-            rows.append(_row(FAIL, f"package {name}", names.clash_message(name, module)))
             continue
         others = [p for p in names.providers(name) if p.split()[0].lower() != names.DISTRIBUTION]
         if others:
@@ -272,7 +278,8 @@ def _warnings_as_text():
 
 
 # ---------------------------------------------------------------------------- the report
-CHECKS = (check_python, check_install, check_packages, check_cpu, check_torch, check_triton, check_targets, check_cache_dir)
+CHECKS = (check_python, check_install, check_packages, check_cpu, check_torch, check_triton, check_targets,
+          check_cache_dir)
 
 
 def run_checks() -> list[dict]:

@@ -40,7 +40,7 @@ arrival keys and timeouts are the same code for every backend.
 """
 from __future__ import annotations
 
-import datetime, io, queue, socket, threading, time, traceback  # noqa: E401
+import datetime, pickle, queue, socket, threading, time, traceback  # noqa: E401
 
 import torch
 import torch.distributed as dist
@@ -434,11 +434,9 @@ def _rank_main(fn, rank, world, port, backend, timeout, args, q):
     comm = None
     try:
         comm = init(rank, world, backend=backend, port=port, timeout=timeout)
-        # by value (torch.save bytes): a tensor sent as itself is shared through a file descriptor
-        # that the parent fetches from this process, which may have exited by then
-        buf = io.BytesIO()
-        torch.save(fn(comm, *args), buf)
-        q.put((rank, True, buf.getvalue()))
+        # pickled here into plain bytes: a tensor put on the queue as it is would be shared through
+        # this process's file-descriptor server, which is gone once the rank exits
+        q.put((rank, True, pickle.dumps(fn(comm, *args))))
     except BaseException:                     # noqa: BLE001 - reported to the parent as text
         q.put((rank, False, traceback.format_exc()))
     finally:
@@ -465,9 +463,7 @@ def run_ranks(fn, world: int, *args, backend: str | None = "gloo", timeout: floa
     while time.monotonic() < end:
         try:                                  # drain while waiting: a full pipe would block a child
             rank, ok, value = q.get(timeout=0.1)
-            if ok:
-                value = torch.load(io.BytesIO(value), weights_only=False)   # our own child's result
-            (results.__setitem__ if ok else errors.__setitem__)(rank, value)
+            (results.__setitem__ if ok else errors.__setitem__)(rank, pickle.loads(value) if ok else value)
             continue
         except queue.Empty:
             pass

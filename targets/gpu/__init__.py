@@ -192,8 +192,8 @@ class GPUPlugin(TargetPlugin):
             return [f"device: {dev[0]} {dev[1]} (`gpu` launches on it)"]
         try:
             import torch  # noqa: PLC0415
-            build = f"torch {torch.__version__}, " + ("a CPU build" if torch.version.cuda is None and
-                                                       getattr(torch.version, "hip", None) is None else "built with GPU support")
+            gpu_build = torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+            build = f"torch {torch.__version__}, " + ("built with GPU support" if gpu_build else "a CPU build")
         except Exception:  # noqa: BLE001
             build = "torch not importable"
         return [f"device: none visible to torch ({build})"]

@@ -4,8 +4,9 @@
 Only intrinsics that public Kunlun kernel code uses (docs/kunlun.md, Sources) are emitted: vector
 loads/stores from LM, vvadd, vvmul, vvmax and scalar-times-vector svmul. A nest is vectorised when
 its innermost extent is a multiple of 16 and its per-element expression is built from those ops
-over fp32 LM buffers read at the nest's own index, scalars and constants; anything else stays scalar C. The strict policy never
-comes here: a separate multiply and add is not the fused multiply-add strict requires.
+over fp32 LM buffers read at the nest's own index, scalars and constants; anything else stays
+scalar C. The strict policy never comes here: a separate multiply and add is not the fused
+multiply-add strict requires.
 """
 from __future__ import annotations
 

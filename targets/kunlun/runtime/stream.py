@@ -4,7 +4,8 @@ Like runtime.stream's CudaStream, work is enqueued from the calling thread: `sub
 `fn` with this stream current (`current_stream()` gives its XPUStream handle to code that enqueues
 async work), then records an XPU event; the handle's `wait()` waits for that event
 (xpu_event_wait when the library exports it, else xpu_wait on the whole stream). The runtime
-API its public callers use (docs/kunlun.md, Sources) has no query or timing calls, so `query()` and `elapsed_time()` are refused.
+API its public callers use (docs/kunlun.md, Sources) has no query or timing calls, so `query()`
+and `elapsed_time()` are refused.
 Nothing here has run on a Kunlun device.
 """
 from __future__ import annotations
