@@ -181,6 +181,14 @@ def case_in_bounds_checked():
     return {"equal": bool(torch.equal(o, view + 1.0))}
 
 
+def case_other_target_meta(target):
+    from compiler import use_target
+    x, o = torch.randn(16), torch.empty(16)
+    with use_target(target):
+        add[(1,)](x, x, o, 16, BLOCK=16)
+        add[(1,)](x, x, torch.empty(16, device="meta"), 16, BLOCK=16)
+
+
 def case_matmul_out_alias():
     a, b = torch.randn(8, 8), torch.randn(8, 8)
     kernels.matmul(a, b, out=a)
@@ -254,6 +262,8 @@ for _g in ("x2**31", "y2**31", "2**32+4", "float", "string", "negative", "four")
     CASES[f"grid_{_g}"] = (lambda g: lambda: case_grid(g))(_g)
 for _name, _v in (("2**64", 2 ** 64), ("2**63", 2 ** 63), ("-2**63-1", -2 ** 63 - 1)):
     CASES[f"int_{_name}"] = (lambda v: lambda: case_int(v))(_v)
+CASES["kunlun_meta"] = lambda: case_other_target_meta("kunlun")
+CASES["gpu_interpret_meta"] = lambda: case_other_target_meta("gpu:interpret")
 for _k in ("zero", "missing", "unknown"):
     CASES[f"config_{_k}"] = (lambda k: lambda: case_config(k))(_k)
 

@@ -373,8 +373,12 @@ def test_device_marshalling(dev, stub):
 
 
 def _comm(dev, bk, ranks, global_rank, timeout=5.0, store=None):
-    return XcclCommunicator(store or dist.HashStore(), ranks, "g", timeout, global_rank=global_rank, bkcl=bk,
+    comm = XcclCommunicator(store or dist.HashStore(), ranks, "g", timeout, global_rank=global_rank, bkcl=bk,
                             device=dev, index=0, ctx=CTX, gen=1)
+    # the stub moves no data, so the ranks' call descriptors cannot be compared through it (the
+    # agreement check is tested on real gloo ranks); these tests check the BKCL call sequences
+    comm.check_calls = False
+    return comm
 
 
 def test_xccl_all_reduce_stages_through_device_memory(dev, bk, stub):
