@@ -146,7 +146,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, weight=weight, bias=bias)
-    y = x.new_empty(x.shape)
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
     if rows == 0 or N == 0:
         return y
     y2 = y.view(rows, N)
@@ -169,8 +169,8 @@ def _rms(op, x, residual, weight, eps, config):
     weight = _check_vec(op, "weight", weight, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, residual=residual, weight=weight)
-    y = x.new_empty(x.shape)
-    res = x.new_empty(x.shape) if residual is not None else None
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    res = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else None
     if rows and N:
         cfg = _config(op, RMS_NORM if residual is None else ADD_RMS_NORM, config, N)
         sx = x2.stride()

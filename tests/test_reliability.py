@@ -26,7 +26,8 @@ LAUNCH_CASES = ["meta_after_cpu_launch", "fake_tensor_kernel", "fake_tensor_libr
                 "matmul_out_expanded", "attention_nan", "attention_head_dim_0", "norm_empty_rows",
                 "grid_x2**31", "grid_y2**31", "grid_2**32+4", "grid_float", "grid_string", "grid_negative",
                 "grid_four", "int_2**64", "int_2**63", "int_-2**63-1", "config_zero", "config_missing",
-                "config_unknown", "kunlun_meta", "gpu_interpret_meta"]
+                "config_unknown", "kunlun_meta", "gpu_interpret_meta", "kunlun_trip_count",
+                "gpu_interpret_trip_count"]
 BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "in_bounds_checked"]
 MODES = {"compiled": {}, "python": {"TILEJIT_FAST_LAUNCH": "0"}}
 
@@ -114,8 +115,9 @@ def test_int_outside_64_bits_is_refused_not_truncated(launch, value):
     _error(launch[1], f"int_{value}", "KernelArgumentError", "argument 'n'", "64-bit range")
 
 
-def test_loop_trip_count_wider_than_int32(launch):
-    assert _result(launch[1], "trip_count") == {"up": 4, "down": 4}
+@pytest.mark.parametrize("case", ["trip_count", "kunlun_trip_count", "gpu_interpret_trip_count"])
+def test_loop_trip_count_wider_than_int32(launch, case):
+    assert _result(launch[1], case) == {"up": 4, "down": 4}
 
 
 def test_runtime_step_of_zero_is_an_error(launch):

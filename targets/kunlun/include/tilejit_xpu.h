@@ -89,9 +89,12 @@ template <class To, class From> TJ_DEV To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     union { From f; To t; } c; c.f = x; return c.t;
 }
+// computed in the unsigned type, so a span wider than T (an int32 range from -2**31 to 2**31-1)
+// does not overflow; a count above T's maximum (2**31 - 1 iterations) is not representable here
 template <class T> TJ_DEV T tj_trip_count(T lb, T ub, T st) {
-    if (st > 0) return ub > lb ? (T)((ub - lb + st - 1) / st) : (T)0;
-    if (st < 0) return lb > ub ? (T)((lb - ub - st - 1) / (-st)) : (T)0;
+    typedef typename tj_lim<T>::U U;
+    if (st > 0) return ub > lb ? (T)((U)((U)ub - (U)lb - 1) / (U)st + 1) : (T)0;
+    if (st < 0) return lb > ub ? (T)((U)((U)lb - (U)ub - 1) / (U)((U)0 - (U)st) + 1) : (T)0;
     return 0;
 }
 
