@@ -3,7 +3,10 @@
 `fn[grid](*args, **meta)` binds the arguments, builds a specialisation key (target, numerics
 policy, tensor dtypes, integer divisibility by 16 and equality to 1, constexpr values), and
 looks it up in a dict. On a hit the compiled launcher runs at once; on a miss the kernel is
-compiled once (frontend -> IR -> passes -> target) through the on-disk cache.
+compiled once (frontend -> IR -> passes -> target) through the on-disk cache. The warm path runs
+in C where the compiled launch path is available (compiler.fastpath); `KernelFunction.run` is the
+Python path it mirrors and falls back to for anything unusual. A hit whose kernel read Python
+globals that have since been rebound recompiles (compiler.captured).
 """
 from __future__ import annotations
 

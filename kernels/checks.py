@@ -51,8 +51,12 @@ def check_device(op: str, **tensors) -> None:
     target = current_target()
     want = target.device_type
     flag = _ON.get(want)
-    if flag == "is_cpu" and all(t is None or t.is_cpu for t in tensors.values()):
-        return   # the host is one device
+    if flag == "is_cpu":
+        for t in tensors.values():
+            if t is not None and not t.is_cpu:
+                break
+        else:
+            return   # the host is one device
     first = None
     for name, t in tensors.items():
         if t is None:

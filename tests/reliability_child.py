@@ -134,6 +134,12 @@ def case_trip_count():
     return {"up": first, "down": int(o.item())}
 
 
+def case_trip_count_on(target):
+    from compiler import use_target
+    with use_target(target):
+        return case_trip_count()
+
+
 def case_step_zero():
     o = torch.zeros(1, dtype=torch.int32)
     count_iters[(1,)](o, 0, 10, 3)
@@ -180,6 +186,14 @@ def case_in_bounds_checked():
     view = torch.randn(100)[10:50]                    # a view: its storage starts before it
     masked_ok[(1,)](view, o, 40, BLOCK=64)
     return {"equal": bool(torch.equal(o, view + 1.0))}
+
+
+def case_other_target_meta(target):
+    from compiler import use_target
+    x, o = torch.randn(16), torch.empty(16)
+    with use_target(target):
+        add[(1,)](x, x, o, 16, BLOCK=16)
+        add[(1,)](x, x, torch.empty(16, device="meta"), 16, BLOCK=16)
 
 
 def case_matmul_out_alias():
@@ -255,6 +269,10 @@ for _g in ("x2**31", "y2**31", "2**32+4", "float", "string", "negative", "four")
     CASES[f"grid_{_g}"] = (lambda g: lambda: case_grid(g))(_g)
 for _name, _v in (("2**64", 2 ** 64), ("2**63", 2 ** 63), ("-2**63-1", -2 ** 63 - 1)):
     CASES[f"int_{_name}"] = (lambda v: lambda: case_int(v))(_v)
+CASES["kunlun_trip_count"] = lambda: case_trip_count_on("kunlun")
+CASES["gpu_interpret_trip_count"] = lambda: case_trip_count_on("gpu:interpret")
+CASES["kunlun_meta"] = lambda: case_other_target_meta("kunlun")
+CASES["gpu_interpret_meta"] = lambda: case_other_target_meta("gpu:interpret")
 for _k in ("zero", "missing", "unknown"):
     CASES[f"config_{_k}"] = (lambda k: lambda: case_config(k))(_k)
 

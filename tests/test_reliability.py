@@ -26,7 +26,8 @@ LAUNCH_CASES = ["meta_after_cpu_launch", "fake_tensor_kernel", "fake_tensor_libr
                 "matmul_out_expanded", "attention_nan", "attention_head_dim_0", "norm_empty_rows",
                 "grid_x2**31", "grid_y2**31", "grid_2**32+4", "grid_float", "grid_string", "grid_negative",
                 "grid_four", "int_2**64", "int_2**63", "int_-2**63-1", "config_zero", "config_missing",
-                "config_unknown"]
+                "config_unknown", "kunlun_meta", "gpu_interpret_meta", "kunlun_trip_count",
+                "gpu_interpret_trip_count"]
 BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "in_bounds_checked"]
 MODES = {"compiled": {}, "python": {"TILEJIT_FAST_LAUNCH": "0"}}
 
@@ -87,6 +88,11 @@ def test_fake_tensor_is_refused_by_kernel_and_library_op(launch):
     assert _result(launch[1], "fake_tensor_library_op") == {"fake": True, "shape": [2, 64]}
 
 
+@pytest.mark.parametrize("case", ["kunlun_meta", "gpu_interpret_meta"])
+def test_meta_tensor_is_refused_by_the_other_targets_warm_path(launch, case):
+    _error(launch[1], case, "KernelArgumentError", "kernel 'add'", "'o_ptr'", "meta tensor")
+
+
 def test_sparse_tensor_is_refused(launch):
     _error(launch[1], "sparse_tensor", "KernelArgumentError", "'x_ptr'", "sparse_coo", ".to_dense()")
 
@@ -110,8 +116,9 @@ def test_int_outside_64_bits_is_refused_not_truncated(launch, value):
     _error(launch[1], f"int_{value}", "KernelArgumentError", "argument 'n'", "64-bit range")
 
 
-def test_loop_trip_count_wider_than_int32(launch):
-    assert _result(launch[1], "trip_count") == {"up": 4, "down": 4}
+@pytest.mark.parametrize("case", ["trip_count", "kunlun_trip_count", "gpu_interpret_trip_count"])
+def test_loop_trip_count_wider_than_int32(launch, case):
+    assert _result(launch[1], case) == {"up": 4, "down": 4}
 
 
 def test_runtime_step_of_zero_is_an_error(launch):
@@ -206,3 +213,14 @@ def test_compiled_key_equals_the_python_key(args):
     assert d.key(x, *args, BLOCK=4, FLAG=True) == want
     want_default = want[:-1] + (_constexpr_key(False),)
     assert d.key(x, *args, 4) == want_default
+
+
+def test_missing_python_headers_fall_back_with_a_note(monkeypatch, tmp_path):
+    """Without Python.h the compiled launch path is not built; the reason names the package to
+    install, and launches take the Python path (the `python` mode of the tests above)."""
+    import sysconfig
+    from compiler import fastpath
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {**real(*a, **k), "include": str(tmp_path)})
+    mod, why = fastpath._try_load()
+    assert mod is None and "Python's headers are not installed" in why and "-dev" in why

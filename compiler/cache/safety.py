@@ -17,15 +17,16 @@ class CacheError(Exception):
 
 _STAMPED = ("TILEJIT_CACHE_DIR", "XDG_CACHE_HOME", "TILEJIT_CACHE_STRICT")
 _ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
-_STAMP_KEYS = tuple(k.encode() for k in _STAMPED)
+_K0, _K1, _K2 = (k.encode() for k in _STAMPED)
 
 
 def settings_stamp() -> tuple:
     """The environment settings that decide which cache, and so which decisions, are visible
     (cache dir, XDG cache home, strict mode), cheaply: memos of decisions are keyed by it. On
     POSIX it reads os.environ's own dict (what os.environ[...] = ... updates) with three lookups."""
-    if isinstance(_ENV_DATA, dict):
-        return tuple(_ENV_DATA.get(k) for k in _STAMP_KEYS)
+    d = _ENV_DATA
+    if d.__class__ is dict:
+        return d.get(_K0), d.get(_K1), d.get(_K2)
     return tuple(os.environ.get(k) for k in _STAMPED)
 
 
