@@ -83,6 +83,25 @@ def test_dot_rendering_per_policy():
     assert 'fp_downcast_rounding="rtne"' in strict   # fp32 accumulator -> fp16 output rounds to nearest even
 
 
+@compiler.kernel
+def _dot_f16_acc(a_ptr, b_ptr, c_ptr, N: compiler.language.constexpr):
+    tl = compiler.language
+    i = tl.arange(0, N)
+    a = tl.load(a_ptr + i[:, None] * N + i[None, :])
+    b = tl.load(b_ptr + i[:, None] * N + i[None, :])
+    tl.store(c_ptr + i[:, None] * N + i[None, :], tl.dot(a, b, out_dtype=tl.float16))
+
+
+def test_fp16_accumulator_in_the_fast_policy_only():
+    a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
+    c = torch.empty(16, 16, dtype=torch.float16)
+    _run("gpu:interpret", "fast", _dot_f16_acc[(1,)], a, b, c, N=16)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), rtol=1e-2, atol=2e-2)
+    assert "out_dtype=tl.float16" in _source(_dot_f16_acc, "*fp16,*fp16,*fp16", {"N": 16})
+    with pytest.raises(CompilationError, match="only in the fast policy, on fp16 operands"):
+        _run("gpu:interpret", "strict", _dot_f16_acc[(1,)], a, b, c, N=16)
+
+
 def test_non_power_of_two_tiles_are_rejected_clearly():
     x = torch.empty(16)
     with pytest.raises(CompilationError) as e:

@@ -463,10 +463,16 @@ class _Emitter(StructuredOps):
         r = op.results[0]
         M, K = a.shape
         N = b.shape[1]
-        if c.dtype.is_floating() and c.dtype is not D.float32:
-            raise self.err(op, f"dot with a {c.dtype} accumulator is not supported by the gpu target; "
-                               "accumulate in fp32 (the default)")
         ta, tb, tc = self.typed(a).text, self.typed(b).text, self.typed(c).text
+        if c.dtype.is_floating() and c.dtype is not D.float32:
+            # Triton's fp16 accumulator (out_dtype=tl.float16): its rounding is the MMA unit's, so
+            # only the fast policy takes it, and only where tl.dot itself runs (fp16 operands, dims >= 16)
+            if self.strict or c.dtype is not D.float16 or a.dtype is not D.float16 or min(M, N, K) < 16:
+                raise self.err(op, f"dot with a {c.dtype} accumulator is supported by the gpu target only in the "
+                                   "fast policy, on fp16 operands with every dimension >= 16; accumulate in fp32 "
+                                   "(the default)")
+            self.assign(r, f"tl.dot({ta}, {tb}, {tc}, out_dtype=tl.float16)")
+            return
         if not self.strict and min(M, N, K) >= 16:
             if self.interpret and a.dtype is D.bfloat16:
                 ta, tb = f"{ta}.to(tl.float32)", f"{tb}.to(tl.float32)"

@@ -24,8 +24,6 @@ KUNLUN = ("kunlun:xpu3",)
 # vector_add (BLOCK_SIZE=1024) and matmul (32x32x32 blocks) run there since the memory plan strip-mines
 # tiles larger than LM; this one is refused by it
 XFAIL = {
-    ("fused_attention", ("gpu:interpret",)): ("needs tl.dot(..., out_dtype=tl.float16) (an fp16 accumulator) on the "
-                                              "gpu target", CompilationError),
     ("fused_attention", KUNLUN): ("needs more local memory than the memory plan can fit (128x64 blocks, a 128-wide "
                                   "head: about 1.1 MB)", LMBudgetError),
 }
