@@ -328,6 +328,27 @@ def test_zz_dialect_lint_over_all_generated_sources():
                    for d in re.findall(r"__local__ .*", program))
 
 
+def test_every_function_of_the_device_header_is_a_device_function():
+    """Device code may call only __device__ functions, member functions included (Kunlunxin's C/C++
+    guide); the emulation defines __device__ away, so only this lint catches a missing one."""
+    path = os.path.join(os.path.dirname(targets.kunlun.__file__), "include", "tilejit_xpu.h")
+    src = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", open(path).read()), flags=re.S)
+    definition = re.compile(r"(?:^|[;{}])\s*((?:template\s*<[^>]*>\s*)?(?:[\w:<>]+\s+)*?[\w:<>]+[\s*&]+)(\w+)\s*"
+                            r"\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*(?:const\s*)?\{", re.M)
+    found, host = 0, []
+    for m in definition.finditer(src):
+        head, name = m.group(1), m.group(2)
+        if re.search(r"\b(if|for|while|switch|return|else|do|operator)\b", f"{head} {name}"):
+            continue
+        found += 1
+        if not re.search(r"\b(TJ_DEV|__device__|__global__)\b", head):
+            host.append(name)
+    assert found > 50 and host == [], host
+    # the rule fails on a member function without the qualifier
+    bad = "template <> struct tj_lim<int> { static int lo() { return 0; } };"
+    assert [m.group(2) for m in definition.finditer(bad) if "__device__" not in m.group(1)] == ["lo"]
+
+
 # ---- the emulation header itself ------------------------------------------------------------
 _EMU_SRC = r'''
 #include "tilejit_xpu.h"

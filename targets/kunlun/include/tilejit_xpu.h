@@ -50,13 +50,13 @@ TJ_DEV float tj_round_bf16(float f) { return tj_bf2f(tj_f2bf(f)); }
 
 // ---- integer helpers (defined results where C leaves behaviour undefined) -------------------
 template <class T> struct tj_lim;
-template <> struct tj_lim<bool> { typedef bool U; static const bool sgn = false; static bool lo() { return false; } static bool hi() { return true; } };
-template <> struct tj_lim<int8_t> { typedef uint8_t U; static const bool sgn = true; static int8_t lo() { return -128; } static int8_t hi() { return 127; } };
-template <> struct tj_lim<int16_t> { typedef uint16_t U; static const bool sgn = true; static int16_t lo() { return -32768; } static int16_t hi() { return 32767; } };
-template <> struct tj_lim<uint8_t> { typedef uint8_t U; static const bool sgn = false; static uint8_t lo() { return 0; } static uint8_t hi() { return 255; } };
-template <> struct tj_lim<uint16_t> { typedef uint16_t U; static const bool sgn = false; static uint16_t lo() { return 0; } static uint16_t hi() { return 65535; } };
-template <> struct tj_lim<uint32_t> { typedef uint32_t U; static const bool sgn = false; static uint32_t lo() { return 0; } static uint32_t hi() { return 4294967295u; } };
-template <> struct tj_lim<int32_t> { typedef uint32_t U; static const bool sgn = true; static int32_t lo() { return (-2147483647 - 1); } static int32_t hi() { return 2147483647; } };
+template <> struct tj_lim<bool> { typedef bool U; static const bool sgn = false; static __device__ bool lo() { return false; } static __device__ bool hi() { return true; } };
+template <> struct tj_lim<int8_t> { typedef uint8_t U; static const bool sgn = true; static __device__ int8_t lo() { return -128; } static __device__ int8_t hi() { return 127; } };
+template <> struct tj_lim<int16_t> { typedef uint16_t U; static const bool sgn = true; static __device__ int16_t lo() { return -32768; } static __device__ int16_t hi() { return 32767; } };
+template <> struct tj_lim<uint8_t> { typedef uint8_t U; static const bool sgn = false; static __device__ uint8_t lo() { return 0; } static __device__ uint8_t hi() { return 255; } };
+template <> struct tj_lim<uint16_t> { typedef uint16_t U; static const bool sgn = false; static __device__ uint16_t lo() { return 0; } static __device__ uint16_t hi() { return 65535; } };
+template <> struct tj_lim<uint32_t> { typedef uint32_t U; static const bool sgn = false; static __device__ uint32_t lo() { return 0; } static __device__ uint32_t hi() { return 4294967295u; } };
+template <> struct tj_lim<int32_t> { typedef uint32_t U; static const bool sgn = true; static __device__ int32_t lo() { return (-2147483647 - 1); } static __device__ int32_t hi() { return 2147483647; } };
 template <class T> TJ_DEV T tj_idiv(T a, T b) {
     if (b == 0) return 0;
     if (tj_lim<T>::sgn && b == (T)-1) return (T)(0 - (typename tj_lim<T>::U)a);
@@ -115,16 +115,16 @@ TJ_DEV int32_t tj_umulhi(int32_t a, int32_t b) {
 // and asserts are not checked.
 #ifdef TJ_XPU_EMULATION
 template <int C> struct tj_atomic_conv {
-    template <class M, class R> static R load(M m) { return (R)m; }
-    template <class M, class R> static M store(R r) { return (M)r; }
+    template <class M, class R> static __device__ R load(M m) { return (R)m; }
+    template <class M, class R> static __device__ M store(R r) { return (M)r; }
 };
 template <> struct tj_atomic_conv<1> {
-    template <class M, class R> static R load(M m) { return tj_h2f(m); }
-    template <class M, class R> static M store(R r) { return tj_f2h(r); }
+    template <class M, class R> static __device__ R load(M m) { return tj_h2f(m); }
+    template <class M, class R> static __device__ M store(R r) { return tj_f2h(r); }
 };
 template <> struct tj_atomic_conv<2> {
-    template <class M, class R> static R load(M m) { return tj_bf2f(m); }
-    template <class M, class R> static M store(R r) { return tj_f2bf(r); }
+    template <class M, class R> static __device__ R load(M m) { return tj_bf2f(m); }
+    template <class M, class R> static __device__ M store(R r) { return tj_f2bf(r); }
 };
 template <int K, class T> TJ_DEV T tj_atomic_op(T a, T b) {
     if (K == 0) return (T)(a + b);
