@@ -20,15 +20,22 @@ Every case checks that tilejit's output matches the baseline's first.
 """
 from __future__ import annotations
 
-import argparse
+import os
+import sys
 
-import torch
-import torch.nn.functional as F
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import kernels
-from benchmarks.speed import time_interleaved
-from compiler.clihelp import description
-from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling, serving_attention as sa
+import argparse  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import kernels  # noqa: E402
+from benchmarks.speed import time_interleaved  # noqa: E402
+from compiler.clihelp import description  # noqa: E402
+from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling  # noqa: E402
+from kernels import serving_attention as sa  # noqa: E402
 
 
 def _g():
