@@ -159,7 +159,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         raise ValueError(f"{op}: argument 'scale' must be a finite number, got {scale!r}")
     # the backward needs the logsumexp: computed whenever autograd will ask for a gradient
     want_lse = return_lse or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-    out, lse = TORCH_OP.op(q, k, v, mask, causal, float(scale), want_lse,
+    out, lse = TORCH_OP(q, k, v, mask, causal, float(scale), want_lse,
                            encode_config(checked_config(op, SPEC, config) if config else None))
     return (out, lse) if return_lse else out
 

@@ -283,7 +283,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, dout, dlse):
     q, k, v, mask, out, lse = ctx.saved_tensors
-    dq, dk, dv = BWD_OP.op(q, k, v, mask, ctx.causal, ctx.scale, out, lse, dout, dlse, None)
+    dq, dk, dv = BWD_OP(q, k, v, mask, ctx.causal, ctx.scale, out, lse, dout, dlse, None)
     return dq, dk, dv, None, None, None, None, None
 
 
@@ -319,7 +319,7 @@ def _problem(s: dict) -> Problem:
         torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal,
                                                          enable_gqa=hkv != s["heads"]).backward(do)
         return qr.grad
-    return Problem(run=lambda cfg: BWD_OP.op(q, k, v, None, causal, scale, out, lse, do, None, encode_config(cfg))[0],
+    return Problem(run=lambda cfg: BWD_OP(q, k, v, None, causal, scale, out, lse, do, None, encode_config(cfg))[0],
                    ref=lambda: attention_backward_ref(q, k, v, None, causal, scale, out, lse, do, None)[0],
                    eager=eager if not causal or s["seq_q"] == s["seq_k"] else None)
 
@@ -330,7 +330,7 @@ def _probe(cfg: dict, shape: dict) -> None:
     q = torch.empty(1, 1, 2 * cfg["BLOCK_M"], d, dtype=dt)
     kv = torch.empty(1, 1, 2 * cfg["BLOCK_N"], d, dtype=dt)
     lse = torch.empty(q.shape[:3])
-    BWD_OP.op(q, kv, kv, None, bool(shape.get("causal", False)), 0.125, q, lse, q, None, encode_config(cfg))
+    BWD_OP(q, kv, kv, None, bool(shape.get("causal", False)), 0.125, q, lse, q, None, encode_config(cfg))
 
 
 def _work(cfg: dict, s: dict) -> Work:

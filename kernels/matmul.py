@@ -95,7 +95,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
         check_tensor(op, "bias", bias, dims=1)
     config = encode_config(checked_config(op, SPEC, config) if config else None)
     if out is None:
-        return TORCH_OP.op(a, b, bias, activation, config)
+        return TORCH_OP(a, b, bias, activation, config)
     check_tensor(op, "out", out)
     check_same_dtype(op, "a", a, out=out)
     check_out(op, out, a=a, b=b, bias=bias)

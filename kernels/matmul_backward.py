@@ -170,7 +170,7 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, dc):
     a, b, bias = ctx.saved_tensors
     na, nb, nbias = ctx.needs_input_grad[:3]
-    da, db, dbias = BWD_OP.op(a, b, bias, dc.contiguous(), ctx.activation, na, nb, nbias and bias is not None, None)
+    da, db, dbias = BWD_OP(a, b, bias, dc.contiguous(), ctx.activation, na, nb, nbias and bias is not None, None)
     return (da if na else None), (db if nb else None), (dbias if nbias and bias is not None else None), None, None
 
 
@@ -197,7 +197,7 @@ def _problem(s: dict) -> Problem:
         ar, br = a.detach().requires_grad_(), b.detach().requires_grad_()
         torch.nn.functional.silu(ar @ br + bias).backward(dc)
         return br.grad
-    return Problem(run=lambda cfg: BWD_OP.op(a, b, bias, dc, "silu", True, True, True, encode_config(cfg))[1],
+    return Problem(run=lambda cfg: BWD_OP(a, b, bias, dc, "silu", True, True, True, encode_config(cfg))[1],
                    ref=lambda: matmul_backward_ref(a, b, bias, dc, "silu")[1], eager=eager)
 
 
@@ -205,7 +205,7 @@ def _probe(cfg: dict, shape: dict) -> None:
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(shape.get("dtype", "fp32"), torch.float32)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     a, b = torch.empty(2 * bm, 2 * bk, dtype=dt), torch.empty(2 * bk, 2 * bn, dtype=dt)
-    BWD_OP.op(a, b, torch.empty(2 * bn, dtype=dt), torch.empty(2 * bm, 2 * bn, dtype=dt), "silu", True, True, True,
+    BWD_OP(a, b, torch.empty(2 * bn, dtype=dt), torch.empty(2 * bm, 2 * bn, dtype=dt), "silu", True, True, True,
               encode_config(cfg))
 
 

@@ -158,7 +158,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional).
     Runs as the torch operator tilejit::layer_norm (differentiable: kernels/norm_backward.py)."""
     eps = _wrapper_checks("layer_norm", eps, x=x, weight=weight, bias=bias)
-    return LAYER_NORM_OP.op(x, weight, bias, eps, _config_arg("layer_norm", LAYER_NORM, config))
+    return LAYER_NORM_OP(x, weight, bias, eps, _config_arg("layer_norm", LAYER_NORM, config))
 
 
 def _layer_norm_shapes(x, weight, bias, eps, config):
@@ -216,7 +216,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional).
     Runs as the torch operator tilejit::rms_norm (differentiable: kernels/norm_backward.py)."""
     eps = _wrapper_checks("rms_norm", eps, x=x, weight=weight)
-    return RMS_NORM_OP.op(x, weight, eps, _config_arg("rms_norm", RMS_NORM, config))
+    return RMS_NORM_OP(x, weight, eps, _config_arg("rms_norm", RMS_NORM, config))
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -226,7 +226,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
     if residual is None:
         raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
     eps = _wrapper_checks("add_rms_norm", eps, x=x, residual=residual, weight=weight)
-    return ADD_RMS_NORM_OP.op(x, residual, weight, eps, _config_arg("add_rms_norm", ADD_RMS_NORM, config))
+    return ADD_RMS_NORM_OP(x, residual, weight, eps, _config_arg("add_rms_norm", ADD_RMS_NORM, config))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -277,7 +277,7 @@ def _rms_setup(ctx, inputs, output):
 def _rms_backward(ctx, dy):
     x, w = ctx.saved_tensors
     wg = ctx.needs_input_grad[1]
-    dx, dw = RMS_BWD_OP.op(x, w, dy, None, ctx.eps, wg, None)
+    dx, dw = RMS_BWD_OP(x, w, dy, None, ctx.eps, wg, None)
     return dx, _grad_or_none(dw, wg), None, None
 
 
@@ -290,7 +290,7 @@ def _add_rms_setup(ctx, inputs, output):
 def _add_rms_backward(ctx, dy, dres):
     s, w = ctx.saved_tensors
     wg = ctx.needs_input_grad[2]
-    dx, dw = RMS_BWD_OP.op(s, w, dy, dres, ctx.eps, wg, None)
+    dx, dw = RMS_BWD_OP(s, w, dy, dres, ctx.eps, wg, None)
     return dx, dx, _grad_or_none(dw, wg), None, None
 
 
@@ -303,7 +303,7 @@ def _ln_setup(ctx, inputs, output):
 def _ln_backward(ctx, dy):
     x, w = ctx.saved_tensors
     wg, bg = ctx.needs_input_grad[1], ctx.needs_input_grad[2] and ctx.has_b
-    dx, dw, db = LN_BWD_OP.op(x, w, dy, ctx.eps, wg, bg, None)
+    dx, dw, db = LN_BWD_OP(x, w, dy, ctx.eps, wg, bg, None)
     return dx, _grad_or_none(dw, wg), _grad_or_none(db, bg), None, None
 
 
@@ -328,7 +328,7 @@ def _problem(op: str):
         dy = torch.randn(s["rows"], s["N"], generator=g)
         if op == "rms_norm_backward":
             def run(cfg):
-                return RMS_BWD_OP.op(x, w, dy, None, 1e-6, True, encode_config(cfg))[0]
+                return RMS_BWD_OP(x, w, dy, None, 1e-6, True, encode_config(cfg))[0]
 
             def eager():
                 xr = x.detach().requires_grad_()
@@ -337,7 +337,7 @@ def _problem(op: str):
             return Problem(run=run, ref=lambda: rms_norm_backward_ref(x, w, dy, None, 1e-6)[0], eager=eager)
 
         def run_ln(cfg):
-            return LN_BWD_OP.op(x, w, dy, 1e-5, True, True, encode_config(cfg))[0]
+            return LN_BWD_OP(x, w, dy, 1e-5, True, True, encode_config(cfg))[0]
 
         def eager_ln():
             xr = x.detach().requires_grad_()
@@ -353,9 +353,9 @@ def _probe(op: str):
         n = 2 * cfg["BLOCK"] + 1
         x, w = torch.empty(2, n, dtype=dt), torch.empty(n, dtype=dt)
         if op == "rms_norm_backward":
-            RMS_BWD_OP.op(x, w, x, x, 1e-6, True, encode_config(cfg))
+            RMS_BWD_OP(x, w, x, x, 1e-6, True, encode_config(cfg))
         else:
-            LN_BWD_OP.op(x, w, x, 1e-5, True, True, encode_config(cfg))
+            LN_BWD_OP(x, w, x, 1e-5, True, True, encode_config(cfg))
     return probe
 
 

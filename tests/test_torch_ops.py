@@ -279,3 +279,31 @@ def test_config_travels_as_an_operator_argument():
     assert torch_ops.encode_config({"BLOCK_N": 32, "BLOCK_M": 16}) == "BLOCK_M=16,BLOCK_N=32"
     assert torch_ops.decode_config("BLOCK_M=16,BLOCK_N=32") == {"BLOCK_M": 16, "BLOCK_N": 32}
     assert torch_ops.encode_config(None) is None and torch_ops.decode_config(None) is None
+
+
+def test_plain_eager_calls_skip_the_dispatcher_and_everything_else_sees_the_operator():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kernels.torch_ops import plain_eager
+
+    x, w = randn(4, 64), randn(64)
+    assert plain_eager((x, torch.nn.Parameter(w, requires_grad=False), 1e-6, None))
+    assert not plain_eager((x.requires_grad_(), w))            # a gradient to record
+    with torch.no_grad():
+        assert plain_eager((x, w))                              # none under no_grad
+    x = x.detach()
+    assert not plain_eager((torch.empty(4, 64, device="meta"), w))
+    assert torch.vmap(lambda r: torch.tensor(plain_eager((r, w))))(x).tolist() == [False] * 4
+
+    class Seen(TorchDispatchMode):
+        ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        assert not plain_eager((x, w))
+        y = kernels.rms_norm(x, w)
+    assert "tilejit.rms_norm.default" in Seen.ops               # a mode still sees the operator
+    assert torch.equal(y, kernels.rms_norm(x, w))               # and the direct call gives the same bits

@@ -153,7 +153,7 @@ def _rope_setup(ctx, inputs, output):
 
 def _rope_backward(ctx, dy):
     cos, sin = ctx.saved_tensors
-    return ROPE_OP.op(dy.contiguous(), cos, sin, not ctx.inverse), None, None, None
+    return ROPE_OP(dy.contiguous(), cos, sin, not ctx.inverse), None, None, None
 
 
 set_backward("hf_rope", _rope_setup, _rope_backward)
@@ -163,7 +163,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin; x 4-D, cos/sin broadcastable to it (same dtype)."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         check_tensor("rope", name, t)
-    return ROPE_OP.op(x, cos, sin, False)
+    return ROPE_OP(x, cos, sin, False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def _am_setup(ctx, inputs, output):
 
 def _am_backward(ctx, dy):
     gate, up = ctx.saved_tensors
-    dg, du = AM_BWD_OP.op(gate, up, dy, ctx.activation)
+    dg, du = AM_BWD_OP(gate, up, dy, ctx.activation)
     return dg, du, None
 
 
@@ -244,7 +244,7 @@ def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str = "silu") 
     """act(gate) * up, elementwise (gate/up may be strided views, e.g. halves of one fused projection)."""
     check_tensor("act_and_mul", "gate", gate)
     check_tensor("act_and_mul", "up", up)
-    return AM_OP.op(gate, up, activation)
+    return AM_OP(gate, up, activation)
 
 
 __all__ = ["rope", "act_and_mul", "ROPE_OP", "AM_OP", "AM_BWD_OP", "ACTIVATIONS"]
