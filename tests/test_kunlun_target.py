@@ -323,7 +323,7 @@ def test_zz_dialect_lint_over_all_generated_sources():
         assert not re.search(r"\bdouble\b", src)
         assert re.search(r"for \(int p = cluster_id\(\) \* core_num\(\) \+ core_id\(\); p < total; "
                          r"p \+= cluster_num\(\) \* core_num\(\)\)", kernel_fn)
-        assert re.search(r"<<<(8|12), 64, \(XPUStream\)stream>>>", src)
+        assert re.search(r"int tj_rc = \w+<<<(8|12), 64, \(XPUStream\)stream>>>.*\n\s*return tj_rc;", src)
         assert all(re.search(r"__local__ \w+ (\w+)\[\d+\]; TJ_LM_USE\(\1\)", d)
                    for d in re.findall(r"__local__ .*", program))
 
@@ -344,6 +344,10 @@ def test_every_function_of_the_device_header_is_a_device_function():
         if not re.search(r"\b(TJ_DEV|__device__|__global__)\b", head):
             host.append(name)
     assert found > 50 and host == [], host
+    # host headers come before the XPU ones, and XPUStream's header is among them
+    includes = re.findall(r'#include [<"]([^>"]+)[>"]', src)
+    first_xpu = next(i for i, h in enumerate(includes) if h.startswith("xpu/"))
+    assert {"stdint.h", "math.h"} <= set(includes[:first_xpu]) and "xpu/runtime.h" in includes
     # the rule fails on a member function without the qualifier
     bad = "template <> struct tj_lim<int> { static int lo() { return 0; } };"
     assert [m.group(2) for m in definition.finditer(bad) if "__device__" not in m.group(1)] == ["lo"]

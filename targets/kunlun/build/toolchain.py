@@ -74,7 +74,7 @@ def xtdk_commands(clang: str, arch: Arch, source: str, out_dir: str) -> list[lis
     root = os.path.dirname(os.path.dirname(clang))
     base = os.path.join(out_dir, "kernel")
     return [[clang, f"--xpu-arch={arch.name}", "-c", source, "--basename", base, "-fno-builtin",
-             "-mllvm", "-fix-mfence=all", f"-I{HEADER_DIR}", "-fPIC", "-O2"],
+             "-mllvm", "-fix-mfence=all", "-fxpu-launch-return", f"-I{HEADER_DIR}", "-fPIC", "-O2"],
             [clang, "-shared", "-fPIC", base + ".device.bin.o", base + ".o", f"-L{os.path.join(root, 'lib')}",
              "-lxpurt", "-o", os.path.join(out_dir, "kernel.so")]]
 

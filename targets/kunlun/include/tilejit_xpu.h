@@ -2,14 +2,16 @@
 // With XTDK this is compiled as device code; under host emulation, xpu_emulation.h (force-included)
 // defines the qualifiers. Everything here is 32-bit: no long long, no double.
 #pragma once
+// host headers before the XPU ones (the other order redefines symbols, says Kunlunxin's guide)
+#include <stdint.h>
+#include <math.h>
 #ifndef TJ_XPU_EMULATION
+#include "xpu/runtime.h"          // XPUStream, for the host wrapper's launch
 #include "xpu/kernel/cluster.h"
 #include "xpu/kernel/xtdk.h"
 #include "xpu/kernel/xtdk_math.h"
 #include "xpu/kernel/xtdk_simd.h"
 #endif
-#include <stdint.h>
-#include <math.h>
 
 #define TJ_DEV static inline __device__
 

@@ -62,8 +62,11 @@ class KunlunLauncher:
                 self.lib.tj_emu_set_regions(n, lo, hi)
             rc = self.entry(None, *g, *vals)
             if rc != 0:
-                msg = self.lib.tj_emu_error().decode() if self.emulation else f"launch returned {rc}"
-                raise KunlunLaunchError(f"kernel '{self.name}' on kunlun (host emulation): {msg}")
+                if self.emulation:
+                    raise KunlunLaunchError(f"kernel '{self.name}' on kunlun (host emulation): "
+                                            f"{self.lib.tj_emu_error().decode()}")
+                raise KunlunLaunchError(f"kernel '{self.name}' on kunlun: the launch returned {rc} "
+                                        "(the XPU runtime's status)")
 
 
 def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
