@@ -35,6 +35,7 @@ class CDialect:
     ctype_bytes = {"float": 4, "double": 8, "bool": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2,
                    "int32_t": 4, "int64_t": 8, "uint32_t": 4, "uint64_t": 8}
     pointer_bytes = 8
+    local_pointer_bytes = 8   # an element of a local tile of pointers (a loop-carried `ptrs += step`)
     simd_pragma = "#pragma omp simd"
     # run-time loops: the C type of the trip count (None: the induction variable's type), and the
     # statement that reports a run-time step of 0 (None: such a loop runs 0 times), with {step}, {site}
@@ -83,7 +84,7 @@ class CDialect:
 
     def ctype_size(self, ctype: str) -> int:
         """Bytes of one element of C type `ctype` (a tile of pointers holds target pointers)."""
-        return self.pointer_bytes if ctype.endswith("*") else self.ctype_bytes[ctype]
+        return self.local_pointer_bytes if ctype.endswith("*") else self.ctype_bytes[ctype]
 
     def reg_size(self, dt: D.dtype) -> int:
         return self.pointer_bytes if dt.is_ptr() else self.ctype_bytes[self.reg_type(dt)]

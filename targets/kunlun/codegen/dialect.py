@@ -14,13 +14,10 @@ class KunlunDialect(CDialect):
     mem_types = {**{k: v for k, v in CDialect.mem_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
     ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8}
     pointer_bytes = 4   # device pointers are 4 bytes
-    # a tile of pointers in LM (a loop-carried `ptrs += step`) is placed at 8 bytes an element: the
-    # host emulation's pointers are 8 bytes, and one placement serves the device and the emulation
-    lm_pointer_bytes = 8
+    # a tile of pointers in LM stays at 8 bytes an element: the host emulation's pointers are 8
+    # bytes, and one placement serves the device and the emulation
+    local_pointer_bytes = 8
     dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
-
-    def ctype_size(self, ctype: str) -> int:
-        return self.lm_pointer_bytes if ctype.endswith("*") else self.ctype_bytes[ctype]
 
     def reg_type(self, dt: D.dtype) -> str:
         if dt.is_ptr():
