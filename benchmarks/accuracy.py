@@ -27,7 +27,6 @@ if __package__ in (None, ""):   # run as a file: import from this checkout, as `
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402
-import math  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402

@@ -24,7 +24,8 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-__all__ = ["language", "kernel", "KernelFunction", "CompiledKernel", "CompilationError", "IRError",
+__all__ = ["language", "kernel", "KernelFunction", "CompiledKernel", "CompilationError", "DeviceAssertionError",
+           "IRError",
            "KernelArgumentError", "KernelBoundsError", "TargetError", "TilejitError", "numerics", "current_policy",
            "available_targets", "current_target", "get_target", "register_target", "use_target", "cdiv",
            "render_only", "compile_only",

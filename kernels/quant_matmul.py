@@ -102,10 +102,10 @@ def _problem(s: dict) -> Problem:
     g = torch.Generator().manual_seed(0)
     a = torch.randn(s["M"], s["K"], generator=g)
     w, sc = quantize_int8(torch.randn(s["K"], s["N"], generator=g) * s["K"] ** -0.5, s.get("group"))
-    wd = w.float() * (sc if s.get("group") is None else sc.repeat_interleave(s["group"], 0))
+    scales = sc if s.get("group") is None else sc.repeat_interleave(s["group"], 0)
     return Problem(run=lambda cfg: w8_matmul(a, w, sc, group_size=s.get("group"), config=cfg),
                    ref=lambda: w8_matmul_ref(a, w, sc, s.get("group"), out_dtype=torch.float64),
-                   eager=lambda: a @ (w.float() * (sc if s.get("group") is None else sc.repeat_interleave(s["group"], 0))))
+                   eager=lambda: a @ (w.float() * scales))   # dequantise, then matmul, as an eager user would
 
 
 def _probe(cfg: dict, shape: dict) -> None:

@@ -18,8 +18,8 @@ import pytest
 
 import compiler.cache
 from compiler.cache import cli as cache_cli
-from compiler.cache import STATS, CacheError, KernelCache, check_dir_safety
-from compiler.cache.archive import ArchiveError, export_cache, import_cache
+from compiler.cache import CacheError, KernelCache, check_dir_safety
+from compiler.cache.archive import ArchiveError, import_cache
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEY = "ab" + "0" * 62

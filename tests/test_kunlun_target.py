@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import targets.kunlun
-from compiler import CompilationError, numerics, use_target
+from compiler import numerics, use_target
 from compiler.target import register_target
 from examples import example_kernels as K
 import kernels as KL
-from targets.kunlun import ARCHS, LMBudgetError
+from targets.kunlun import ARCHS
 from targets.kunlun.build import toolchain
 from targets.kunlun.runtime.launcher import KunlunLaunchError
 

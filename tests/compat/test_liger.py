@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from compiler import use_target
-from compiler.errors import CompilationError, KernelArgumentError
 
 TARGETS = ["cpu", "gpu:interpret", "kunlun:xpu3"]
 # (kernel, targets) -> (why it fails today, the error it fails with); every Liger kernel tried runs today
