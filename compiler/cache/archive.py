@@ -251,9 +251,12 @@ def _check_contents(manifest: dict, digests: dict[str, dict[str, str]]) -> dict[
     return entries
 
 
-def _check_compat(manifest: dict) -> list[str]:
-    """Problems that make this archive unusable here (version, target fingerprints)."""
-    problems = []
+def _check_compat(manifest: dict) -> tuple[list[str], list[str]]:
+    """(problems that make this archive unusable here: version, target fingerprints; targets of the
+    archive that cannot be checked here because they are not available here). Entries of such a
+    target are imported as they are: their keys hash its fingerprint, so they are only ever used
+    where it matches (a cache built with gpu:sm_90 on a CPU machine, shipped to the GPU machine)."""
+    problems, unchecked = [], []
     if manifest.get("tilejit_version") != _version():
         problems.append(f"archive was exported by tilejit {manifest.get('tilejit_version')!r}, "
                         f"this is tilejit {_version()!r}")
@@ -261,7 +264,8 @@ def _check_compat(manifest: dict) -> list[str]:
         try:
             here = _current_fingerprint(tname)
         except Exception as exc:  # noqa: BLE001 - unknown / unavailable target
-            problems.append(f"target {tname!r} of the archive is not available here ({exc})")
+            unchecked.append(f"target {tname!r} is not available here, so its entries were not checked against "
+                             f"this machine ({exc})")
             continue
         if fp is None:
             problems.append(f"target {tname!r}: the archive does not record its fingerprint")
@@ -269,7 +273,7 @@ def _check_compat(manifest: dict) -> list[str]:
             diff = sorted(k for k in set(fp) | set(here) if fp.get(k) != here.get(k)) if isinstance(fp, dict) else []
             problems.append(f"target {tname!r} fingerprint differs from this machine's"
                             + (f" (fields: {', '.join(diff)})" if diff else ""))
-    return problems
+    return problems, unchecked
 
 
 def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool = False,
@@ -277,7 +281,7 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
     """Verify ``archive`` completely, then publish its entries into ``cache``, all or nothing.
 
     Returns {"imported": [...], "skipped": [...], "decisions_imported": [...], "decisions_skipped": [...],
-    "problems": [...]}: kernel entries (skipped: a valid entry with that key exists) and the
+    "problems": [...], "unchecked": [...]} (unchecked: targets not available here, see _check_compat): kernel entries (skipped: a valid entry with that key exists) and the
     autotuner's decision files (skipped: this cache has its own file of that name), counted apart.
     Raises ArchiveError (nothing published) on a corrupt or unsafe archive, on decisions that would
     not run, on contents over ``max_bytes`` (default 4 GiB), or on a version/target mismatch unless
@@ -294,7 +298,7 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
     with stage:
         manifest, digests = _read_archive(archive, stage, _MAX_TOTAL if max_bytes is None else max_bytes)
         entries = _check_contents(manifest, digests)
-        problems = _check_compat(manifest)
+        problems, unchecked = _check_compat(manifest)
         if problems and not force:
             raise ArchiveError("refusing to import " + str(archive) + ": " + "; ".join(problems)
                                + ". Re-export on a machine matching this one, or pass --force to import anyway "
@@ -321,7 +325,7 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
             "skipped": [k for k in res["skipped"] if not k.startswith(dec)],
             "decisions_imported": [k for k in res["imported"] if k.startswith(dec)],
             "decisions_skipped": [k for k in res["skipped"] if k.startswith(dec)],
-            "problems": problems}
+            "problems": problems, "unchecked": unchecked}
 
 
 def _check_decision_file(name: str, path: pathlib.Path) -> None:

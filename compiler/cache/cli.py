@@ -107,6 +107,8 @@ def cmd_import(cache: KernelCache, args) -> int:
     res = import_cache(cache, args.archive, force=args.force)
     for p in res["problems"]:
         print(f"warning (--force): {p}", file=sys.stderr)
+    for u in res["unchecked"]:
+        print(f"note: {u}", file=sys.stderr)
     print(f"imported {_counted(len(res['imported']), len(res['decisions_imported']))} into {cache.root} "
           f"(already present, kept: {_counted(len(res['skipped']), len(res['decisions_skipped']))})")
     return 0
