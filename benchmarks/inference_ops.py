@@ -2,7 +2,7 @@
 and of split-KV paged decode against kernels.attention's decode (one program per request and
 head), on the cpu target.
 
-    python -m benchmarks.inference_ops [--quick] [--repeat R] [--dtype fp32|bf16]
+    python -m benchmarks.inference_ops [--quick] [--repeat R] [--dtype fp32|bf16] [--only TEXT]
 
 Each case is timed with benchmarks.speed.time_interleaved (samples taken round-robin in this
 one process; median per call). Ratio = t_baseline / t_tilejit (> 1: tilejit is faster). Baselines:
@@ -13,9 +13,13 @@ one process; median per call). Ratio = t_baseline / t_tilejit (> 1: tilejit is f
 - embedding:       F.embedding;
 - add_layer_norm:  F.layer_norm(x + r);
 - log_softmax:     torch.log_softmax;   greedy: torch.argmax;
+- sample:          torch.topk, softmax, the top-p cut on the cumsum, torch.multinomial (the draws
+                   differ, so only the token range is checked);
 - w8_matmul:       a @ (w.float() * scale) (dequantise, then matmul);
 - decode (paged):  F.scaled_dot_product_attention (enable_gqa) on dense [B, H, L, D] keys, and
-                   kernels.attention (one program per request and head, no split) on the same keys.
+                   kernels.attention (one program per request and head, no split) on the same keys;
+- varlen prefill:  F.scaled_dot_product_attention (is_causal, enable_gqa) on the requests as a
+                   dense batch (equal lengths, so the dense batch is the same problem).
 Every case checks that tilejit's output matches the baseline's first.
 """
 from __future__ import annotations
@@ -97,6 +101,26 @@ def _decode_case(B, Hq, Hk, D, L, dt):
             (f"paged decode {B} req {Hq}/{Hk}x{D} kv {L} vs 1-program-per-row", tj, row, (q,))]
 
 
+def _prefill_case(B, S, Hq, Hk, D, dt):
+    q = torch.randn(B * S, Hq, D, generator=_g()).to(dt)
+    k, v = (torch.randn(B * S, Hk, D, generator=_g()).to(dt) for _ in range(2))
+    cu = torch.arange(B + 1) * S
+    heads = lambda t: t.reshape(B, S, t.shape[1], D).transpose(1, 2)   # noqa: E731
+    tj = lambda q: sa.varlen_attention(q, k, v, cu, cu)   # noqa: E731
+    sdpa = lambda q: F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True,   # noqa: E731
+                                                    enable_gqa=True).transpose(1, 2).reshape(q.shape)
+    return [(f"varlen prefill {B}x{S} tok {Hq}/{Hk}x{D} causal vs SDPA", tj, sdpa, (q,))]
+
+
+def _torch_sample(z, temperature=0.8, k=50, p=0.9):
+    """What an engine does in torch: top-k values, softmax, the top-p cut on the sorted cumsum, multinomial."""
+    vals, idx = torch.topk(z.float() / temperature, k, -1)
+    probs = torch.softmax(vals, -1)
+    cut = probs.cumsum(-1) - probs > p
+    probs = probs.masked_fill(cut, 0.0)
+    return idx.gather(-1, torch.multinomial(probs, 1)).squeeze(-1)
+
+
 def build(quick: bool, dt):
     T, N, V, L = (64, 1024, 8000, 1024) if quick else (256, 4096, 32000, 4096)
     x, r = torch.randn(T, N, generator=_g()).to(dt), torch.randn(T, N, generator=_g()).to(dt)
@@ -111,16 +135,21 @@ def build(quick: bool, dt):
               lambda x, r: F.layer_norm(x + r, (N,), w, b), (x, r)),
              ("log_softmax [16, V]", sampling.log_softmax, lambda z: torch.log_softmax(z.float(), -1).to(z.dtype),
               (logits,)),
-             ("greedy [16, V]", sampling.greedy, lambda z: torch.argmax(z, -1), (logits,))]
+             ("greedy [16, V]", sampling.greedy, lambda z: torch.argmax(z, -1), (logits,)),
+             ("sample T 0.8 top-k 50 top-p 0.9 [16, V]", lambda z: sampling.sample(z, 0.8, 50, 0.9, seed=1, offset=7),
+              _torch_sample, (logits,))]
     wq, sc = quant_matmul.quantize_int8(torch.randn(N, N, generator=_g()) * N ** -0.5, 128)
     cases.append((f"w8_matmul 16x{N}x{N} g128", lambda a: quant_matmul.w8_matmul(a, wq, sc, group_size=128),
                   lambda a: a @ (wq.to(a.dtype) * sc.repeat_interleave(128, 0).to(a.dtype)), (x[:16],)))
-    return cases + _decode_case(4 if quick else 8, 32, 8, 128, L, dt)
+    return (cases + _decode_case(4 if quick else 8, 32, 8, 128, L, dt)
+            + _prefill_case(2 if quick else 4, 256 if quick else 1024, 32, 8, 128, dt))
 
 
 def _check(name, a, b, dt):
     a, b = (a[0], b[0]) if isinstance(a, tuple) else (a, b)
-    if a.dtype.is_floating_point:
+    if name.startswith("sample"):   # two random draws: both must be token ids
+        assert a.shape == b.shape and bool((a >= 0).all()), name
+    elif a.dtype.is_floating_point:
         tol = 2e-3 if dt == torch.float32 else 3e-2
         torch.testing.assert_close(a.float(), b.float(), rtol=tol, atol=tol, msg=lambda m: f"{name}: {m}")
     else:
@@ -132,12 +161,15 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="smaller shapes")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this text")
     args = ap.parse_args(argv)
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     print(f"tilejit (cpu) inference ops vs torch {torch.__version__}, {args.dtype}, "
           f"{'quick' if args.quick else 'full'} shapes, median of {args.repeat}; ratio = t_base / t_tilejit")
     print(f"{'case':<58} {'tilejit':>10} {'baseline':>10} {'ratio':>7}")
     for name, tj, base, inp in build(args.quick, dt):
+        if args.only not in name:
+            continue
         _check(name, tj(*inp), base(*inp), dt)
         t_tj, t_base = time_interleaved([tj, base], inp, args.repeat)
         print(f"{name:<58} {t_tj * 1e6:>8.1f}us {t_base * 1e6:>8.1f}us {t_base / t_tj:>7.2f}")

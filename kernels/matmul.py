@@ -4,7 +4,13 @@
 - 2-D [M, K] @ [K, N] and batched 3-D [B, M, K] @ [B, K, N] (either operand may be 2-D and is
   then shared by every batch); the batch is grid axis 2;
 - epilogue fused before the store: bias (a length-N vector) then "relu", "gelu" (tanh
-  approximation, written as x * sigmoid(2u), which equals 0.5 x (1 + tanh u)) or "silu".
+  approximation, written as x * sigmoid(2u), which equals 0.5 x (1 + tanh u)) or "silu"; or a
+  gated MLP's "silu_and_mul" / "gelu_and_mul": b (and bias) hold the gate's N columns, then the
+  up projection's N, and C = act(gate) * up [M, N] with both products kept in fp32 (one launch,
+  no [M, 2N] intermediate; forward only);
+- mixed dtypes: a, b and bias may differ (e.g. bf16 activations x fp32 weights): tiles of differing
+  operands are widened to fp32 (exactly) before the dot; C is `out_dtype`, by default the inputs'
+  dtype, or the promoted one (torch.promote_types) when they differ.
 
 Numerics: one program owns a BLOCK_M x BLOCK_N tile of C and walks K in ascending BLOCK_K chunks
 (no split-K); `tl.dot(a, b, acc)` adds each product to the fp32 accumulator in ascending k, so
@@ -19,12 +25,13 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import (FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_out, check_same_dtype, check_tensor,
+from .checks import (FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_out, check_tensor,
                      checked_config)
 from .configs import select
 from .torch_ops import decode_config, define, encode_config, require_no_grad
 
-ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3, "silu_and_mul": 4, "gelu_and_mul": 5}
+GATED = ("silu_and_mul", "gelu_and_mul")   # b = [gate | up] ([K, 2N]): act(a @ gate + bias) * (a @ up + bias)
 
 
 @kernel
@@ -39,7 +46,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
                   stride_az, stride_am, stride_ak,
                   stride_bz, stride_bk, stride_bn,
                   stride_cz, stride_cm, stride_cn, stride_bias,
-                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, MIXED: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -53,6 +60,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
     m_ok = rm < M
     n_ok = rn < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if ACTIVATION >= 4:   # gated: the up projection's columns start at N
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + rk
         k_ok = ks < K
@@ -60,16 +69,29 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
                     mask=m_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_base + ks[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if MIXED:   # operands of different dtypes meet in fp32 (widening is exact)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc)
+        if ACTIVATION >= 4:
+            b_up = tl.load(b_base + ks[:, None] * stride_bk + (rn + N)[None, :] * stride_bn,
+                           mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            if MIXED:
+                b_up = b_up.to(tl.float32)
+            acc_up = tl.dot(a, b_up, acc_up)
     if HAS_BIAS:
         bias = tl.load(bias_ptr + rn * stride_bias, mask=n_ok, other=0.0).to(tl.float32)
         acc = acc + bias[None, :]
+        if ACTIVATION >= 4:
+            acc_up = acc_up + tl.load(bias_ptr + (rn + N) * stride_bias, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     if ACTIVATION == 1:
         acc = tl.maximum(acc, 0.0)
-    if ACTIVATION == 2:
+    if ACTIVATION == 2 or ACTIVATION == 5:
         acc = _tanh_free_gelu(acc)
-    if ACTIVATION == 3:
+    if ACTIVATION == 3 or ACTIVATION == 4:
         acc = acc * tl.sigmoid(acc)
+    if ACTIVATION >= 4:
+        acc = acc * acc_up
     tl.store(c_base + rm[:, None] * stride_cm + rn[None, :] * stride_cn,
              acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
@@ -82,9 +104,11 @@ def _batch_view(t: torch.Tensor):
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None,
-           out: torch.Tensor | None = None, *, config: dict | None = None) -> torch.Tensor:
-    """act(a @ b + bias), rounded once to a.dtype. a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N].
-    `out` must not overlap a, b or bias, nor have elements that share memory (ValueError).
+           out: torch.Tensor | None = None, *, out_dtype: torch.dtype | None = None,
+           config: dict | None = None) -> torch.Tensor:
+    """act(a @ b + bias), rounded once to out_dtype (default: the inputs' dtype, promoted when a, b
+    and bias differ). a: [M, K] or [B, M, K]; b: [K, N] or [B, K, N]. `out` must not overlap a, b or
+    bias, nor have elements that share memory (ValueError); its dtype is the output dtype.
 
     Runs as the torch operator tilejit::matmul (tilejit::matmul_out with `out`): traceable by
     torch.compile / torch.export, differentiable without `out` (kernels/matmul_backward.py)."""
@@ -94,22 +118,37 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
     if bias is not None:
         check_tensor(op, "bias", bias, dims=1)
     config = encode_config(checked_config(op, SPEC, config) if config else None)
+    if activation in GATED and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
+        raise TypeError(f"{op}: activation {activation!r} has no gradient; for training use matmul, then "
+                        f"activation.act_and_mul or torch")
     if out is None:
-        return TORCH_OP(a, b, bias, activation, config)
+        return TORCH_OP(a, b, bias, activation, out_dtype, config)
     check_tensor(op, "out", out)
-    check_same_dtype(op, "a", a, out=out)
+    want = _out_dtype(op, a, b, bias, out_dtype)
+    if out.dtype != want:
+        raise TypeError(f"{op}: out has dtype {str(out.dtype).replace('torch.', '')}, but the output dtype is "
+                        f"{str(want).replace('torch.', '')}; pass out_dtype={out.dtype} or a matching out")
     check_out(op, out, a=a, b=b, bias=bias)
     require_no_grad(op, a, b, bias)
-    TORCH_OP.out_op(a, b, bias, activation, config, out)
+    TORCH_OP.out_op(a, b, bias, activation, out_dtype, config, out)
     return out
 
 
-def _shapes(a, b, bias, activation, config):
+def _out_dtype(op, a, b, bias, out_dtype):
+    """out_dtype, or the inputs' dtype (promoted when they differ)."""
+    if out_dtype is not None:
+        if out_dtype not in OP_DTYPES:
+            raise TypeError(f"{op}: out_dtype must be one of float32, float16, bfloat16, got {out_dtype}")
+        return out_dtype
+    dt = torch.promote_types(a.dtype, b.dtype)
+    return dt if bias is None else torch.promote_types(dt, bias.dtype)
+
+
+def _shapes(a, b, bias, activation, out_dtype, config):
     """The checks a call's shapes must pass, and its output: ((shape, dtype),)."""
     op = "matmul"
     check_tensor(op, "a", a, dims=(2, 3), dtypes=OP_DTYPES)
     check_tensor(op, "b", b, dims=(2, 3), dtypes=OP_DTYPES)
-    check_same_dtype(op, "a", a, b=b)
     if activation not in ACTIVATIONS:
         raise ValueError(f"{op}: unknown activation {activation!r}; choose one of "
                          f"{', '.join(repr(k) for k in ACTIVATIONS)}")
@@ -118,27 +157,32 @@ def _shapes(a, b, bias, activation, config):
     if K != Kb:
         raise ValueError(f"{op}: inner dimensions differ: a is {tuple(a.shape)} (K={K}) and b is "
                          f"{tuple(b.shape)} (K={Kb})")
+    if activation in GATED and N % 2:
+        raise ValueError(f"{op}: activation {activation!r} needs b = [gate | up] with an even number of columns, "
+                         f"got {N}")
     if za != zb and 1 not in (za, zb):
         raise ValueError(f"{op}: batch sizes differ: a has {za}, b has {zb}")
     if bias is not None:
         check_tensor(op, "bias", bias, dims=1, dtypes=OP_DTYPES)
-        check_same_dtype(op, "a", a, bias=bias)
         if bias.shape[0] != N:
             raise ValueError(f"{op}: bias has {bias.shape[0]} elements, expected N={N}")
+    N = N // 2 if activation in GATED else N
     batched = a.dim() == 3 or b.dim() == 3
-    return (((max(za, zb), M, N) if batched else (M, N), a.dtype),)
+    return (((max(za, zb), M, N) if batched else (M, N), _out_dtype(op, a, b, bias, out_dtype)),)
 
 
-def _launch(a, b, bias, activation, config, out):
+def _launch(a, b, bias, activation, out_dtype, config, out):
     op = "matmul"
     check_device(op, a=a, b=b, bias=bias, out=out)
     za, sza, M, K, sam, sak = _batch_view(a)
     zb, szb, _, N, sbk, sbn = _batch_view(b)
+    N = N // 2 if activation in GATED else N
     Z = max(za, zb)
     if M == 0 or N == 0 or Z == 0:
         return
     if K == 0:
-        out.copy_(_epilogue(torch.zeros(out.shape, dtype=torch.float64, device=a.device), bias, activation))
+        cols = out.shape[-1] * (2 if activation in GATED else 1)
+        out.copy_(_epilogue(torch.zeros(*out.shape[:-1], cols, dtype=torch.float64, device=a.device), bias, activation))
         return
     _, szc, _, _, scm, scn = _batch_view(out)
     cfg = decode_config(config) or select(SPEC, None, N=N, K=K, M=M)
@@ -146,12 +190,15 @@ def _launch(a, b, bias, activation, config, out):
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
         bias.stride(0) if bias is not None else 0,
-        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], **cfg)
+        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATIONS[activation], MIXED=a.dtype != b.dtype, **cfg)
 
 
 def _epilogue(c: torch.Tensor, bias, activation):
     if bias is not None:
         c = c + bias.to(c.dtype)
+    if activation in GATED:
+        gate, up = c.chunk(2, dim=-1)
+        return _epilogue(gate, None, activation.split("_")[0]) * up
     if activation == "relu":
         c = torch.relu(c)
     elif activation == "gelu":
@@ -231,8 +278,8 @@ SPEC = OpSpec(
 SPECS = (SPEC,)
 
 # the torch operators tilejit::matmul / tilejit::matmul_out (kernels/torch_ops.py)
-TORCH_OP = define("matmul", "Tensor a, Tensor b, Tensor? bias, str? activation, str? config", ("out",),
-                  shapes=_shapes, launch=_launch,
-                  reference=lambda a, b, bias, act, cfg: (matmul_ref(a, b, bias, act, torch.float64),))
+TORCH_OP = define("matmul", "Tensor a, Tensor b, Tensor? bias, str? activation, ScalarType? out_dtype, str? config",
+                  ("out",), shapes=_shapes, launch=_launch,
+                  reference=lambda a, b, bias, act, out_dtype, cfg: (matmul_ref(a, b, bias, act, torch.float64),))
 
-__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "TORCH_OP", "ACTIVATIONS", "FLOAT_DTYPES"]
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "TORCH_OP", "ACTIVATIONS", "GATED", "FLOAT_DTYPES"]

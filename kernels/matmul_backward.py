@@ -66,7 +66,7 @@ def _product(x, y, out, cfg, bias=None):
     c = _mm_clamp(cfg, {"N": N, "K": K})
     matmul_kernel[(cdiv(M, c["BLOCK_M"]), cdiv(N, c["BLOCK_N"]), Z)](
         x, y, out, bias, M, N, K, szx, sxm, sxk, szy, syk, syn, szo, som, son,
-        bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None, ACTIVATION=0,
+        bias.stride(0) if bias is not None else 0, HAS_BIAS=bias is not None, ACTIVATION=0, MIXED=False,
         BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"])
 
 
@@ -122,7 +122,11 @@ def _launch(a, b, bias, dc, activation, need_a, need_b, need_bias, config, da, d
 
 
 def _shapes(a, b, bias, dc, activation, need_a, need_b, need_bias, config):
-    (c_shape, dt), = _fwd_shapes(a, b, bias, activation, None)   # the forward's checks
+    (c_shape, _), = _fwd_shapes(a, b, bias, activation, None, None)   # the forward's checks
+    dt = a.dtype
+    if any(t is not None and t.dtype != dt for t in (b, bias)):
+        raise TypeError(f"matmul_backward: a, b, bias and dc must share one dtype (the autograd formula "
+                        f"promotes mixed inputs first), got a {a.dtype}, b {b.dtype}")
     if tuple(dc.shape) != tuple(c_shape) or dc.dtype != dt:
         raise ValueError(f"matmul_backward: dc has shape {tuple(dc.shape)} ({dc.dtype}), expected {tuple(c_shape)} "
                          f"({dt})")
@@ -162,7 +166,7 @@ BWD_OP = define(
 
 
 def _setup(ctx, inputs, output):
-    a, b, bias, activation, _ = inputs
+    a, b, bias, activation, _, _ = inputs
     ctx.save_for_backward(a, b, bias)
     ctx.activation = activation
 
@@ -170,8 +174,16 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, dc):
     a, b, bias = ctx.saved_tensors
     na, nb, nbias = ctx.needs_input_grad[:3]
-    da, db, dbias = BWD_OP(a, b, bias, dc.contiguous(), ctx.activation, na, nb, nbias and bias is not None, None)
-    return (da if na else None), (db if nb else None), (dbias if nbias and bias is not None else None), None, None
+    # mixed dtypes (or an out_dtype): the formula runs in their promoted dtype, each gradient is
+    # rounded to its input's dtype
+    dt = a.dtype
+    for t in (b, bias, dc):
+        dt = dt if t is None else torch.promote_types(dt, t.dtype)
+    as_dt = (lambda t: t if t is None or t.dtype == dt else t.to(dt))
+    da, db, dbias = BWD_OP(as_dt(a), as_dt(b), as_dt(bias), as_dt(dc).contiguous(), ctx.activation, na, nb,
+                           nbias and bias is not None, None)
+    return ((da.to(a.dtype) if na else None), (db.to(b.dtype) if nb else None),
+            (dbias.to(bias.dtype) if nbias and bias is not None else None), None, None, None)
 
 
 set_backward("matmul", _setup, _backward)

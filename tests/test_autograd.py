@@ -73,7 +73,7 @@ def rotate_half(x):
 def test_gradcheck_matmul(shapes, activation):
     a, b = randn(*shapes[0], seed=1, dtype=F64, grad=True), randn(*shapes[1], seed=2, dtype=F64, grad=True)
     bias = randn(3, seed=3, dtype=F64, grad=True)
-    assert gradcheck(lambda a, b, bias: torch.ops.tilejit.matmul(a, b, bias, activation, None), (a, b, bias))
+    assert gradcheck(lambda a, b, bias: torch.ops.tilejit.matmul(a, b, bias, activation, None, None), (a, b, bias))
 
 
 def test_gradcheck_norms():

@@ -1,4 +1,5 @@
-"""Inference ops (rope, act-and-mul, kv-cache write, embedding, add_layer_norm, greedy sampling):
+"""Inference ops (rope, act-and-mul, kv-cache write, embedding, add_layer_norm, sampling, serving
+attention, int8 matmul):
 each against its fp64 reference in fp32/fp16/bf16 on cpu; on kunlun (host emulation) and
 gpu:interpret (the Triton interpreter) against the cpu target, bitwise in strict and within
 tolerance in fast; batch invariance with torch.equal (a token/row alone vs inside batches of 2, 3,
@@ -358,20 +359,69 @@ def test_softmax_and_log_softmax_match_reference(dtype, log):
     torch.testing.assert_close(y32, SM.softmax_ref(x, 1.0, log, out_dtype=F32), rtol=1e-5, atol=3e-5)
 
 
+# per-row sampling parameters: greedy rows (T = 0), top-k only, top-p only, both, neither
+SAMPLING = dict(temperature=torch.tensor([0.7, 1.0, 0.0, 1.3, 0.5, 1.0]), top_k=torch.tensor([40, 0, 5, 0, 100, 1]),
+                top_p=torch.tensor([0.8, 0.9, 1.0, 1.0, 0.5, 1.0]), seed=torch.tensor([1, 2, 3, -4, 2 ** 40 + 5, 6]),
+                offset=torch.tensor([0, 10, 20, 30, 40, 50]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_sample_matches_reference_draw(dtype, policy):
+    """The fp64, sorting reference with the same Philox draws picks the same tokens."""
+    x = _logits(dtype)
+    with numerics(policy):
+        assert torch.equal(SM.sample(x, **SAMPLING), SM.sample_ref(x, **SAMPLING))
+        for opts in (dict(), dict(top_k=20), dict(top_p=0.7, temperature=0.6)):
+            for seed in (0, 99):
+                got = SM.sample(x, seed=seed, offset=3, **opts)
+                assert got.dtype == torch.int64 and torch.equal(got, SM.sample_ref(x, seed=seed, offset=3, **opts))
+        assert torch.equal(SM.sample(x, top_k=1), SM.greedy(x)) and torch.equal(SM.sample(x, 0.0), SM.greedy(x))
+        assert not torch.equal(SM.sample(x, seed=1), SM.sample(x, seed=2))   # the seed chooses the draw
+
+
+def test_sample_frequencies_follow_the_filtered_softmax():
+    """4000 draws (offsets 0..3999) of one row: top-k 4 of 6 then top-p 0.92 of their mass."""
+    x = torch.tensor([2.0, 1.0, 0.5, 3.0, -1.0, 0.0])
+    n = 4000
+    got = SM.sample(x.expand(n, -1), 0.9, 4, 0.92, seed=5, offset=torch.arange(n))
+    p = torch.softmax(x / 0.9, -1)
+    keep = torch.tensor([True, True, False, True, False, False])   # by mass 3, 0, 1 reach 0.92 of the top 4
+    kept = torch.where(keep, p, 0.0)
+    kept_top4 = p[[3, 0, 1, 2]].sum()
+    assert p[[3, 0]].sum() / kept_top4 < 0.92 <= p[[3, 0, 1]].sum() / kept_top4   # the premise of `keep`
+    freq = torch.bincount(got, minlength=6).double() / n
+    assert torch.equal(freq > 0, keep)
+    torch.testing.assert_close(freq, (kept / kept.sum()).double(), atol=0.03, rtol=0)
+
+
+def test_sample_keeps_every_tie_of_the_kth_value():
+    x = torch.tensor([[5.0, 1.0, 5.0, 4.0, 5.0, 0.0]]).expand(600, -1)
+    got = SM.sample(x, 1.0, 2, seed=11, offset=torch.arange(600))
+    assert set(got.tolist()) == {0, 2, 4}    # top-2 ties with a third 5.0: all three are kept
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_sampling_matches_cpu_on_other_targets(target, policy):
     x = _logits(BF16, rows=3, V=700)
-    for fn in (lambda: SM.greedy(x), lambda: SM.softmax(x, 0.8), lambda: SM.log_softmax(x)):
+    opts = {k: v[:3] for k, v in SAMPLING.items()}
+    for fn in (lambda: SM.greedy(x), lambda: SM.softmax(x, 0.8), lambda: SM.log_softmax(x),
+               lambda: SM.sample(x, **opts)):
         assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_sampling_batch_invariant(policy):
     x = _logits(F32, rows=20, V=1500)
+    g = _g(21)
+    per_row = dict(temperature=torch.rand(20, generator=g) + 0.3, top_k=torch.randint(0, 60, (20,), generator=g),
+                   top_p=torch.rand(20, generator=g) * 0.7 + 0.3, seed=torch.arange(20) * 7919, offset=torch.arange(20))
     with numerics(policy):
         assert_batch_invariant(lambda idx: SM.log_softmax(x[idx]), 20, lambda out: list(out))
         assert_batch_invariant(lambda idx: SM.greedy(x[idx]), 20, lambda out: list(out))
+        assert_batch_invariant(lambda idx: SM.sample(x[idx], **{k: v[idx] for k, v in per_row.items()}), 20,
+                               lambda out: list(out))
 
 
 def test_sampling_bad_arguments():
@@ -381,19 +431,33 @@ def test_sampling_bad_arguments():
         SM.greedy(torch.zeros(2, 0))
     with pytest.raises(TypeError, match="log_softmax: out_dtype must be"):
         SM.log_softmax(torch.zeros(2, 4), out_dtype=torch.float16)
+    x = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match=r"sample: argument 'top_p' must be in \(0, 1\], got 0.0"):
+        SM.sample(x, top_p=0.0)
+    with pytest.raises(ValueError, match="sample: argument 'temperature' must be a finite number >= 0"):
+        SM.sample(x, torch.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match="sample: argument 'top_k' has 3 values, expected one per row \\(2\\)"):
+        SM.sample(x, top_k=torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match="sample: argument 'seed' must be an integer"):
+        SM.sample(x, seed=1.5)
+    with pytest.raises(ValueError, match="sample: argument 'offset' must be an int32"):
+        SM.sample(x, offset=2 ** 31)
 
 
 # =============================================================================================
-# decode attention: paged and dense, fixed split-KV
+# serving attention: varlen prefill, extend and decode; paged and dense; fixed split-KV
 # =============================================================================================
-def _decode_inputs(dtype, lens=(600, 17, 0, 300), hq=4, hk=2, D=40, page=16, seed=30):
+def _decode_inputs(dtype, lens=(600, 17, 0, 300), hq=4, hk=2, D=40, page=16, seed=30, q_lens=None):
+    """q rows (one per request, or q_lens[b] per request), a paged cache holding each request's
+    lens[b] keys on shuffled pages, the block tables and lengths, and cu_seqlens_q."""
     g = _g(seed)
     B, pages = len(lens), -(-max(lens) // page)
-    q = torch.randn(B, hq, D, generator=g).to(dtype)
+    q_lens = [1] * B if q_lens is None else list(q_lens)
+    q = torch.randn(sum(q_lens), hq, D, generator=g).to(dtype)
     kc = torch.randn(B * pages, page, hk, D, generator=g).to(dtype)
     vc = torch.randn(B * pages, page, hk, D, generator=g).to(dtype)
     bt = torch.randperm(B * pages, generator=g).reshape(B, pages)
-    return q, kc, vc, bt, torch.tensor(lens)
+    return q, kc, vc, bt, torch.tensor(lens), torch.tensor([0] + torch.tensor(q_lens).cumsum(0).tolist())
 
 
 def _dense(kc, vc, bt, lens):
@@ -403,12 +467,15 @@ def _dense(kc, vc, bt, lens):
 
 
 MASKS = [dict(), dict(soft_cap=20.0), dict(window=100), dict(soft_cap=5.0, window=300)]
+# (queries, keys) per request: an extend over a cached prefix crossing splits, a decode, a request
+# without new tokens, a full prefill, queries that see no key (Lq > Lk)
+EXTEND = dict(lens=(600, 17, 3, 300, 2), q_lens=(5, 1, 0, 300, 3))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy):
-    q, kc, vc, bt, lens = _decode_inputs(dtype)
+    q, kc, vc, bt, lens, _ = _decode_inputs(dtype)
     ks, vs, k, v, cu = _dense(kc, vc, bt, lens)
     with numerics(policy):
         for opts in MASKS:
@@ -416,18 +483,57 @@ def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy
             ref = SA.decode_attention_ref(q, ks, vs, **opts)
             torch.testing.assert_close(o, ref, **(dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]))
             assert torch.equal(o[2], torch.zeros_like(o[2]))   # a request of length 0
-            od = SA.decode_attention(q, k, v, cu, **opts)
-            if policy == "strict":   # the same arithmetic, only the key addresses differ
-                assert torch.equal(o, od)
-            else:                    # two binaries: cpu's SIMD lane order may differ
-                torch.testing.assert_close(od, o, **TOL[dtype])
+            # the same arithmetic, only the key addresses differ
+            assert torch.equal(SA.decode_attention(q, k, v, cu, **opts), o)
             out = torch.empty_like(q)
             assert SA.paged_decode_attention(q, kc, vc, bt, lens, out=out, **opts) is out and torch.equal(out, o)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_varlen_prefill_and_extend_match_reference_and_paged_equals_dense(dtype, policy):
+    q, kc, vc, bt, lens, cu_q = _decode_inputs(dtype, **EXTEND)
+    ks, vs, k, v, cu_k = _dense(kc, vc, bt, lens)
+    q_lens = (cu_q[1:] - cu_q[:-1]).tolist()
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]
+    with numerics(policy):
+        for opts in MASKS + [dict(causal=False), dict(causal=False, soft_cap=3.0)]:
+            o = SA.paged_attention(q, kc, vc, bt, lens, cu_q, **opts)
+            torch.testing.assert_close(o, SA.varlen_attention_ref(q, ks, vs, q_lens, **opts), **tol)
+            assert torch.equal(SA.varlen_attention(q, k, v, cu_q, cu_k, **opts), o)
+        # the first query of the last request sits at key position 2 - 3 = -1: it sees no key
+        causal = SA.varlen_attention(q, k, v, cu_q, cu_k)
+        assert torch.equal(causal[-3], torch.zeros_like(causal[-3])) and causal[-2].abs().sum() > 0
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_decode_equals_prefill_at_the_same_position(policy):
+    """Every position of a causal prefill (or an extend) equals, bitwise, the decode step of that
+    position, whatever the split schedule, BLOCK_M, paged or dense, alone or in a batch."""
+    L = 700   # three splits
+    q, kc, vc, bt, lens, cu_q = _decode_inputs(BF16, lens=(L,), q_lens=(L,), hq=4, hk=1, D=32, page=16, seed=33)
+    _, _, k, v, cu_k = _dense(kc, vc, bt, lens)
+    positions = torch.tensor([0, 1, 255, 256, 257, 511, 600, L - 1])
+    with numerics(policy):
+        for opts in (dict(), dict(window=300, soft_cap=8.0)):
+            prefill = SA.varlen_attention(q, k, v, cu_q, cu_k, **opts)
+            for cfg in (None, {"BLOCK_M": 1}, {"BLOCK_M": 64}):
+                assert torch.equal(SA.paged_attention(q, kc, vc, bt, lens, cu_q, config=cfg, **opts), prefill)
+            # an extend: the last 40 tokens over a cached prefix of L - 40
+            ext = SA.paged_attention(q[-40:], kc, vc, bt, lens, torch.tensor([0, 40]), **opts)
+            assert torch.equal(ext, prefill[-40:])
+            # decode of each position: a batch of requests that share the pages, one length each
+            n = positions.numel()
+            bt_n, lens_n = bt.expand(n, -1), positions + 1
+            for parallel in (None, True, False):
+                dec = SA.paged_attention(q[positions], kc, vc, bt_n, lens_n, None, _parallel=parallel, **opts)
+                assert torch.equal(dec, prefill[positions])
+            assert torch.equal(SA.paged_decode_attention(q[-1:], kc, vc, bt, lens, **opts), prefill[-1:])
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 def test_paged_decode_is_invariant_to_page_assignment_and_batch(policy):
-    q, kc, vc, bt, lens = _decode_inputs(BF16, lens=tuple(range(5, 600, 37)), hq=2, hk=1, D=32)
+    q, kc, vc, bt, lens, _ = _decode_inputs(BF16, lens=tuple(range(5, 600, 37)), hq=2, hk=1, D=32)
     n = len(lens)
     with numerics(policy):
         full = SA.paged_decode_attention(q, kc, vc, bt, lens)
@@ -440,20 +546,41 @@ def test_paged_decode_is_invariant_to_page_assignment_and_batch(policy):
                                lambda out: list(out))
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_varlen_prefill_is_batch_invariant(policy):
+    lens = (40, 7, 300, 1, 90)
+    q, kc, vc, bt, klens, cu_q = _decode_inputs(F16, lens=lens, q_lens=lens, hq=2, hk=2, D=32, page=8, seed=34)
+    n = len(lens)
+
+    def run(idx):
+        ql = klens[idx]
+        rows = torch.cat([torch.arange(cu_q[i], cu_q[i + 1]) for i in idx.tolist()])
+        cq = torch.cat([torch.zeros(1, dtype=ql.dtype), ql.cumsum(0)])
+        out = SA.paged_attention(q[rows], kc, vc, bt[idx], ql, cq)
+        return [out[cq[i]:cq[i + 1]] for i in range(idx.numel())]
+    with numerics(policy):
+        alone = [run(torch.tensor([i]))[0] for i in range(n)]
+        for idx in (torch.tensor([2, 0]), torch.tensor([4, 1, 3]), torch.randperm(n, generator=_g(35)),
+                    torch.tensor([i % n for i in range(16)])):
+            for j, out in enumerate(run(idx)):
+                assert torch.equal(out, alone[int(idx[j])])
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_decode_attention_matches_cpu_on_other_targets(target, policy):
-    q, kc, vc, bt, lens = _decode_inputs(F16, lens=(300, 9, 0), hq=4, hk=2, D=32, page=8)
+def test_serving_attention_matches_cpu_on_other_targets(target, policy):
+    q, kc, vc, bt, lens, _ = _decode_inputs(F16, lens=(300, 9, 0), hq=4, hk=2, D=32, page=8)
     _, _, k, v, cu = _dense(kc, vc, bt, lens)
+    qp, kcp, vcp, btp, lensp, cu_q = _decode_inputs(F16, lens=(270, 6), q_lens=(4, 6), hq=2, hk=1, D=32, page=8)
     for opts in (dict(), dict(soft_cap=10.0, window=50)):
-        fn = lambda: SA.paged_decode_attention(q, kc, vc, bt, lens, **opts)   # noqa: E731
-        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
-        fn = lambda: SA.decode_attention(q, k, v, cu, **opts)   # noqa: E731
-        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+        for fn in (lambda: SA.paged_decode_attention(q, kc, vc, bt, lens, **opts),
+                   lambda: SA.decode_attention(q, k, v, cu, **opts),
+                   lambda: SA.paged_attention(qp, kcp, vcp, btp, lensp, cu_q, **opts)):
+            assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
 
 
-def test_decode_attention_bad_arguments():
-    q, kc, vc, bt, lens = _decode_inputs(F32)
+def test_serving_attention_bad_arguments():
+    q, kc, vc, bt, lens, _ = _decode_inputs(F32)
     with pytest.raises(ValueError, match="paged_decode_attention: argument 'block_tables' has values"):
         SA.paged_decode_attention(q, kc, vc, bt + 1000, lens)
     with pytest.raises(ValueError, match="paged_decode_attention: argument 'seq_lens' has values"):
@@ -466,6 +593,16 @@ def test_decode_attention_bad_arguments():
         SA.paged_decode_attention(q[0], kc, vc, bt, lens)
     with pytest.raises(ValueError, match="decode_attention: cu_seqlens_k has 2 entries"):
         SA.decode_attention(q, kc[0], vc[0], torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match=r"paged_attention: cu_seqlens_q must be non-decreasing offsets from 0 to 4"):
+        SA.paged_attention(q, kc, vc, bt, lens, torch.tensor([0, 1, 2, 3, 5]))
+    with pytest.raises(ValueError, match="paged_attention: block_tables has 4 rows and seq_lens 4 entries; "
+                                         "expected one per request \\(2\\)"):
+        SA.paged_attention(q, kc, vc, bt, lens, torch.tensor([0, 1, 4]))
+    with pytest.raises(ValueError, match="varlen_attention: a sliding window \\(window=8\\) needs causal=True"):
+        SA.varlen_attention(q, kc[0], vc[0], torch.tensor([0, 4]), torch.tensor([0, 3]), causal=False, window=8)
+    with pytest.raises(ValueError, match="varlen_attention: cu_seqlens_k must be non-decreasing offsets from 0 "
+                                         "to at most 16"):
+        SA.varlen_attention(q, kc[0], vc[0], torch.tensor([0, 4]), torch.tensor([0, 17]))
 
 
 # =============================================================================================

@@ -98,12 +98,56 @@ def test_matmul_bias_activation(activation, dtype):
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("a_dt,b_dt,out_dt", [(BF16, F32, None), (F32, BF16, None), (F16, BF16, None),
+                                               (BF16, BF16, F32), (F32, F32, BF16), (F16, F32, F16)], ids=str)
+def test_matmul_mixed_dtypes_and_out_dtype(a_dt, b_dt, out_dt):
+    """Mixed inputs meet in fp32 (exact widening): the result is the fp32 product of the widened
+    operands, rounded once to out_dtype (default: the promoted input dtype)."""
+    a, b, bias = randn(37, 129, dtype=a_dt, seed=14), randn(129, 20, dtype=b_dt, seed=15), randn(20, dtype=F16, seed=16)
+    want = out_dt or torch.promote_types(torch.promote_types(a_dt, b_dt), F16)
+    out = matmul(a, b, bias, "silu", out_dtype=out_dt)
+    assert out.dtype == want
+    assert_near(out, matmul_ref(a, b, bias, "silu", out_dtype=torch.float64), 129)
+    if a_dt != b_dt:   # the same bits as the fp32 product of the widened inputs
+        assert torch.equal(out, matmul(a.float(), b.float(), bias.float(), "silu").to(want))
+    buf = torch.empty(37, 20, dtype=want)
+    assert matmul(a, b, bias, "silu", out=buf, out_dtype=out_dt) is buf and torch.equal(buf, out)
+    # autograd: each gradient in its input's dtype
+    ar, br = a.float().requires_grad_(), b.detach().requires_grad_()
+    matmul(ar, br, out_dtype=F32).sum().backward()
+    assert ar.grad.dtype == F32 and br.grad.dtype == b_dt
+    torch.testing.assert_close(br.grad.double(), (a.double().t() @ torch.ones(37, 20, dtype=torch.float64)).to(b_dt)
+                               .double(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("activation,dtype", [("silu_and_mul", F32), ("gelu_and_mul", F32), ("silu_and_mul", BF16)],
+                         ids=str)
+def test_matmul_gated_epilogue(activation, dtype):
+    """b = [gate | up]: act(a @ gate + bias_g) * (a @ up + bias_u), both products in fp32, one rounding."""
+    a, b, bias = randn(37, 129, dtype=dtype, seed=17), randn(129, 2 * 30, dtype=dtype, seed=18), randn(60, seed=19)
+    out = matmul(a, b, bias.to(dtype), activation)
+    assert out.shape == (37, 30)
+    assert_near(out, matmul_ref(a, b, bias.to(dtype), activation, out_dtype=torch.float64), 129)
+    gate, up = (matmul(a, b[:, s], bias.to(dtype)[s], out_dtype=F32) for s in (slice(0, 30), slice(30, 60)))
+    act = F.silu if activation == "silu_and_mul" else (lambda z: F.gelu(z, approximate="tanh"))
+    torch.testing.assert_close(out.float(), (act(gate) * up).to(dtype).float(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(matmul(a[:0], b, activation=activation), torch.empty(0, 30, dtype=dtype))
+    assert torch.equal(matmul(randn(3, 0, dtype=dtype), randn(0, 8, dtype=dtype), activation=activation),
+                       torch.zeros(3, 4, dtype=dtype))
+    with pytest.raises(ValueError, match=r"matmul: activation 'silu_and_mul' needs b = \[gate \| up\] with an even"):
+        matmul(a, b[:, :59], activation="silu_and_mul")
+    with pytest.raises(TypeError, match=r"matmul: activation 'gelu_and_mul' has no gradient"):
+        matmul(a.float().requires_grad_(), b.float(), activation="gelu_and_mul")
+
+
 def test_matmul_errors():
     a, b = randn(4, 5), randn(5, 6)
     with pytest.raises(ValueError, match=r"matmul.*inner dimensions"):
         matmul(a, randn(4, 6))
-    with pytest.raises(TypeError, match=r"matmul.*'b'.*float16.*'a'"):
-        matmul(a, b.half())
+    with pytest.raises(TypeError, match=r"matmul: out has dtype float32, but the output dtype is float16"):
+        matmul(a.half(), b.half(), out=torch.empty(4, 6))
+    with pytest.raises(TypeError, match=r"matmul: out_dtype must be one of"):
+        matmul(a, b, out_dtype=torch.int32)
     with pytest.raises(TypeError, match=r"matmul.*'a'.*float64"):
         matmul(a.double(), b.double())
     with pytest.raises(TypeError, match=r"matmul.*'a'.*torch.Tensor"):

@@ -269,7 +269,7 @@ def test_fake_tensor_mode_gives_shapes_and_a_clean_error_never_a_crash(tmp_path)
 
 def test_float64_runs_the_reference_on_the_operator_but_the_wrapper_refuses_it():
     a, b = randn(5, 7, dtype=torch.float64), randn(7, 3, dtype=torch.float64)
-    out = torch.ops.tilejit.matmul(a, b, None, "relu", None)
+    out = torch.ops.tilejit.matmul(a, b, None, "relu", None, None)
     assert out.dtype == torch.float64 and torch.equal(out, torch.relu(a @ b))
     with pytest.raises(TypeError, match=r"matmul.*'a'.*float64"):
         kernels.matmul(a, b)

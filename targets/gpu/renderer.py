@@ -259,7 +259,10 @@ class _Emitter(StructuredOps):
             self.literals[id(r)] = self.literals[id(x)]
             self.assign(r, self.typed(r).text)
             return
-        self.assign(r, f"tl.broadcast_to({self.name(x)}, {list(r.shape)})" if x.shape != r.shape else self.name(x))
+        src = self.name(x)
+        if id(x) in self.pyints and x.shape != r.shape:   # the interpreter's Python int: a tensor first
+            src = f"tl.full([], {src}, {tl_dtype(x.dtype)})"
+        self.assign(r, f"tl.broadcast_to({src}, {list(r.shape)})" if x.shape != r.shape else src)
 
     def op_expand_dims(self, op: Op) -> None:
         x, r = op.operands[0], op.results[0]
