@@ -2,6 +2,7 @@
 conversions, and its guards against C's undefined behaviour."""
 import ctypes
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -31,6 +32,51 @@ def test_elementwise_chain_is_one_loop_nest_with_a_fast_path():
     assert body.count("floorf(") == 2         # exp's sequence once in the fast path, once in the masked path
     assert "if (inb" in body                  # unmasked fast path guarded by an in-bounds check
     assert body.count("#pragma omp simd") >= 2
+
+
+def test_the_fast_path_loop_vectorises(tmp_path):
+    """Tile offsets reach addresses as 64-bit sums (a wrapping int32 sum under -fwrapv hides the
+    affine address from the host compiler): the unmasked loop of a 2-D gather vectorises, as the
+    compiler's own report says."""
+    x = torch.randn(64, 300)
+    y = torch.empty(64, 300)
+    ck = rows_scaled[(8, 3)](x, y, 64, 300, x.stride(0), BLOCK_R=8, BLOCK_C=128)
+    torch.testing.assert_close(y, x * 3.0)
+    assert "(int64_t)" in ck.source.split("_program(")[1] and "i1))" in ck.source
+    src = tmp_path / "k.cpp"
+    src.write_text(ck.source)
+    flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
+    rep = subprocess.run([toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src), "-o",
+                          str(tmp_path / "k.o"), "-fopt-info-vec-optimized"], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    lines = ck.source.split("\n")
+    fast = next(i for i, ln in enumerate(lines) if "if (inb" in ln) + 1              # 1-based line numbers
+    slow = next(i for i, ln in enumerate(lines) if i >= fast and "} else {" in ln) + 1
+    vectorised = [int(n) for n in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", rep.stderr)]
+    assert any(fast < n < slow for n in vectorised), rep.stderr   # the loop that loads and stores
+
+
+@kernel
+def rows_scaled(x_ptr, y_ptr, R, C, sx, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    m = (r < R)[:, None] & (c < C)[None, :]
+    x = tl.load(x_ptr + r[:, None] * sx + c[None, :], mask=m)
+    tl.store(y_ptr + r[:, None] * C + c[None, :], x * 3.0, mask=m)
+
+
+@kernel
+def wrapped_hash(out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    h = (offs + 1000) * 1103515245 + 12345         # wraps in int32, as in Triton
+    tl.store(out_ptr + offs, h.to(tl.int64))         # a value, not an address: it keeps the wrap
+
+
+def test_int32_arithmetic_widened_for_addresses_only():
+    out = torch.empty(64, dtype=torch.int64)
+    wrapped_hash[(1,)](out, BLOCK=64)
+    want = ((torch.arange(64, dtype=torch.int64) + 1000) * 1103515245 + 12345 + 2 ** 31) % 2 ** 32 - 2 ** 31
+    assert torch.equal(out, want)
 
 
 def _header_lib(tmp_path, extra_flags):

@@ -45,7 +45,7 @@ def _samples(grad: bool) -> dict:
     xd = x.detach()
     return {
         "matmul": (randn(2, 9, 40, seed=12, grad=grad), randn(40, 24, seed=13, grad=grad),
-                   randn(24, seed=14, grad=grad), "silu", None),
+                   randn(24, seed=14, grad=grad), "silu", None, None),
         "rms_norm": (x, w, 1e-6, None),
         "add_rms_norm": (x, randn(3, 5, 40, seed=15, grad=grad), w, 1e-6, None),
         "layer_norm": (x, w, b, 1e-5, None),

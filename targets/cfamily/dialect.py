@@ -37,6 +37,9 @@ class CDialect:
     pointer_bytes = 8
     local_pointer_bytes = 8   # an element of a local tile of pointers (a loop-carried `ptrs += step`)
     simd_pragma = "#pragma omp simd"
+    # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
+    # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
+    widen_addresses = False
     # run-time loops: the C type of the trip count (None: the induction variable's type), and the
     # statement that reports a run-time step of 0 (None: such a loop runs 0 times), with {step}, {site}
     trip_count_type: str | None = None

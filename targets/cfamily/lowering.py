@@ -12,6 +12,7 @@ functions) and in the overridable `emit_load` / `emit_store` methods.
 """
 from __future__ import annotations
 
+from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.ops import OPS
@@ -25,6 +26,9 @@ from .loops import LoopLowering
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
           "split"}
 _MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
+
+
+_INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
 
 
 def _writes_memory(op: Op) -> bool:
@@ -271,6 +275,10 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         if name in ("reshape", "join", "split"):
             return self._ev_view(op, v, idx, nest)
         if OPS[name].kind == "elementwise":
+            if self.d.widen_addresses:
+                wide = self._wide_address(op, v, idx, nest)
+                if wide is not None:
+                    return wide
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
         if name == "load":   # a load fused into its consumer (see _load_fuses)
@@ -279,6 +287,51 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
                 val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
             return val
         raise CompilationError(f"internal: op '{name}' cannot be evaluated per element")
+
+    def _wide_address(self, op: Op, v: Value, idx, nest) -> str | None:
+        """A pointer plus an int32 tile offset, or an int32 tile widened to int64 that only feeds
+        addresses, with the offset's + - * chain computed in 64 bits: the address stays affine in
+        the loop index, so the host compiler can vectorise it (under -fwrapv it cannot see through a
+        wrapping 32-bit sum). Only an offset that overflows int32 differs, and that addresses
+        memory out of range either way."""
+        if op.name == "cast" and v.dtype == D.int64 and op.operands[0].dtype == D.int32 and self._feeds_addresses(v):
+            return self._index64(op.operands[0], idx, nest)
+        if op.name == "add" and v.dtype.is_ptr():
+            p, off = op.operands if op.operands[0].dtype.is_ptr() else op.operands[::-1]
+            if off.dtype == D.int32:
+                wide = self._index64(off, idx, nest)
+                if wide is not None:
+                    return f"({self.ev(p, idx, nest)} + {wide})"
+        return None
+
+    def _feeds_addresses(self, v: Value) -> bool:
+        """Whether every use of v ends in a pointer (through integer + - * and views): a widened
+        value that is only ever an address offset cannot change what a program computes."""
+        for u in self.uses.get(id(v), []):
+            r = u.results[0] if u.results else None
+            if r is None or not (r.dtype.is_ptr() or (u.name in _INDEX_OPS or OPS[u.name].kind == "view")
+                                 and self._feeds_addresses(r)):
+                return False
+        return True
+
+    def _index64(self, v: Value, idx, nest, top: bool = True) -> str | None:
+        """int64 expression of an int32 tile built by + - * (through broadcasts and expand_dims);
+        None at the top when v is not such a tile."""
+        op = v.owner
+        if op is not None and not v.type.is_scalar:
+            if op.name == "broadcast":
+                src = op.operands[0]
+                if not src.shape:
+                    return None if top else f"(int64_t){self.ev(src, (), nest)}"
+                sidx = tuple("0" if s == 1 and t != 1 else i for i, s, t in zip(idx, src.shape, v.shape))
+                return self._index64(src, sidx, nest, top)
+            if op.name == "expand_dims":
+                ax = op.attrs["axis"]
+                return self._index64(op.operands[0], idx[:ax] + idx[ax + 1:], nest, top)
+        if v.type.is_scalar or op is None or op.name not in _INDEX_OPS or v.dtype != D.int32:
+            return None if top else f"(int64_t){self.ev(v, idx, nest)}"
+        a, b = (self._index64(o, idx, nest, top=False) for o in op.operands)
+        return f"({a} {_INDEX_OPS[op.name]} {b})"
 
     def _ev_view(self, op: Op, v: Value, idx, nest) -> str:
         src = op.operands[0]

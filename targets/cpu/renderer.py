@@ -29,6 +29,8 @@ class CPUDialect(CDialect):
     """The host C++ dialect: the base table, plus the dot micro-kernel of tilejit_cpu.h
     (6 rows x two vector widths of C in registers: 12 accumulators fit AVX-512's and AVX2's files)."""
 
+    widen_addresses = True
+
     dot_microkernel = "tj_dot_block"
     # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
     trip_count_type = "uint64_t"
