@@ -255,6 +255,9 @@ def sample(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0, *, seed=0,
     op = "sample"
     x2 = _logits(op, logits)
     rows, dev = x2.shape[0], logits.device
+    for name, t in (("seed", seed), ("top_k", top_k), ("offset", offset)):
+        if isinstance(t, float) or (isinstance(t, torch.Tensor) and t.dtype.is_floating_point):
+            raise TypeError(f"{op}: argument '{name}' must be an integer (or a tensor of integers)")
     temp = _per_row(op, "temperature", temperature, rows, torch.float32, dev,
                     lambda t: torch.isfinite(t) & (t >= 0), "a finite number >= 0 (0: greedy)")
     k = _per_row(op, "top_k", top_k, rows, torch.int32, dev, lambda t: (t >= 0) & (t < 2 ** 31),
@@ -263,9 +266,6 @@ def sample(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0, *, seed=0,
     seeds = _per_row(op, "seed", seed, rows, torch.int64, dev, lambda t: t == t, "an integer")
     off = _per_row(op, "offset", offset, rows, torch.int32, dev, lambda t: (t >= _I32[0]) & (t < _I32[1]),
                    "an int32")
-    for name, t in (("seed", seed), ("top_k", top_k), ("offset", offset)):
-        if isinstance(t, float) or (isinstance(t, torch.Tensor) and t.dtype.is_floating_point):
-            raise TypeError(f"{op}: argument '{name}' must be an integer (or a tensor of integers)")
     check_device(op, logits=logits, temperature=temp, top_k=k, top_p=p, seed=seeds, offset=off)
     idx = torch.empty(rows, dtype=torch.int32, device=dev)
     if rows:
