@@ -579,6 +579,14 @@ def test_serving_attention_matches_cpu_on_other_targets(target, policy):
             assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
 
 
+def test_serving_attention_head_dim_128_fits_kunlun_local_memory():
+    """The scratchpad default chunks head_dim (BLOCK_DK 16, BLOCK_DO 32; no bit changes), so a
+    head_dim-128 extend fits a Kunlun core's LM: strict bits equal the cpu target's."""
+    q, kc, vc, bt, lens, cu_q = _decode_inputs(F16, lens=(300, 40), q_lens=(3, 2), hq=8, hk=2, D=128, seed=36)
+    fn = lambda: SA.paged_attention(q, kc, vc, bt, lens, cu_q)   # noqa: E731
+    assert_same(run_on("kunlun:xpu3", "strict", fn), run_on("cpu", "strict", fn), "strict")
+
+
 def test_serving_attention_bad_arguments():
     q, kc, vc, bt, lens, _ = _decode_inputs(F32)
     with pytest.raises(ValueError, match="paged_decode_attention: argument 'block_tables' has values"):
