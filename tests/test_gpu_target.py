@@ -19,7 +19,7 @@ from compiler.errors import CompilationError, KernelArgumentError, TargetError  
 from compiler.inspect import main as inspect_main  # noqa: E402
 from compiler.ir.ops import OPS  # noqa: E402
 from examples import example_kernels as ex  # noqa: E402
-from kernels import norm  # noqa: E402
+from kernels import norm, sampling, serving_attention as sa  # noqa: E402
 from targets.gpu import renderer as R  # noqa: E402
 
 compiler.register_target("gpu", targets.gpu.TARGET)   # idempotent; also built in once registered
@@ -195,6 +195,7 @@ def _every_kernel():
     x, w = torch.randn(4, 300), torch.randn(300)
     h = torch.randn(40, 64).half()
     q, kv = torch.randn(1, 4, 20, 128), torch.randn(1, 2, 24, 128)
+    kc, bt = torch.randn(20, 16, 2, 128), torch.arange(20).reshape(1, 20)
     return {
         "add": lambda: ex.add(x, x), "softmax": lambda: ex.softmax(x), "layernorm": lambda: ex.layernorm(x, w, w),
         "matmul": lambda: ex.matmul(h, h.t().contiguous()), "row_sum_max": lambda: ex.row_sum_max(x),
@@ -205,6 +206,13 @@ def _every_kernel():
         "lib.layer_norm": lambda: kernels.layer_norm(x, w, w), "lib.rms_norm": lambda: kernels.rms_norm(x, w),
         "lib.add_rms_norm": lambda: kernels.add_rms_norm(x, x, w),
         "lib.attention": lambda: kernels.attention(q, kv, kv, causal=True, return_lse=True),
+        # serving attention: an extend (one program walks its splits) and a decode (parallel splits + combine)
+        "lib.paged_attention": lambda: sa.paged_attention(q[0].transpose(0, 1).contiguous(), kc, kc, bt,
+                                                          torch.tensor([300]), torch.tensor([0, 20])),
+        "lib.paged_decode": lambda: sa.paged_decode_attention(q[0, :, :1].transpose(0, 1).contiguous(), kc, kc, bt,
+                                                              torch.tensor([300])),
+        "lib.sample": lambda: sampling.sample(x, 0.8, 10, 0.9, seed=3),
+        "lib.matmul_gated_mixed": lambda: kernels.matmul(h, torch.randn(64, 96), activation="silu_and_mul"),
     }
 
 
