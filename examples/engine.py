@@ -33,6 +33,7 @@ if __package__ in (None, ""):   # run as a file: the repository root first, as w
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+from examples.llama import add_model_args, build_model  # noqa: E402
 from kernels import activation, embedding, kv_cache, rope, sampling  # noqa: E402
 from kernels import serving_attention as sa  # noqa: E402
 
@@ -134,16 +135,6 @@ class Engine:
             self.release(bt)
 
 
-def build_model(a):
-    import transformers
-    cfg = transformers.LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate,
-                                   num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                                   num_key_value_heads=a.kv_heads, vocab_size=a.vocab, max_position_embeddings=1024,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(a.seed)
-    return transformers.LlamaForCausalLM(cfg).eval()
-
-
 def make_prompts(a):
     g = torch.Generator().manual_seed(a.seed + 1)
     return [torch.randint(3, a.vocab, (a.prompt - 3 * i,), generator=g) for i in range(a.batch)]
@@ -216,18 +207,14 @@ def _best(fn, repeat=3):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--intermediate", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--vocab", type=int, default=256)
+    add_model_args(ap)
     ap.add_argument("--batch", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=20, help="the longest prompt (request i has 3 i tokens fewer)")
     ap.add_argument("--new", type=int, default=8, help="tokens to generate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sample", action="store_true", help="sample (temperature, top-k, top-p) instead of greedy")
     a = ap.parse_args(argv)
+    a.arch = "llama"
     if a.prompt - 3 * (a.batch - 1) < 1:
         ap.error(f"--prompt {a.prompt} is too short for --batch {a.batch} (request i has 3 i tokens fewer)")
     try:

@@ -43,6 +43,16 @@ def build_config(a):
                max_position_embeddings=1024, pad_token_id=0, bos_token_id=1, eos_token_id=2, **extra)
 
 
+def add_model_args(ap) -> None:
+    """The model-size options (a small config: random weights, no download)."""
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--intermediate", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=256)
+
+
 def build_model(a):
     """The eager model, seeded: the same weights in every process."""
     import transformers
@@ -220,12 +230,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=("llama", "qwen2", "mistral"), default="llama")
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--intermediate", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--vocab", type=int, default=256)
+    add_model_args(ap)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=12, help="prompt length (rows after the first are left-padded)")
     ap.add_argument("--new", type=int, default=8, help="tokens to generate")

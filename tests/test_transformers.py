@@ -141,8 +141,8 @@ def test_engine_example_on_the_inference_ops_matches_generate():
     from examples import engine as E
     small = ["--layers", "1", "--hidden", "64", "--intermediate", "128", "--vocab", "128", "--batch", "3",
              "--prompt", "11", "--new", "4"]
-    a = argparse.Namespace(layers=1, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=128, batch=3, prompt=11,
-                           seed=0)
+    a = argparse.Namespace(arch="llama", layers=1, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=128,
+                           batch=3, prompt=11, seed=0)
     model = E.build_model(a)
     eng = E.Engine(model, page_size=4, max_tokens=256)
     prompts = E.make_prompts(a)
