@@ -21,7 +21,10 @@ reported. Samples of tilejit, eager and compiled are taken round-robin, so a bur
 another process does not land on one of them only (with 2 cpus, a 2-thread op whose second
 thread waits for a busy core takes a scheduler time slice, ~4-8 ms, per call). Ratios are speeds relative to tilejit: "vs eager" = t_eager / t_tilejit (> 1: tilejit
 is faster), "vs compile" = t_compile / t_tilejit. The goal column is the cpu target's goal for
-the ratio vs eager. Every case also checks that tilejit's output matches eager's.
+the ratio vs eager. Every case also checks that tilejit's output matches eager's. "tj rate" is
+tilejit's achieved rate: GFLOP/s for matmul and attention (2 flops per multiply-add), GB/s for the
+norms (bytes read and written once), and "of limit" its share of this machine's fp32 FMA peak or
+copy bandwidth, both measured at the start (benchmarks/machine.py).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import kernels as K  # noqa: E402
+from benchmarks import machine  # noqa: E402
 from compiler.clihelp import description  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -71,6 +75,17 @@ def torch_attention(q, k, v, causal):
 class Case:
     def __init__(self, op, label, make, tj, ref, tol):
         self.op, self.label, self.make, self.tj, self.ref, self.tol = op, label, make, tj, ref, tol
+
+    def work(self, inputs, out) -> tuple[str, float]:
+        """("flop", flops) of a matmul or attention call, ("byte", bytes moved) of a norm call."""
+        if self.op == "matmul":
+            a, b = inputs
+            return "flop", 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+        if self.op == "attention":
+            q, k, _, causal = inputs
+            full = 4.0 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
+            return "flop", full / 2 if causal and q.shape[2] == k.shape[2] else full
+        return "byte", float(sum(t.numel() * t.element_size() for t in (*inputs, out)))
 
 
 def _norm_cases(rows_list, N):
@@ -218,23 +233,25 @@ def main(argv=None) -> None:
             times = time_interleaved(fns, inputs, args.repeat)
             t_tj, t_eager = times[0], times[1]
             t_comp = times[2] if len(times) > 2 else None
-            rows.append((case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check))
+            rows.append((case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check, case.work(inputs, out_tj)))
             print(f"  done {case.op} {case.label} {dname}: tilejit {_fmt_t(t_tj)} ms, eager {_fmt_t(t_eager)} ms"
                   + (f", compile {_fmt_t(t_comp)} ms (warm-up {comp_warm:.1f} s)" if t_comp else ""), flush=True)
     elapsed = time.perf_counter() - t_all
 
     hdr = ("op", "shape", "dtype", "tilejit ms", "eager ms", "compile ms", "vs eager", "vs compile", "goal",
-           "met", "tj 1st s", "compile s", "check")
+           "met", "tj rate", "of limit", "tj 1st s", "compile s", "check")
+    limits = {"flop": machine.fma_peak_gflops()[0] * 1e9, "byte": machine.copy_bandwidth_gbs() * 1e9}
     cells = []
-    for case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check in rows:
+    for case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check, (unit, amount) in rows:
         r_e = t_eager / t_tj
         r_c = t_comp / t_tj if t_comp else None
         goal = GOALS[case.op]
         cells.append((case.op, case.label, dname, _fmt_t(t_tj), _fmt_t(t_eager), _fmt_t(t_comp), _fmt_r(r_e),
                       _fmt_r(r_c), f">={goal:.1f}x", "yes" if r_e >= goal else "NO",
-                      f"{tj_first:.2f}", "-" if comp_warm is None else f"{comp_warm:.1f}", check))
+                      f"{amount / t_tj / 1e9:.1f} {'GFLOP/s' if unit == 'flop' else 'GB/s'}",
+                      f"{amount / t_tj / limits[unit]:.0%}", f"{tj_first:.2f}", "-" if comp_warm is None else f"{comp_warm:.1f}", check))
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
-    left = {0, 1, 2, 12}
+    left = {0, 1, 2, 14}
 
     def line(cols):
         return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))
@@ -243,6 +260,7 @@ def main(argv=None) -> None:
     print(f"tilejit (cpu) vs torch {torch.__version__}: {'quick' if args.quick else 'full'} shapes, median of "
           f"{args.repeat} samples, torch threads {torch.get_num_threads()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, cpus {os.cpu_count()}")
+    print(machine.summary_line())
     print(line(hdr))
     print("  ".join("-" * w for w in widths))
     for c in cells:

@@ -29,6 +29,7 @@ from .errors import CompilationError, KernelArgumentError
 from .fastpath import make_dispatcher
 from .frontend import ArgSpec, build_function, constexpr_params
 from .ir import print_function, structural_hash, verify
+from .launch_record import active as recording_launches
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
@@ -73,6 +74,11 @@ class Rendered:
 
     def __init__(self, name, ir, source, target, grid):
         self.name, self.ir, self.source, self.target, self.grid = name, ir, source, target, grid
+
+
+def dry_launches() -> bool:
+    """Whether launches in this context only render or compile (a render_only / compile_only block)."""
+    return _DRY.get() is not None
 
 
 def _debug() -> bool:
@@ -231,6 +237,8 @@ class KernelFunction:
 
     # -- launch ---------------------------------------------------------------------------
     def __getitem__(self, grid):
+        if recording_launches() is not None:   # compiler.launch_record: the Python path records
+            return lambda *args, **kwargs: self.run(grid, args, kwargs)
         dispatch = self._dispatch or self._make_dispatch()
         return functools.partial(dispatch, grid)
 
@@ -282,6 +290,9 @@ class KernelFunction:
         if callable(grid):
             grid = grid(dict(zip(self.arg_names, args)))
         ck.launcher(grid, args)
+        record = recording_launches()
+        if record is not None:
+            record.append((ck, grid, args))
         return ck
 
     def _first_launch(self, grid, key, args, target, dry=None, topts=()):

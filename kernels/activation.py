@@ -19,8 +19,10 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import cdiv, check_device, check_tensor
+from .checks import OP_DTYPES, cdiv, check_device, check_out, check_tensor, checked_config
 from .configs import select
+from .op_plans import MISS
+from .torch_ops import decode_config, define, encode_config, require_no_grad
 
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu_erf": 2}
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -53,34 +55,52 @@ def act_and_mul_kernel(x_ptr, y_ptr, d, sx, sy, ACT: tl.constexpr, BLOCK: tl.con
 
 def act_and_mul(x: torch.Tensor, activation: str = "silu", *, out: torch.Tensor | None = None,
                 config: dict | None = None) -> torch.Tensor:
-    """act(x[..., :d]) * x[..., d:] for x = [..., 2d]; activation: "silu", "gelu_tanh" or "gelu_erf"."""
+    """act(x[..., :d]) * x[..., d:] for x = [..., 2d]; activation: "silu", "gelu_tanh" or "gelu_erf".
+    Runs as the torch operator tilejit::act_and_mul (tilejit::act_and_mul_out with `out`); no gradient
+    (for training: kernels.integrations._ops.act_and_mul on gate and up)."""
+    if out is None:
+        y = ACT_AND_MUL_OP.replayed(x, activation, config)   # a seen signature: its checks passed
+        if y is not MISS:
+            return y
     op = f"{activation}_and_mul" if activation in ACTS else "act_and_mul"
+    check_tensor(op, "x", x)
+    shape = _shape(op, x, activation)[0][0]
+    config = encode_config(checked_config(op, SPEC, config) if config else None)
+    if out is None:
+        return ACT_AND_MUL_OP(x, activation, config)
+    check_tensor(op, "out", out)
+    if tuple(out.shape) != shape or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"{op}: out must be a contiguous {x.dtype} tensor of shape {shape}, got "
+                         f"{out.dtype} {tuple(out.shape)}")
+    check_out(op, out, x=x)
+    require_no_grad(op, x)
+    ACT_AND_MUL_OP.out_op(x, activation, config, out)
+    return out
+
+
+def _shape(op, x, activation):
     if activation not in ACTS:
         raise ValueError(f"act_and_mul: activation must be one of {', '.join(ACTS)}, got {activation!r}")
-    check_tensor(op, "x", x)
+    check_tensor(op, "x", x, dtypes=OP_DTYPES)
     if x.dim() == 0 or x.shape[-1] % 2:
         raise ValueError(f"{op}: the last dim of x must be even ([..., 2d]), got shape {tuple(x.shape)}")
+    return (((*x.shape[:-1], x.shape[-1] // 2), x.dtype),)
+
+
+def _launch(x, activation, config, out):
+    op = f"{activation}_and_mul"
+    check_device(op, x=x, out=out)
     d = x.shape[-1] // 2
     x2 = x.reshape(-1, 2 * d)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
-    shape = (*x.shape[:-1], d)
-    if out is None:
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
-    else:
-        check_tensor(op, "out", out)
-        if tuple(out.shape) != shape or out.dtype != x.dtype or not out.is_contiguous():
-            raise ValueError(f"{op}: out must be a contiguous {x.dtype} tensor of shape {shape}, got "
-                             f"{out.dtype} {tuple(out.shape)}")
-    check_device(op, x=x, out=out)
     rows = x2.shape[0]
     if rows == 0 or d == 0:
-        return out
+        return
     y2 = out.view(-1, d)
-    cfg = dict(config) if config else select(SPEC, None, d=d)
+    cfg = decode_config(config) or select(SPEC, None, d=d)
     act_and_mul_kernel[(rows, cdiv(d, cfg["BLOCK"]))](x2, y2, d, x2.stride(0), y2.stride(0), ACT=ACTS[activation],
                                                       **cfg)
-    return out
 
 
 def silu_and_mul(x, *, out=None, config=None):
@@ -143,5 +163,9 @@ SPEC = OpSpec(
 )
 SPECS = (SPEC,)
 
+ACT_AND_MUL_OP = define("act_and_mul", "Tensor x, str activation, str? config", ("y",),
+                        shapes=lambda x, act, cfg: _shape(f"{act}_and_mul", x, act), launch=_launch,
+                        reference=lambda x, act, cfg: (act_and_mul_ref(x, act, torch.float64),))
+
 __all__ = ["act_and_mul", "silu_and_mul", "gelu_and_mul", "act_and_mul_ref", "act_and_mul_kernel", "ACTS",
-           "SPEC", "SPECS"]
+           "SPEC", "SPECS", "ACT_AND_MUL_OP"]

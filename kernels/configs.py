@@ -45,12 +45,19 @@ def select(spec: OpSpec, target=None, **dims) -> dict:
     return dict(shared(spec, target, dims))
 
 
+def context() -> tuple:
+    """What decides a library op's configs besides its dims: (target, policy, whether tuned
+    decisions are used, the decision store's generation, the cache settings). Memos of configs,
+    and of whole launches (kernels/op_plans.py), are keyed by it."""
+    return current_target(), current_policy(), _TUNED.get(), decisions.generation(), settings_stamp()
+
+
 def shared(spec: OpSpec, target, dims: dict) -> dict:
     """`select`'s memoised dict itself, for callers that only read it (the library ops): after the
     first call for a shape key, a context read and one dict hit."""
-    tgt = current_target() if target is None else resolve_target(target)
-    key = (spec.name, tgt, current_policy(), _TUNED.get(), decisions.generation(), settings_stamp(),
-           *dims.items())
+    ctx = context()
+    tgt = ctx[0] if target is None else resolve_target(target)
+    key = (spec.name, tgt, *ctx[1:], *dims.items())
     cfg = _memo.get(key)
     if cfg is None:
         policy, tuned = key[2], key[3]

@@ -21,6 +21,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, checked_config
 from .configs import shared
+from .op_plans import MISS
 from .torch_ops import decode_config, define, encode_config
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
@@ -157,6 +158,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
                eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional).
     Runs as the torch operator tilejit::layer_norm (differentiable: kernels/norm_backward.py)."""
+    out = LAYER_NORM_OP.replayed(x, weight, bias, eps, config)   # a seen signature: its checks passed
+    if out is not MISS:
+        return out
     eps = _wrapper_checks("layer_norm", eps, x=x, weight=weight, bias=bias)
     return LAYER_NORM_OP(x, weight, bias, eps, _config_arg("layer_norm", LAYER_NORM, config))
 
@@ -215,6 +219,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
              config: dict | None = None) -> torch.Tensor:
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional).
     Runs as the torch operator tilejit::rms_norm (differentiable: kernels/norm_backward.py)."""
+    out = RMS_NORM_OP.replayed(x, weight, eps, config)
+    if out is not MISS:
+        return out
     eps = _wrapper_checks("rms_norm", eps, x=x, weight=weight)
     return RMS_NORM_OP(x, weight, eps, _config_arg("rms_norm", RMS_NORM, config))
 
@@ -223,6 +230,9 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor |
                  *, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised.
     Runs as the torch operator tilejit::add_rms_norm (differentiable: kernels/norm_backward.py)."""
+    out = ADD_RMS_NORM_OP.replayed(x, residual, weight, eps, config)
+    if out is not MISS:
+        return out
     if residual is None:
         raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
     eps = _wrapper_checks("add_rms_norm", eps, x=x, residual=residual, weight=weight)

@@ -36,6 +36,8 @@ import torch
 
 from compiler.errors import TilejitError
 
+from . import op_plans
+
 NAMESPACE = "tilejit"
 _ALIAS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -55,11 +57,17 @@ class LibraryOp:
     out_op: object = None            # of tilejit::<name>_out
     has_backward: bool = False
     body: Callable | None = None     # (*args) -> outputs: the functional op's implementation
+    plans: dict = dataclasses.field(default_factory=dict)   # signature -> op_plans.Plan, or None
 
     def __call__(self, *args):
-        """The functional op. In plain eager mode its body runs directly (see `plain_eager`): the
-        dispatcher's autograd and dynamo-disable layers cost ~80 us a call and change nothing there."""
-        return self.body(*args) if plain_eager(args) else self.op(*args)
+        """The functional op. In plain eager mode it skips the dispatcher (whose autograd and
+        dynamo-disable layers cost ~80 us a call and change nothing there) and, after the first
+        call of an argument signature, replays that call's launches (kernels/op_plans.py)."""
+        return op_plans.call(self, args)
+
+    def replayed(self, *args):
+        """The outputs when a launch plan for `args` replayed, else op_plans.MISS (see there)."""
+        return op_plans.replayed(self, args)
 
     def run(self, args, outs) -> None:
         """The op body: refuses tensors without storage, then the fp64 reference or the launch."""
@@ -201,22 +209,12 @@ def require_no_grad(op: str, *tensors) -> None:
 # ---------------------------------------------------------------------------------------------
 # running an op body
 # ---------------------------------------------------------------------------------------------
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
 def plain_eager(args) -> bool:
     """Whether nothing would see the operator: no torch.compile/export or jit tracing, no dispatch
     or function mode (FakeTensorMode, FlopCounterMode, ...), no functorch transform (vmap, grad),
     plain tensors with storage only (a meta tensor gets the fake implementation), and no gradient
     to record. Anything else goes through the operator."""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch._C._len_torch_dispatch_stack() or \
-            torch._C._is_torch_function_mode_enabled() or torch._C._functorch.peek_interpreter_stack() is not None:
-        return False
-    grad = torch.is_grad_enabled()
-    for a in args:
-        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN or a.is_meta or (grad and a.requires_grad)):
-            return False
-    return True
+    return op_plans.signature(args) is not None
 
 
 def _no_storage(t: torch.Tensor) -> bool:

@@ -221,3 +221,31 @@ def test_kunlun_tunes_offline_with_every_decision_estimated(tcache):
     results = [r for e in doc["entries"].values() for r in e["results"].values()]
     assert results and all(r["estimated"] for r in results)
     assert all(e["estimated"] for e in doc["entries"].values())
+
+
+def test_a_timing_takes_more_samples_while_it_is_spread_and_says_when_it_never_settles():
+    import time as _time
+
+    from compiler.autotune import measure_call
+    from compiler.autotune.tuner import MAX_SAMPLES, SPREAD_GOAL
+    steady = measure_call(lambda: sum(range(2000)), 3)
+    assert steady.samples >= 3 and steady.seconds > 0
+    assert steady.settled == (steady.spread <= SPREAD_GOAL)
+    calls = {"n": 0}
+
+    def erratic():   # every other 5 ms sample is ~3x slower: never within 5%
+        calls["n"] += 1
+        _time.sleep(0.006 if (calls["n"] // 2) % 2 else 0.002)
+    t = measure_call(erratic, 3)
+    assert t.samples == MAX_SAMPLES and not t.settled and t.spread > SPREAD_GOAL
+
+
+def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsettled(tcache):
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}]},
+                    progress=False, force=True)
+    res = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]["BLOCK=16"]
+    assert res["samples"] >= 3 and res["spread"] >= 0
+    assert rows[0]["spread"] == res["spread"]
+    text = format_summary([{**rows[0], "unsettled": 2}], "cpu")
+    assert "not settled: 2 timing(s)" in text and "rms_norm N=64" in text and "--force" in text
+    assert "not settled" not in format_summary([{**rows[0], "unsettled": 0}], "cpu")

@@ -66,6 +66,26 @@ def rows_scaled(x_ptr, y_ptr, R, C, sx, BLOCK_R: tl.constexpr, BLOCK_C: tl.const
 
 
 @kernel
+def centred_squares(x_ptr, out_ptr, n, mean, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        d = tl.where(cols < n, tl.load(x_ptr + cols, mask=cols < n, other=0.0) - mean, 0.0)
+        acc += d * d
+    tl.store(out_ptr, tl.sum(acc, axis=0))
+
+
+def test_a_carried_update_over_a_scalar_broadcast_gets_the_fast_path():
+    """layer_norm's variance pass: `x - mean` broadcasts a scalar, which moves no load off its
+    index, so the loop's update keeps an unmasked (vectorisable) path for chunks in bounds."""
+    x, out = torch.randn(1000), torch.empty(1)
+    ck = centred_squares[(1,)](x, out, 1000, 0.25, BLOCK=128)
+    torch.testing.assert_close(out[0], ((x - 0.25) ** 2).sum(), rtol=1e-5, atol=1e-4)
+    loop = ck.source.split("_program(")[1].split("for (uint64_t")[1]
+    assert "if (inb" in loop and "(true ?" in loop
+
+
+@kernel
 def wrapped_hash(out_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     h = (offs + 1000) * 1103515245 + 12345         # wraps in int32, as in Triton

@@ -10,7 +10,8 @@ time by the library's `config_for`.
 from ..cache.decisions import DecisionStore, clear_memo, lookup
 from .library import AutotuneError, load_shapes, tune_ops
 from .summary import format_summary
-from .tuner import MEASURE_COUNT, DecisionKey, Tuned, time_call, tune
+from .tuner import MEASURE_COUNT, DecisionKey, Timing, Tuned, measure_call, time_call, tune
 
-__all__ = ["tune", "tune_ops", "DecisionKey", "Tuned", "AutotuneError", "MEASURE_COUNT", "time_call", "lookup",
+__all__ = ["tune", "tune_ops", "DecisionKey", "Tuned", "AutotuneError", "MEASURE_COUNT", "time_call", "measure_call",
+           "Timing", "lookup",
            "DecisionStore", "clear_memo", "load_shapes", "format_summary"]

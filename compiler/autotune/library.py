@@ -15,7 +15,7 @@ import time
 
 from ..cache.decisions import DecisionStore, clear_memo, config_key, fingerprint_hash
 from ..opspec import OpSpec, library_ops
-from .tuner import DecisionKey, time_call, tune
+from .tuner import SPREAD_GOAL, DecisionKey, time_call, tune
 
 __all__ = ["AutotuneError", "tune_ops", "load_shapes"]
 
@@ -83,8 +83,11 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
         import torch  # noqa: PLC0415
         with torch.no_grad():
             eager_t = time_call(prob.eager, ctx["repeat"])
+    unsettled = sum(res[k].get("spread", 0) > SPREAD_GOAL for k in tuned.fresh if res.get(k, {}).get("status") == "ok"
+                    and not res[k].get("estimated") and "same_as" not in res[k])
     return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
-                time_s=entry.get("winner_time_s"), default=dk, default_time_s=default_t, eager_time_s=eager_t,
+                time_s=entry.get("winner_time_s"), spread=res.get(winner, {}).get("spread"), unsettled=unsettled,
+                default=dk, default_time_s=default_t, eager_time_s=eager_t,
                 estimated=bool(entry.get("estimated")), measured=tuned.measured, estimated_now=tuned.estimated,
                 reused=tuned.reused, skipped=tuned.skipped,
                 rejected=sum(r.get("status") == "rejected" for r in res.values()),
@@ -97,7 +100,8 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
     """Tunes library `ops` (names; default: every op with shapes) on `shapes` ({op: [shape dicts]};
     default: the specs' own). Returns one summary row per (op, shape): op, shape, shape_key, winner,
     kind (measured, estimated, reused: the winner's result is from an earlier run, or no winner),
-    time_s, default, default_time_s, eager_time_s, estimated, measured and estimated_now (configs
+    time_s, spread (of the winner's samples, None when estimated or stored before spreads were),
+    unsettled (configs timed in this run whose spread stayed over SPREAD_GOAL), default, default_time_s, eager_time_s, estimated, measured and estimated_now (configs
     run or estimated in this run), reused, rejected, rejections (config key, reason: found in this
     run), pruned, skipped, store (the decision file). Each config's result is stored; `force`
     measures every candidate again instead of reusing stored results; `verbose` prints each

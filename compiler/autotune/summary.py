@@ -6,6 +6,8 @@ import collections
 import os
 import re
 
+from .tuner import MAX_SAMPLES, SPREAD_GOAL
+
 
 def _ms(t):
     if t is None:
@@ -24,8 +26,9 @@ def _cells(r: dict) -> tuple:
     vd = f"{r['default_time_s'] / t:.2f}x" if t and r["default_time_s"] and not r["estimated"] else "-"
     ve = f"{r['eager_time_s'] / t:.2f}x" if t and r["eager_time_s"] and not r["estimated"] else "-"
     tm = _ms(t) if not r["estimated"] else (f"~{t * 1e3:.3g} (est.)" if t is not None else "-")
+    sp = f"{r['spread'] * 100:.0f}%" if r.get("spread") is not None else "-"
     new = r["measured"] + r.get("estimated_now", 0)
-    return (r["op"], r["shape"], r["shape_key"], r["winner"] or "-", tm, vd, ve, _kind(r), str(new),
+    return (r["op"], r["shape"], r["shape_key"], r["winner"] or "-", tm, sp, vd, ve, _kind(r), str(new),
             str(r["reused"]), str(r["rejected"]), str(r["pruned"]), str(r["skipped"]))
 
 
@@ -61,16 +64,27 @@ def store_lines(rows: list[dict]) -> list[str]:
 
 def format_summary(rows: list[dict], target_name: str, verbose: bool = False) -> str:
     """The table, the rejection counts (`verbose`: the rejections were listed above) and the store."""
-    hdr = ("op", "shape", "shape key", "winner", "time ms", "vs default", "vs torch", "kind",
+    hdr = ("op", "shape", "shape key", "winner", "time ms", "spread", "vs default", "vs torch", "kind",
            "new", "reused", "rejected", "pruned", "skipped")
     cells = [_cells(r) for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(hdr)]
     lines = [f"autotune summary (target {target_name})",
              "  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    lines.append("vs default = t(default config) / t(winner); vs torch = t(torch eager) / t(winner): > 1x means "
+    lines.append("spread = (q3 - q1) / median of the winner's timed samples (more samples are taken, up to "
+                 f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). vs default = t(default config) / t(winner); vs torch = t(torch eager) / t(winner): > 1x means "
                  "the winner is faster. kind: measured or estimated (by the target's cost model) in this run, or "
                  "reused (the winner's result is from an earlier run; --force measures again). new = configs "
                  "checked and timed (or estimated) in this run, reused = results taken from the store, "
                  "skipped = not measured within --budget (a rerun measures them).")
-    return "\n".join(lines + rejection_lines(rows, verbose) + store_lines(rows))
+    return "\n".join(lines + unsettled_lines(rows) + rejection_lines(rows, verbose) + store_lines(rows))
+
+
+def unsettled_lines(rows: list[dict]) -> list[str]:
+    """A warning when timings of this run never settled: their ranking is not to be trusted."""
+    n = sum(r.get("unsettled", 0) for r in rows)
+    if not n:
+        return []
+    where = ", ".join(sorted({f"{r['op']} {r['shape_key']}" for r in rows if r.get("unsettled")}))
+    return [f"not settled: {n} timing(s) kept a spread over {SPREAD_GOAL:.0%} after {MAX_SAMPLES} samples ({where}); "
+            "the machine was busy, so those winners may not hold: rerun with --force when it is quiet"]

@@ -1,8 +1,8 @@
 """The generic tuner: candidates in, one stored decision out, for any tunable thing.
 
 `tune(space, run, check, key, store=...)` checks every candidate's output (`run(config)`, then
-`check(output)` -> None or why it is wrong), times the ones that pass (median of `repeat`
-samples), records each result per config in the decision store under `key` and lets the store pick
+`check(output)` -> None or why it is wrong), times the ones that pass (the median of at least
+`repeat` samples, more while their spread is wide: `measure_call`), records each result per config in the decision store under `key` and lets the store pick
 the winner. Where the target cannot run here, `estimate(config)` (seconds from a cost model)
 replaces running and timing, and every result is labelled estimated. A config whose result the
 store already holds for this key is not measured again, so adding a candidate measures only it;
@@ -45,22 +45,54 @@ class Tuned:
     fresh: set = dataclasses.field(default_factory=set)            # config keys whose result is from this run
 
 
-def time_call(fn, repeat: int) -> float:
-    """Median seconds of `fn()`, each sample long enough (>= 5 ms) that timer resolution and one
-    call delayed by the scheduler do not decide it."""
+SPREAD_GOAL = 0.05   # a timing has settled when its samples' spread is within 5% of their median
+MAX_SAMPLES = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    seconds: float   # the median sample
+    spread: float    # (q3 - q1) / median of the samples ((max - min) / median under 4 samples)
+    samples: int
+
+    @property
+    def settled(self) -> bool:
+        return self.spread <= SPREAD_GOAL
+
+
+def _spread(samples: list[float]) -> float:
+    if len(samples) < 2:
+        return 0.0
+    mid = statistics.median(samples)
+    if len(samples) < 4:
+        return (max(samples) - min(samples)) / mid
+    q1, _, q3 = statistics.quantiles(samples, n=4)
+    return (q3 - q1) / mid
+
+
+def measure_call(fn, repeat: int) -> Timing:
+    """Seconds of `fn()`: each sample long enough (>= 5 ms) that timer resolution and one call
+    delayed by the scheduler do not decide it; at least `repeat` samples, and more (up to
+    MAX_SAMPLES) while their spread is over SPREAD_GOAL. A timing that never settles says so
+    (`settled`), and the autotuner reports it rather than trusting it silently."""
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
     calls = max(1, math.ceil(0.005 / max(best, 1e-7)))
-    samples = []
-    for _ in range(repeat):
+    samples: list[float] = []
+    while len(samples) < repeat or (_spread(samples) > SPREAD_GOAL and len(samples) < max(repeat, MAX_SAMPLES)):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         samples.append((time.perf_counter() - t0) / calls)
-    return statistics.median(samples)
+    return Timing(statistics.median(samples), _spread(samples), len(samples))
+
+
+def time_call(fn, repeat: int) -> float:
+    """`measure_call(fn, repeat).seconds`."""
+    return measure_call(fn, repeat).seconds
 
 
 def _first_line(exc: BaseException) -> str:
@@ -74,7 +106,8 @@ def _measure(cfg: dict, eff: dict, run, check, repeat: int) -> dict:
         bad = check(run(eff))
         if bad:
             return result(cfg, "rejected", reason=bad, effective=eff)
-        return result(cfg, "ok", time_s=time_call(lambda: run(eff), repeat), effective=eff)
+        t = measure_call(lambda: run(eff), repeat)
+        return result(cfg, "ok", time_s=t.seconds, spread=round(t.spread, 4), samples=t.samples, effective=eff)
     except (TilejitError, ValueError, RuntimeError) as exc:
         return result(cfg, "rejected", reason=_first_line(exc), effective=eff)
 

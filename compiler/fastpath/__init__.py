@@ -3,9 +3,10 @@ Python ABI with the system C compiler against Python's headers (about a second, 
 kernel cache (or TILEJIT_FASTPATH_DIR, a cache directory for it alone), so it is verified, shared
 by processes and shipped by `compiler.cache export` like any entry.
 
-It provides the warm `kfn[grid](...)` dispatch of every kernel (`Dispatcher`) and, for targets
-whose kernels have a packed entry (the cpu target), the launch itself with arguments converted
-in C (`Launcher`); see the C file's header. Where Python's headers or a C compiler are missing,
+It provides the warm `kfn[grid](...)` dispatch of every kernel (`Dispatcher`), for targets
+whose kernels have a packed entry (the cpu target) the launch itself with arguments converted
+in C (`Launcher`), and the plan key of a library op call (`signature`, kernels/op_plans.py);
+see the C file's header. Where Python's headers or a C compiler are missing,
 or TILEJIT_FAST_LAUNCH=0, or a strict cache holds no copy, everything runs the Python path (the
 same checks, a few microseconds more per launch), and one log line says why.
 """
@@ -28,7 +29,7 @@ from ..cache import CacheError, KernelCache, compiler_tmpdir, stable_hash
 log = logging.getLogger("compiler.fastpath")
 
 _SOURCE = os.path.join(os.path.dirname(__file__), "tjfast.c")
-_ABI = 1
+_ABI = 2
 _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None, "why": None}
 

@@ -16,6 +16,11 @@
  * Whatever it does not accept on its fast path goes to the owner's Python `prepare(grid, args)`,
  * which validates with clear messages and returns the converted launch, run through `raw`.
  *
+ * signature, replay and replayed (the library ops' launch plans, kernels/op_plans.py): the plan
+ * key of an op call, as op_plans.signature_py computes it (None when the call is not plain
+ * eager); the replay of a plan's launches, as op_plans.replay_py does; and the whole hit path of
+ * a call (key, lookup, outputs, replay), as op_plans.replayed_py does.
+ *
  * The C types below must match targets/cpu/tilejit_cpu.h (tj_arg, tj_status, tj_range).
  */
 #define PY_SSIZE_T_CLEAN
@@ -33,6 +38,7 @@ enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6
 #define MAX_PARAMS 256
 
 static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_name, *s_launcher, *s_captured;
+static PyObject *s_is_meta, *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_dtype_device;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Launcher                                                                                   */
@@ -671,18 +677,231 @@ static PyTypeObject DispatcherType = {
 };
 
 /* ------------------------------------------------------------------------------------------ */
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's compiled launch path", -1, NULL};
+/* signature                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+/* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it is meta
+ * or needs a gradient. */
+static PyObject* tensor_item(PyObject* t, int grad) {
+    PyObject* m = PyObject_GetAttr(t, s_is_meta);
+    if (m == NULL) return NULL;
+    int meta = m == Py_True;
+    Py_DECREF(m);
+    if (meta) return NULL;
+    if (grad) {
+        PyObject* rg = PyObject_GetAttr(t, s_requires_grad);
+        if (rg == NULL) return NULL;
+        int needs = rg == Py_True;
+        Py_DECREF(rg);
+        if (needs) return NULL;
+    }
+    PyObject* dt = PyObject_GetAttr(t, s_dtype);
+    PyObject* sh = dt ? PyObject_GetAttr(t, s_shape) : NULL;
+    PyObject* st = sh ? PyObject_CallMethodNoArgs(t, s_stride) : NULL;
+    PyObject* dv = st ? PyObject_GetAttr(t, s_device) : NULL;
+    PyObject* item = dv ? PyTuple_Pack(4, dt, sh, st, dv) : NULL;
+    Py_XDECREF(dt); Py_XDECREF(sh); Py_XDECREF(st); Py_XDECREF(dv);
+    return item;
+}
+
+/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type) */
+static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
+    if (n != 6 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
+        PyErr_SetString(PyExc_TypeError, "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type)");
+        return NULL;
+    }
+    PyObject *args = a[0], *checks = a[2], *plain = a[4];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(checks); ++i) {   /* each is falsy in plain eager mode */
+        PyObject* r = PyObject_CallNoArgs(PyTuple_GET_ITEM(checks, i));
+        if (r == NULL) return NULL;
+        int t = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (t < 0) return NULL;
+        if (t) Py_RETURN_NONE;
+    }
+    PyObject* g = PyObject_CallNoArgs(a[3]);
+    if (g == NULL) return NULL;
+    int grad = g == Py_True;
+    Py_DECREF(g);
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args), np = PyTuple_GET_SIZE(plain);
+    PyObject* key = PyTuple_New(nargs + 1);
+    if (key == NULL) return NULL;
+    Py_INCREF(a[1]);
+    PyTuple_SET_ITEM(key, 0, a[1]);
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+        PyObject* v = PyTuple_GET_ITEM(args, i);
+        PyTypeObject* tp = Py_TYPE(v);
+        Py_ssize_t k;
+        for (k = 0; k < np; ++k)
+            if ((PyObject*)tp == PyTuple_GET_ITEM(plain, k)) break;
+        PyObject* item;
+        if (k < np) {
+            item = tensor_item(v, grad);
+            if (item == NULL) { Py_DECREF(key); if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+        } else if (PyObject_TypeCheck(v, (PyTypeObject*)a[5])) {
+            Py_DECREF(key);
+            Py_RETURN_NONE;   /* a tensor subclass: the operator path */
+        } else if ((item = PyTuple_Pack(2, (PyObject*)tp, v)) == NULL) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(key, i + 1, item);
+    }
+    return key;
+}
+
+/* replay(launches, tensors): each launch is (launcher, grid, template, slots, captured) with
+ * slots = (arg index, tensor index, ...) flat; the template's items are the launch's arguments,
+ * the slots' replaced by tensors[tensor index]. False (nothing ran) when a kernel's captured
+ * globals changed, None once every launch ran. */
+static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
+    if (n != 2 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "replay(launches: tuple, tensors: tuple)");
+        return NULL;
+    }
+    PyObject *launches = a[0], *tensors = a[1];
+    Py_ssize_t nl = PyTuple_GET_SIZE(launches), nt = PyTuple_GET_SIZE(tensors);
+    for (Py_ssize_t k = 0; k < nl; ++k) {
+        PyObject* L = PyTuple_GET_ITEM(launches, k);
+        if (!PyTuple_Check(L) || PyTuple_GET_SIZE(L) != 5) { PyErr_SetString(PyExc_TypeError, "replay: bad launch"); return NULL; }
+        if (!captured_current(PyTuple_GET_ITEM(L, 4))) Py_RETURN_FALSE;
+    }
+    for (Py_ssize_t k = 0; k < nl; ++k) {
+        PyObject* L = PyTuple_GET_ITEM(launches, k);
+        PyObject *launcher = PyTuple_GET_ITEM(L, 0), *grid = PyTuple_GET_ITEM(L, 1);
+        PyObject *tmpl = PyTuple_GET_ITEM(L, 2), *slots = PyTuple_GET_ITEM(L, 3);
+        if (!PyTuple_Check(tmpl) || !PyTuple_Check(slots) || PyTuple_GET_SIZE(tmpl) > MAX_PARAMS) {
+            PyErr_SetString(PyExc_TypeError, "replay: bad launch");
+            return NULL;
+        }
+        Py_ssize_t na = PyTuple_GET_SIZE(tmpl), ns = PyTuple_GET_SIZE(slots);
+        PyObject* vals[MAX_PARAMS];
+        for (Py_ssize_t i = 0; i < na; ++i) vals[i] = PyTuple_GET_ITEM(tmpl, i);
+        for (Py_ssize_t j = 0; j + 1 < ns; j += 2) {
+            Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, j)), t = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, j + 1));
+            if (i < 0 || i >= na || t < 0 || t >= nt) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "replay: slot out of range");
+                return NULL;
+            }
+            vals[i] = PyTuple_GET_ITEM(tensors, t);
+        }
+        PyObject* r;
+        if (Py_TYPE(launcher) == &LauncherType) r = launch((Launcher*)launcher, grid, vals, na, 1);
+        else {
+            PyObject* tup = PyTuple_New(na);
+            if (tup == NULL) return NULL;
+            for (Py_ssize_t i = 0; i < na; ++i) { Py_INCREF(vals[i]); PyTuple_SET_ITEM(tup, i, vals[i]); }
+            r = PyObject_CallFunctionObjArgs(launcher, grid, tup, NULL);
+            Py_DECREF(tup);
+        }
+        if (r == NULL) return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+/* replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, dry, miss,
+ * empty_like, empty): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
+ * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
+ * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). */
+static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
+    if (n != 11 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "replayed(plans, args, context, not_plain, grad_enabled, plain_types, "
+                                         "tensor_type, dry, miss, empty_like, empty)");
+        return NULL;
+    }
+    PyObject *plans = a[0], *args = a[1], *miss = a[8];
+    PyObject* ctx = PyObject_CallNoArgs(a[2]);
+    if (ctx == NULL) return NULL;
+    PyObject* sa[6] = {args, ctx, a[3], a[4], a[5], a[6]};
+    PyObject* key = signature(mod, sa, 6);
+    Py_DECREF(ctx);
+    if (key == NULL) return NULL;
+    if (key == Py_None) { Py_DECREF(key); Py_INCREF(miss); return miss; }
+    PyObject* plan = PyDict_GetItemWithError(plans, key);   /* borrowed */
+    Py_DECREF(key);
+    if (plan == NULL) { PyErr_Clear(); Py_INCREF(miss); return miss; }   /* absent, or an unhashable key */
+    Py_INCREF(plan);
+    PyObject* packed = plan == Py_None ? NULL : PyObject_GetAttr(plan, s_packed);
+    Py_DECREF(plan);
+    if (packed == NULL || !PyTuple_Check(packed) || PyTuple_GET_SIZE(packed) != 3) {
+        PyErr_Clear();
+        Py_XDECREF(packed);
+        Py_INCREF(miss);
+        return miss;
+    }
+    PyObject *allocs = PyTuple_GET_ITEM(packed, 0), *launches = PyTuple_GET_ITEM(packed, 2);
+    Py_ssize_t n_out = PyLong_AsSsize_t(PyTuple_GET_ITEM(packed, 1));
+    PyObject* dry = PyObject_CallNoArgs(a[7]);
+    int is_dry = dry == NULL ? -1 : PyObject_IsTrue(dry);
+    Py_XDECREF(dry);
+    if (is_dry != 0 || !PyTuple_Check(allocs) || n_out < 1 || n_out > PyTuple_GET_SIZE(allocs)) {
+        Py_DECREF(packed);
+        if (is_dry < 0) return NULL;
+        Py_INCREF(miss);
+        return miss;
+    }
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args), nal = PyTuple_GET_SIZE(allocs);
+    PyObject* tensors = PyTuple_New(nargs + nal);
+    if (tensors == NULL) { Py_DECREF(packed); return NULL; }
+    for (Py_ssize_t i = 0; i < nargs; ++i) { PyObject* v = PyTuple_GET_ITEM(args, i); Py_INCREF(v); PyTuple_SET_ITEM(tensors, i, v); }
+    for (Py_ssize_t j = 0; j < nal; ++j) {   /* (like slot or None, shape, dtype, device) */
+        PyObject* al = PyTuple_GET_ITEM(allocs, j);
+        PyObject* t = NULL;
+        if (PyTuple_Check(al) && PyTuple_GET_SIZE(al) == 4) {
+            PyObject* like = PyTuple_GET_ITEM(al, 0);
+            if (like != Py_None) {
+                Py_ssize_t li = PyLong_AsSsize_t(like);
+                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[9], PyTuple_GET_ITEM(args, li));
+            } else {
+                PyObject* ea[3] = {PyTuple_GET_ITEM(al, 1), PyTuple_GET_ITEM(al, 2), PyTuple_GET_ITEM(al, 3)};
+                t = PyObject_Vectorcall(a[10], ea, 1, s_dtype_device);
+            }
+        }
+        if (t == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replayed: bad allocation");
+            Py_DECREF(tensors); Py_DECREF(packed);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tensors, nargs + j, t);
+    }
+    PyObject* ra[2] = {launches, tensors};
+    PyObject* r = replay(mod, ra, 2);
+    Py_DECREF(packed);
+    if (r == NULL) { Py_DECREF(tensors); return NULL; }
+    int stale = r == Py_False;
+    Py_DECREF(r);
+    PyObject* out;
+    if (stale) { Py_INCREF(miss); out = miss; }
+    else if (n_out == 1) { out = PyTuple_GET_ITEM(tensors, nargs); Py_INCREF(out); }
+    else out = PyTuple_GetSlice(tensors, nargs, nargs + n_out);
+    Py_DECREF(tensors);
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
+     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type): an op call's plan key, or None"},
+    {"replayed", (PyCFunction)(void (*)(void))replayed, METH_FASTCALL,
+     "replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, dry, miss, empty_like, "
+     "empty): a library op call's outputs through its plan, or miss"},
+    {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
+     "replay(launches, tensors): runs a launch plan; False when a kernel must recompile (nothing ran)"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------------------------------------ */
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's compiled launch path", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_untyped_storage = PyUnicode_InternFromString("untyped_storage");
-    s_nbytes = PyUnicode_InternFromString("nbytes");
-    s_name = PyUnicode_InternFromString("name");
-    s_launcher = PyUnicode_InternFromString("launcher");
-    s_captured = PyUnicode_InternFromString("captured");
-    if (!s_data_ptr || !s_dtype || !s_untyped_storage || !s_nbytes || !s_name || !s_launcher || !s_captured) return NULL;
+    PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_name, &s_launcher, &s_captured,
+                          &s_is_meta, &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed};
+    const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "name", "launcher", "captured",
+                           "is_meta", "requires_grad", "shape", "stride", "device", "packed"};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
+        if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
+    s_dtype_device = Py_BuildValue("(ss)", "dtype", "device");   /* kwnames of empty(shape, dtype=, device=) */
+    if (s_dtype_device == NULL) return NULL;
     PyObject* m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&LauncherType);
@@ -690,7 +909,7 @@ PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyModule_AddObject(m, "Launcher", (PyObject*)&LauncherType) < 0
         || PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0
         || PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 1) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

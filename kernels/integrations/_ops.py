@@ -23,6 +23,7 @@ from compiler.opspec import npow2
 from ..checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, current_target
 from ..matmul import _tanh_free_gelu
 from ..matmul_backward import _act_grad_ref
+from ..op_plans import MISS
 from ..torch_ops import define, no_gradient_for, set_backward
 
 ACTIVATIONS = {"silu": 1, "gelu": 2}   # gelu: the tanh approximation
@@ -161,6 +162,9 @@ set_backward("hf_rope", _rope_setup, _rope_backward)
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin; x 4-D, cos/sin broadcastable to it (same dtype)."""
+    y = ROPE_OP.replayed(x, cos, sin, False)   # a seen signature: its checks passed
+    if y is not MISS:
+        return y
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         check_tensor("rope", name, t)
     return ROPE_OP(x, cos, sin, False)
@@ -242,6 +246,9 @@ set_backward("hf_act_and_mul", _am_setup, _am_backward)
 
 def act_and_mul(gate: torch.Tensor, up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
     """act(gate) * up, elementwise (gate/up may be strided views, e.g. halves of one fused projection)."""
+    y = AM_OP.replayed(gate, up, activation)
+    if y is not MISS:
+        return y
     check_tensor("act_and_mul", "gate", gate)
     check_tensor("act_and_mul", "up", up)
     return AM_OP(gate, up, activation)

@@ -170,6 +170,8 @@ class LoopLowering:
             elif OPS[op.name].kind == "elementwise":
                 stack.extend(op.operands)
             elif OPS[op.name].kind == "view":
+                if all(o.type.is_scalar for o in op.operands):
+                    continue   # a scalar broadcast to a tile (x - mean) holds no load
                 return None   # a view changes the index: the load's mask is not at v's index
         return found if len(masks) == 1 and found.shape == v.shape else None
 

@@ -1,0 +1,121 @@
+"""What this machine can do at most, measured here: the fp32 FMA peak and the copy bandwidth, so a
+benchmark can print how close a kernel comes to the limit.
+
+    python -m benchmarks.machine
+
+- FMA peak: a small C program (compiled with the cpu target's own compiler and -march flags) runs
+  independent chains of vector FMAs on every OpenMP thread, as many chains as hide the FMA
+  latency; GFLOP/s = 2 x lanes x FMAs / s. It is the compute ceiling of the kernels tilejit
+  generates here, not a vendor figure.
+- copy bandwidth: `dst.copy_(src)` of a 256 MiB fp32 tensor with torch's threads; GB/s counts
+  the bytes read and written (2 x 256 MiB per copy).
+
+Both are the best of a few runs (a limit, not a typical value).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+if __package__ in (None, ""):   # run as a file: import from this checkout, as `python -m` from its root does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from compiler.clihelp import description  # noqa: E402
+
+_FMA_SOURCE = r"""
+#include <omp.h>
+#ifdef __AVX512F__
+#define LANES 16
+#else
+#define LANES 8
+#endif
+typedef float vf __attribute__((vector_size(LANES * 4)));
+#define CHAINS 10
+extern "C" int lanes(void) { return LANES; }
+/* FMAs executed by all threads; out keeps the chains alive */
+extern "C" long long fma_run(long long iters, float* out) {
+    long long total = 0;
+    #pragma omp parallel reduction(+:total)
+    {
+        vf acc[CHAINS], a, b;
+        for (int l = 0; l < LANES; ++l) { a[l] = 0.999f; b[l] = 0.001f * l; }
+        for (int c = 0; c < CHAINS; ++c) acc[c] = b + (float)c;
+        for (long long i = 0; i < iters; ++i)
+            for (int c = 0; c < CHAINS; ++c) acc[c] = acc[c] * a + b;
+        vf s = acc[0];
+        for (int c = 1; c < CHAINS; ++c) s += acc[c];
+        out[omp_get_thread_num() % 64] = s[0];
+        total += iters * CHAINS;
+    }
+    return total;
+}
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def fma_peak_gflops() -> tuple[float, int, int]:
+    """(GFLOP/s, threads, lanes) of fp32 FMAs on this machine (best of 3 runs of ~0.2 s)."""
+    from targets.cpu import toolchain  # noqa: PLC0415
+    cxx = toolchain.find_compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler: the FMA peak cannot be measured")
+    with tempfile.TemporaryDirectory(prefix="tilejit-peak-") as d:
+        src, lib = os.path.join(d, "peak.cpp"), os.path.join(d, "peak.so")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(_FMA_SOURCE)
+        # the target keeps contraction off (a*b+c rounds twice); here a*b+c is meant to be one FMA
+        flags = [*toolchain.BASE_FLAGS, "-ffp-contract=fast", *toolchain.march_flags()]
+        subprocess.run([cxx, *flags, src, "-o", lib], check=True, capture_output=True)
+        so = ctypes.CDLL(lib)
+    so.fma_run.restype = ctypes.c_longlong
+    so.fma_run.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_float)]
+    out = (ctypes.c_float * 64)()
+    lanes = so.lanes()
+    so.fma_run(10_000, out)
+    best, iters = 0.0, 2_000_000
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fmas = so.fma_run(iters, out)
+        best = max(best, 2 * lanes * fmas / (time.perf_counter() - t0) / 1e9)
+    return best, os.cpu_count() or 1, lanes
+
+
+@functools.lru_cache(maxsize=1)
+def copy_bandwidth_gbs() -> float:
+    """GB/s of a 256 MiB fp32 copy (bytes read + written), best of 5."""
+    src = torch.ones(64 * 1024 * 1024)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = max(best, 2 * src.numel() * 4 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def summary_line() -> str:
+    """One line for a benchmark's header."""
+    try:
+        peak, threads, lanes = fma_peak_gflops()
+        fma = f"fp32 FMA peak {peak:.0f} GFLOP/s ({threads} threads x {lanes} lanes)"
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        fma = f"fp32 FMA peak not measured ({exc})"
+    return f"machine limits (measured here): {fma}, copy bandwidth {copy_bandwidth_gbs():.1f} GB/s"
+
+
+def main(argv=None) -> None:
+    import argparse  # noqa: PLC0415
+    argparse.ArgumentParser(description=description(__doc__)).parse_args(argv)
+    print(summary_line())
+
+
+if __name__ == "__main__":
+    main()
