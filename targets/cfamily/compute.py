@@ -194,16 +194,20 @@ class ReduceDotLowering:
         step = self.d.dot_step
         kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
         if kernel:
-            # the largest register-block height that tiles M exactly, so no row runs the edge loop
-            mr = next((m for m in self.d.dot_mr_choices if M % m == 0), self.d.dot_mr_choices[0])
-            nr = self.d.dot_nr
+            # the register block's height comes from the header (tj_dot_mr: what the ISA's vector
+            # registers hold); rows left below the last full block run as one shorter block
             self.emit("{")
             self.indent += 1
-            self.emit(f"constexpr {it} MR = {mr}, NR = {nr}, Mb = ({M} / MR) * MR, Nb = ({N} / NR) * NR;")
+            self.emit(f"constexpr {it} NR = {self.d.dot_nr}, MR = tj_dot_mr(NR), Mb = ({M} / MR) * MR, "
+                      f"Nb = ({N} / NR) * NR, MT = {M} - Mb;")
             self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
             self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
             self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {N}, {C} + m0 * {N} + n0, {N}, {K});")
-            edges = (("Mb", str(M), "0", str(N)), ("0", "Mb", "Nb", str(N)))
+            self.emit("if (MT > 0)")
+            self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
+            self.emit(f"        {kernel}<(MT > 0 ? MT : 1), NR>({A} + Mb * {K}, {K}, {B} + n0, {N}, {C} + Mb * {N} + n0, "
+                      f"{N}, {K});")
+            edges = (("0", str(M), "Nb", str(N)),)
         else:
             edges = (("0", str(M), "0", str(N)),)
         for m_lo, m_hi, n_lo, n_hi in edges:

@@ -228,6 +228,19 @@ static inline tj_vf tj_vfma(tj_vf a, tj_vf b, tj_vf c) { return std::fma(a, b, c
 static inline tj_vf tj_vset1(float a) { return a; }
 #endif
 
+#if defined(__AVX512F__)
+#define TJ_VREGS 32
+#else
+#define TJ_VREGS 16
+#endif
+// The rows of a register block NR columns wide: as many as keep its accumulators, one row of B and
+// the broadcast A value in the vector registers (6 with AVX2's 16, capped at 8): a taller block
+// spills accumulators to the stack on every k.
+constexpr int tj_dot_mr(int NR) {
+    const int nv = NR / TJ_LANES, mr = (TJ_VREGS - 1 - nv) / nv;
+    return mr > 8 ? 8 : (mr < 1 ? 1 : mr);
+}
+
 template <int MR, int NR>
 static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int K) {
     static_assert(NR % TJ_LANES == 0, "NR must be a multiple of the vector width");
