@@ -17,17 +17,34 @@ def index_tensor(op: str, name: str, t, *, dims=None) -> torch.Tensor:
     check_tensor(op, name, t, dims=dims, dtypes=INDEX_DTYPES)
     t = t.contiguous()
     if t.dtype == torch.int64 and current_target().caps.index_bits < 64:
-        if t.numel() and (t.min().item() < -2 ** 31 or t.max().item() >= 2 ** 31):
+        if not in_range(t, -2 ** 31, 2 ** 31):
             raise ValueError(f"{op}: argument '{name}' holds values outside int32, which target "
                              f"'{current_target().name}' (32-bit indices) cannot address")
         t = t.to(torch.int32)
     return t
 
 
+def _bounds(t: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty tensor in one pass."""
+    mn, mx = torch.aminmax(t)
+    return int(mn), int(mx)
+
+
+def in_range(t: torch.Tensor, lo: int, hi: int) -> bool:
+    """Whether every value of `t` is in [lo, hi) (one pass; True for an empty tensor)."""
+    if not t.numel():
+        return True
+    mn, mx = _bounds(t)
+    return lo <= mn and mx < hi
+
+
 def check_range(op: str, name: str, t: torch.Tensor, lo: int, hi: int, *, allow=None) -> None:
     """ValueError unless every value of `t` is in [lo, hi) (or equals `allow`): an index out of
     range would read or write outside a tensor."""
     if not t.numel():
+        return
+    mn, mx = _bounds(t)   # one pass; the masked pass below (and the message) only when it fails
+    if mx < hi and (mn >= lo or (allow is not None and allow == lo - 1 and mn >= allow)):
         return
     vals = t if allow is None else t[t != allow]
     if vals.numel() and (vals.min().item() < lo or vals.max().item() >= hi):

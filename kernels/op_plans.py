@@ -65,8 +65,8 @@ def signature_py(args) -> tuple | None:
     for a in args:
         cls = a.__class__
         if cls in _PLAIN:
-            if a.is_meta or (grad and a.requires_grad):
-                return None
+            if a.is_meta or (grad and a.requires_grad) or a.layout != torch.strided:
+                return None   # (a sparse tensor has no strides: the operator path explains)
             key.append((a.dtype, a.shape, a.stride(), a.device))
         elif isinstance(a, torch.Tensor):
             return None
@@ -79,8 +79,8 @@ def _compiled_signature():
     mod = fast_module()
     if mod is None:
         return signature_py
-    fast, plain, is_grad, tensor = mod.signature, _PLAIN, torch.is_grad_enabled, torch.Tensor
-    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor)
+    fast, plain, is_grad, tensor, strided = mod.signature, _PLAIN, torch.is_grad_enabled, torch.Tensor, torch.strided
+    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor, strided)
 
 
 signature = _compiled_signature()
@@ -178,7 +178,7 @@ def _compiled_replayed():
     fast = getattr(fast_module(), "replayed", None)
     if fast is None:
         return replayed_py
-    consts = (context, _NOT_PLAIN, torch.is_grad_enabled, _PLAIN, torch.Tensor, dry_launches, MISS,
+    consts = (context, _NOT_PLAIN, torch.is_grad_enabled, _PLAIN, torch.Tensor, torch.strided, dry_launches, MISS,
               torch.empty_like, torch.empty)
     return lambda plans, args: fast(plans, args, *consts)
 

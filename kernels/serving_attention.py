@@ -42,7 +42,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import cdiv, check_device, check_same_dtype, check_tensor
 from .configs import select
-from .indices import check_range, index_tensor
+from .indices import check_range, in_range, index_tensor
 
 KV_SPLIT = 256          # keys per split: a constant (batch invariance), a multiple of every BLOCK_N
 STRICT_BLOCK_N = 8      # strict: BLOCK_N fixes the order of the softmax sums, one value on every target
@@ -336,8 +336,9 @@ def _paged_kv(op, q, k_cache, v_cache, block_tables, seq_lens):
     lens = index_tensor(op, "seq_lens", seq_lens, dims=1)
     page = k_cache.shape[1]
     check_range(op, "seq_lens", lens, 0, bt.shape[1] * page + 1)
-    used = torch.arange(bt.shape[1], device=bt.device)[None, :] < ((lens + page - 1) // page)[:, None]
-    check_range(op, "block_tables", bt[used], 0, k_cache.shape[0])
+    if not in_range(bt, 0, k_cache.shape[0]):   # only the entries a request uses must be pages
+        used = torch.arange(bt.shape[1], device=bt.device)[None, :] < ((lens + page - 1) // page)[:, None]
+        check_range(op, "block_tables", bt[used], 0, k_cache.shape[0])
     return bt, lens, page
 
 

@@ -587,6 +587,19 @@ def test_serving_attention_head_dim_128_fits_kunlun_local_memory():
     assert_same(run_on("kunlun:xpu3", "strict", fn), run_on("cpu", "strict", fn), "strict")
 
 
+def test_block_table_entries_past_a_requests_pages_may_hold_anything():
+    q, kc, vc, bt, lens, _ = _decode_inputs(F32)
+    ref = SA.paged_decode_attention(q, kc, vc, bt, lens)
+    padded = bt.clone()
+    for r, n in enumerate(lens.tolist()):   # lens 600, 17, 0, 300 over 38 pages of 16: most rows have spare
+        padded[r, -(-n // kc.shape[1]):] = -1
+    assert (padded == -1).any()
+    assert torch.equal(SA.paged_decode_attention(q, kc, vc, padded, lens), ref)
+    padded[1, 0] = kc.shape[0]   # a page request 1 reads
+    with pytest.raises(ValueError, match=r"argument 'block_tables' has values in \[\d+, 152\], outside"):
+        SA.paged_decode_attention(q, kc, vc, padded, lens)
+
+
 def test_serving_attention_bad_arguments():
     q, kc, vc, bt, lens, _ = _decode_inputs(F32)
     with pytest.raises(ValueError, match="paged_decode_attention: argument 'block_tables' has values"):

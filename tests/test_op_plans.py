@@ -209,9 +209,10 @@ needs_c = pytest.mark.skipif(fastpath.fast_module() is None, reason="the compile
 def test_the_c_signature_equals_the_python_signature():
     x, p = randn(3, 4, seed=21), torch.nn.Parameter(randn(4, seed=22), requires_grad=False)
     cases = [(x, p, 1e-6, None, "BLOCK=16", 3, True), (x.t(), x[1:], x[:, 1]), (), (2.0, 2, True),
-             (torch.empty(2, device="meta"),)]
+             (torch.empty(2, device="meta"),), (x.to_sparse(),)]
     for args in cases:
         assert op_plans.signature(args) == op_plans.signature_py(args)
+    assert op_plans.signature((x.to_sparse(),)) is None   # sparse: the operator path explains it
     g = randn(3, seed=23).requires_grad_()
     assert op_plans.signature((g,)) is None and op_plans.signature_py((g,)) is None
     with torch.no_grad():

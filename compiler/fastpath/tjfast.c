@@ -38,7 +38,7 @@ enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6
 #define MAX_PARAMS 256
 
 static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_name, *s_launcher, *s_captured;
-static PyObject *s_is_meta, *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_dtype_device;
+static PyObject *s_is_meta, *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_dtype_device;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Launcher                                                                                   */
@@ -679,14 +679,18 @@ static PyTypeObject DispatcherType = {
 /* ------------------------------------------------------------------------------------------ */
 /* signature                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
-/* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it is meta
- * or needs a gradient. */
-static PyObject* tensor_item(PyObject* t, int grad) {
+/* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it is meta,
+ * needs a gradient or is not strided (sparse). */
+static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided) {
     PyObject* m = PyObject_GetAttr(t, s_is_meta);
     if (m == NULL) return NULL;
     int meta = m == Py_True;
     Py_DECREF(m);
     if (meta) return NULL;
+    PyObject* lay = PyObject_GetAttr(t, s_layout);
+    if (lay == NULL) return NULL;
+    Py_DECREF(lay);
+    if (lay != strided) return NULL;   /* the operator path explains */
     if (grad) {
         PyObject* rg = PyObject_GetAttr(t, s_requires_grad);
         if (rg == NULL) return NULL;
@@ -703,10 +707,11 @@ static PyObject* tensor_item(PyObject* t, int grad) {
     return item;
 }
 
-/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type) */
+/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided) */
 static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 6 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
-        PyErr_SetString(PyExc_TypeError, "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type)");
+    if (n != 7 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
+        PyErr_SetString(PyExc_TypeError, "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, "
+                                         "strided)");
         return NULL;
     }
     PyObject *args = a[0], *checks = a[2], *plain = a[4];
@@ -735,7 +740,7 @@ static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
             if ((PyObject*)tp == PyTuple_GET_ITEM(plain, k)) break;
         PyObject* item;
         if (k < np) {
-            item = tensor_item(v, grad);
+            item = tensor_item(v, grad, a[6]);
             if (item == NULL) { Py_DECREF(key); if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
         } else if (PyObject_TypeCheck(v, (PyTypeObject*)a[5])) {
             Py_DECREF(key);
@@ -799,21 +804,21 @@ static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, dry, miss,
- * empty_like, empty): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
+/* replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, dry,
+ * miss, empty_like, empty): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
  * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
  * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). */
 static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 11 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1])) {
+    if (n != 12 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1])) {
         PyErr_SetString(PyExc_TypeError, "replayed(plans, args, context, not_plain, grad_enabled, plain_types, "
-                                         "tensor_type, dry, miss, empty_like, empty)");
+                                         "tensor_type, strided, dry, miss, empty_like, empty)");
         return NULL;
     }
-    PyObject *plans = a[0], *args = a[1], *miss = a[8];
+    PyObject *plans = a[0], *args = a[1], *miss = a[9];
     PyObject* ctx = PyObject_CallNoArgs(a[2]);
     if (ctx == NULL) return NULL;
-    PyObject* sa[6] = {args, ctx, a[3], a[4], a[5], a[6]};
-    PyObject* key = signature(mod, sa, 6);
+    PyObject* sa[7] = {args, ctx, a[3], a[4], a[5], a[6], a[7]};
+    PyObject* key = signature(mod, sa, 7);
     Py_DECREF(ctx);
     if (key == NULL) return NULL;
     if (key == Py_None) { Py_DECREF(key); Py_INCREF(miss); return miss; }
@@ -831,7 +836,7 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     }
     PyObject *allocs = PyTuple_GET_ITEM(packed, 0), *launches = PyTuple_GET_ITEM(packed, 2);
     Py_ssize_t n_out = PyLong_AsSsize_t(PyTuple_GET_ITEM(packed, 1));
-    PyObject* dry = PyObject_CallNoArgs(a[7]);
+    PyObject* dry = PyObject_CallNoArgs(a[8]);
     int is_dry = dry == NULL ? -1 : PyObject_IsTrue(dry);
     Py_XDECREF(dry);
     if (is_dry != 0 || !PyTuple_Check(allocs) || n_out < 1 || n_out > PyTuple_GET_SIZE(allocs)) {
@@ -851,10 +856,10 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
             PyObject* like = PyTuple_GET_ITEM(al, 0);
             if (like != Py_None) {
                 Py_ssize_t li = PyLong_AsSsize_t(like);
-                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[9], PyTuple_GET_ITEM(args, li));
+                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[10], PyTuple_GET_ITEM(args, li));
             } else {
                 PyObject* ea[3] = {PyTuple_GET_ITEM(al, 1), PyTuple_GET_ITEM(al, 2), PyTuple_GET_ITEM(al, 3)};
-                t = PyObject_Vectorcall(a[10], ea, 1, s_dtype_device);
+                t = PyObject_Vectorcall(a[11], ea, 1, s_dtype_device);
             }
         }
         if (t == NULL) {
@@ -880,10 +885,11 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 
 static PyMethodDef module_methods[] = {
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
-     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type): an op call's plan key, or None"},
+     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided): an op call's plan key, "
+     "or None"},
     {"replayed", (PyCFunction)(void (*)(void))replayed, METH_FASTCALL,
-     "replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, dry, miss, empty_like, "
-     "empty): a library op call's outputs through its plan, or miss"},
+     "replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, dry, miss, "
+     "empty_like, empty): a library op call's outputs through its plan, or miss"},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(launches, tensors): runs a launch plan; False when a kernel must recompile (nothing ran)"},
     {NULL, NULL, 0, NULL},
@@ -895,9 +901,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
     PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_name, &s_launcher, &s_captured,
-                          &s_is_meta, &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed};
+                          &s_is_meta, &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout};
     const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "name", "launcher", "captured",
-                           "is_meta", "requires_grad", "shape", "stride", "device", "packed"};
+                           "is_meta", "requires_grad", "shape", "stride", "device", "packed", "layout"};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
     s_dtype_device = Py_BuildValue("(ss)", "dtype", "device");   /* kwnames of empty(shape, dtype=, device=) */
