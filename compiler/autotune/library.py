@@ -101,8 +101,9 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
     default: the specs' own). Returns one summary row per (op, shape): op, shape, shape_key, winner,
     kind (measured, estimated, reused: the winner's result is from an earlier run, or no winner),
     time_s, spread (of the winner's samples, None when estimated or stored before spreads were),
-    unsettled (configs timed in this run whose spread stayed over SPREAD_GOAL), default, default_time_s, eager_time_s, estimated, measured and estimated_now (configs
-    run or estimated in this run), reused, rejected, rejections (config key, reason: found in this
+    unsettled (configs timed in this run whose spread stayed over SPREAD_GOAL), default,
+    default_time_s, eager_time_s, estimated, measured and estimated_now (configs run or
+    estimated in this run), reused, rejected, rejections (config key, reason: found in this
     run), pruned, skipped, store (the decision file). Each config's result is stored; `force`
     measures every candidate again instead of reusing stored results; `verbose` prints each
     rejection as it happens."""

@@ -72,9 +72,9 @@ def format_summary(rows: list[dict], target_name: str, verbose: bool = False) ->
              "  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     lines.append("spread = (q3 - q1) / median of the winner's timed samples (more samples are taken, up to "
-                 f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). vs default = t(default config) / t(winner); vs torch = t(torch eager) / t(winner): > 1x means "
-                 "the winner is faster. kind: measured or estimated (by the target's cost model) in this run, or "
-                 "reused (the winner's result is from an earlier run; --force measures again). new = configs "
+                 f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). vs default = t(default config) / t(winner); "
+                 "vs torch = t(torch eager) / t(winner): > 1x means the winner is faster. kind: measured or "
+                 "estimated (by the target's cost model) in this run, or reused (the winner's result is from an earlier run; --force measures again). new = configs "
                  "checked and timed (or estimated) in this run, reused = results taken from the store, "
                  "skipped = not measured within --budget (a rerun measures them).")
     return "\n".join(lines + unsettled_lines(rows) + rejection_lines(rows, verbose) + store_lines(rows))

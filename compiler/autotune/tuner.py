@@ -2,9 +2,10 @@
 
 `tune(space, run, check, key, store=...)` checks every candidate's output (`run(config)`, then
 `check(output)` -> None or why it is wrong), times the ones that pass (the median of at least
-`repeat` samples, more while their spread is wide: `measure_call`), records each result per config in the decision store under `key` and lets the store pick
-the winner. Where the target cannot run here, `estimate(config)` (seconds from a cost model)
-replaces running and timing, and every result is labelled estimated. A config whose result the
+`repeat` samples, more while their spread is wide: `measure_call`), records each result per
+config in the decision store under `key` and lets the store pick the winner. Where the target
+cannot run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and
+every result is labelled estimated. A config whose result the
 store already holds for this key is not measured again, so adding a candidate measures only it;
 `force=True` measures (or estimates) every candidate again and replaces the stored results.
 """
