@@ -135,7 +135,8 @@ class ReduceDotLowering:
         self.emit(f"for ({self.index_type} s = {P // 2}; s >= 1; s >>= 1)")
         self.emit(f"    for ({self.index_type} o = 0; o < {outer}; ++o)")
         self.emit(f"        for ({self.index_type} a = 0; a < s; ++a) {{")
-        self.emit(f"            {self.d.simd_pragma}")
+        if self.d.simd_pragma:
+            self.emit(f"            {self.d.simd_pragma}")
         self.emit(f"            for ({self.index_type} i = 0; i < {inner}; ++i)")
         self.emit(f"                {a_at} = {self.d.combine(kind, a_at, b_at, acc_t)};")
         self.emit("        }")
@@ -214,7 +215,8 @@ class ReduceDotLowering:
             self.emit(f"for ({it} m = {m_lo}; m < {m_hi}; ++m)")
             self.emit(f"    for ({it} k = 0; k < {K}; ++k) {{")
             self.emit(f"        {rt} const a_mk = {A}[m * {K} + k];")
-            self.emit(f"        {self.d.simd_pragma}")
+            if self.d.simd_pragma:
+                self.emit(f"        {self.d.simd_pragma}")
             self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
             self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
             self.emit("    }")

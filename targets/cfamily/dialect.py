@@ -240,7 +240,7 @@ class CDialect:
         if kind == "sum":
             return self.literal(0, dt)
         if dt.is_floating():
-            return "(-INFINITY)" if kind == "max" else "INFINITY"
+            return self.literal(-math.inf if kind == "max" else math.inf, dt)
         if dt.is_bool():
             return "false" if kind == "max" else "true"
         return f"tj_lowest<{self.reg_type(dt)}>()" if kind == "max" else f"tj_highest<{self.reg_type(dt)}>()"
@@ -255,9 +255,10 @@ class CDialect:
         """OpenMP SIMD reduction clause for a fast-policy reduction, or None for a sequential loop."""
         if dt.is_bool() or dt in self.round_fn:
             return None
-        return f"#pragma omp simd reduction({'+' if kind == 'sum' else kind}:{var})"
+        op = {"sum": "+", "and": "&"}.get(kind, kind)
+        return f"#pragma omp simd reduction({op}:{var})"
 
     def dot_step(self, a: str, b: str, c: str, acc_dt: D.dtype) -> str:
         if acc_dt.is_floating():
-            return f"fmaf({a}, {b}, {c})"
+            return self.float_math["fma"].format(a, b, c)
         return f"({c} + ({self.reg_type(acc_dt)}){a} * ({self.reg_type(acc_dt)}){b})"

@@ -212,7 +212,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         self.static_work += n
         idx = tuple(f"i{k}" for k in range(len(shape)))
         for k, s in enumerate(shape):
-            if simd and k == len(shape) - 1:
+            if simd and k == len(shape) - 1 and self.d.simd_pragma:
                 self.emit(self.d.simd_pragma)
             self.emit(f"for ({self.index_type} {idx[k]} = 0; {idx[k]} < {s}; ++{idx[k]}) {{")
             self.indent += 1
@@ -415,7 +415,9 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         self.emit(f"int {flag} = 1;")
         nest = self.open_nest(mask.shape, simd=False)
         # the innermost loop is a vectorised AND-reduction: the check costs a few vector ops a row
-        self.lines.insert(len(self.lines) - 1, "    " * (self.indent - 1) + f"#pragma omp simd reduction(&:{flag})")
+        pragma = self.d.simd_reduction_pragma("and", D.int32, flag)
+        if pragma:
+            self.lines.insert(len(self.lines) - 1, "    " * (self.indent - 1) + pragma)
         m = self.ev(mask, nest.idx, nest)
         self.close_nest(nest, [f"{flag} &= (int)({m});"])
         return flag

@@ -2,6 +2,8 @@
 (`__global_ptr__` GM pointers, `__simd__ __local__` LM buffers, 32-bit integers and pointers)."""
 from __future__ import annotations
 
+import math
+
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from targets.cfamily.dialect import CDialect
@@ -17,7 +19,23 @@ class KunlunDialect(CDialect):
     # a tile of pointers in LM stays at 8 bytes an element: the host emulation's pointers are 8
     # bytes, and one placement serves the device and the emulation
     local_pointer_bytes = 8
-    dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is not in this slice)
+    dot_microkernel = None   # plain fma loops, ascending k (the SIMD dot is codegen/simd.py's)
+    # Device math: the overloaded names public device code calls (`exp`, `sqrt`, `log`, `fabs`, ...
+    # on floats, from xtdk_math.h) and clang's `__builtin_*f`, which builds under `-fno-builtin` and
+    # lowers to LLVM intrinsics; never the C99 `expf`/`fmaf` libm names (no device libm has them).
+    # `__builtin_fmaf` is LLVM's fma intrinsic: one rounding by definition, which strict relies on
+    # (`fma` itself is x*y+z in one public XPU libdevice). docs/kunlun.md, "Device math".
+    float_math = {"exp": "exp({0})", "exp2": "exp2({0})", "log": "log({0})", "log2": "log2({0})",
+                  "sqrt": "sqrt({0})", "rsqrt": "(1.0f / sqrt({0}))", "sigmoid": "(1.0f / (1.0f + exp(-{0})))",
+                  "sin": "sin({0})", "cos": "cos({0})", "floor": "__builtin_floorf({0})",
+                  "ceil": "__builtin_ceilf({0})", "abs": "__builtin_fabsf({0})",
+                  "fma": "__builtin_fmaf({0}, {1}, {2})", "mod": "fmod({0}, {1})", "tanh": "tanh({0})",
+                  "erf": "erf({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
+                  "trunc": "__builtin_truncf({0})", "rint": "__builtin_rintf({0})", "pow": "pow({0}, {1})"}
+    simd_pragma = None   # no OpenMP in device code (an unknown pragma is an error under -Werror)
+
+    def simd_reduction_pragma(self, kind: str, dt: D.dtype, var: str = "acc") -> str | None:
+        return None
 
     def reg_type(self, dt: D.dtype) -> str:
         if dt.is_ptr():
@@ -27,6 +45,10 @@ class KunlunDialect(CDialect):
         return super().reg_type(dt)
 
     def literal(self, value, dt: D.dtype) -> str:
+        if dt.is_floating() and not math.isfinite(float(value)):
+            # builtins, not <math.h>'s INFINITY/NAN: device code includes no host math header
+            v = float(value)
+            return "__builtin_nanf(\"\")" if math.isnan(v) else "__builtin_inff()" if v > 0 else "(-__builtin_inff())"
         if dt is D.int64:
             v = int(value) % 2 ** 64
             hi = (v >> 32) - (2 ** 32 if v >> 63 else 0)

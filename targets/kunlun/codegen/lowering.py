@@ -21,7 +21,7 @@ class KunlunLowering(PlannedMemory, CLowering):
 
     def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None):
         super().__init__(fn, dialect)
-        self.vectorize = policy == "fast"   # strict needs fused multiply-adds, not vvadd(svmul(...))
+        self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
         self.init_memory(placement)
 
     def _load_fuses(self, v) -> bool:
@@ -42,7 +42,7 @@ class KunlunLowering(PlannedMemory, CLowering):
 
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
         self.work += M * N * K * self.loop_weight()
-        if self.vectorize and in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:
+        if in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:   # svmac: both policies
             simd.emit_dot(self, A, B, C, M, N, K)
             return
         super().emit_dot_loops(A, B, C, M, N, K, in_dt, acc_dt)

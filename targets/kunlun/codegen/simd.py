@@ -2,11 +2,11 @@
 `vv*_float32x16`, `svmul_float32x16`).
 
 Only intrinsics that public Kunlun kernel code uses (docs/kunlun.md, Sources) are emitted: vector
-loads/stores from LM, vvadd, vvmul, vvmax and scalar-times-vector svmul. A nest is vectorised when
+loads/stores from LM, vvadd, vvmul, vvmax, scalar-times-vector svmul and the dot's svmac (one
+rounding, so the dot is vectorised in both policies). A nest is vectorised when
 its innermost extent is a multiple of 16 and its per-element expression is built from those ops
 over fp32 LM buffers read at the nest's own index, scalars and constants; anything else stays
-scalar C. The strict policy never comes here: a separate multiply and add is not the fused
-multiply-add strict requires.
+scalar C. Strict elementwise nests stay scalar.
 """
 from __future__ import annotations
 
@@ -82,8 +82,9 @@ def vector_nest(lowering, shape: tuple[int, ...], dest: str, expr: str) -> None:
 
 
 def emit_dot(lowering, A: str, B: str, C: str, M: int, N: int, K: int) -> None:
-    """C[m][n:n+16] += A[m][k] * B[k][n:n+16] for k ascending: a rounded product then a rounded add
-    (the fast policy; for fp16/bf16 inputs the product is exact, so this equals the fma chain)."""
+    """C[m][n:n+16] = fma(A[m][k], B[k][n:n+16], C[m][n:n+16]) for k ascending: `svmac_float32x16`
+    (scalar times vector plus vector, one rounding) is the scalar fma chain 16 lanes at a time, so
+    both policies take it and strict stays bitwise equal to the cpu target."""
     e = lowering.emit
     e(f"for (int m = 0; m < {M}; ++m)")
     e(f"    for (int k = 0; k < {K}; ++k) {{")
@@ -91,6 +92,6 @@ def emit_dot(lowering, A: str, B: str, C: str, M: int, N: int, K: int) -> None:
     e(f"        for (int n = 0; n < {N}; n += {LANES}) {{")
     e(f"            float32x16_t c_ = vload_lm_float32x16(&{C}[m * {N} + n]);")
     e(f"            float32x16_t b_ = vload_lm_float32x16(&{B}[k * {N} + n]);")
-    e(f"            vstore_lm_float32x16(&{C}[m * {N} + n], vvadd_float32x16(c_, svmul_float32x16(a_mk, b_)));")
+    e(f"            vstore_lm_float32x16(&{C}[m * {N} + n], svmac_float32x16(a_mk, b_, c_));")
     e("        }")
     e("    }")

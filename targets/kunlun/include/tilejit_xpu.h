@@ -4,8 +4,9 @@
 #pragma once
 // host headers before the XPU ones (the other order redefines symbols, says Kunlunxin's guide)
 #include <stdint.h>
-#include <math.h>
-#ifndef TJ_XPU_EMULATION
+#ifdef TJ_XPU_EMULATION
+#include <math.h>                 // the host's exp/sqrt/... float overloads stand in for xtdk_math.h
+#else
 #include "xpu/runtime.h"          // XPUStream, for the host wrapper's launch
 #include "xpu/kernel/cluster.h"
 #include "xpu/kernel/xtdk.h"
@@ -36,7 +37,7 @@ TJ_DEV uint16_t tj_f2h(float f) {
     uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffff;
     if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00);
     if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00);
-    if (a < 0x38800000) return (uint16_t)(sign | (uint32_t)nearbyintf(tj_u2f(a) * 16777216.0f));
+    if (a < 0x38800000) return (uint16_t)(sign | (uint32_t)__builtin_rintf(tj_u2f(a) * 16777216.0f));
     uint32_t r = a + 0xfff + ((a >> 13) & 1) - 0x38000000;
     return (uint16_t)(sign | (r >> 13));
 }
@@ -80,7 +81,7 @@ TJ_DEV bool tj_shr(bool a, bool b) { return b ? false : a; }
 template <class T> TJ_DEV T tj_max(T a, T b) { return a > b ? a : b; }
 template <class T> TJ_DEV T tj_min(T a, T b) { return a < b ? a : b; }
 template <class T> TJ_DEV T tj_abs(T a) { return a < 0 ? (T)(0 - a) : a; }
-TJ_DEV float tj_abs(float a) { return fabsf(a); }
+TJ_DEV float tj_abs(float a) { return __builtin_fabsf(a); }
 template <class T> TJ_DEV T tj_lowest() { return tj_lim<T>::lo(); }
 template <class T> TJ_DEV T tj_highest() { return tj_lim<T>::hi(); }
 template <class T> TJ_DEV T tj_f2i(float x) {

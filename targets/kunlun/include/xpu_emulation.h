@@ -99,6 +99,10 @@ TJ_EMU_VV(vvmax_float32x16, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
 static inline float32x16_t svmul_float32x16(float s, float32x16_t b) {
     float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = s * b.v[i]; return r;
 }
+// s * b + c with one rounding per lane (the SIMD multiply-accumulate)
+static inline float32x16_t svmac_float32x16(float s, float32x16_t b, float32x16_t c) {
+    float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = __builtin_fmaf(s, b.v[i], c.v[i]); return r;
+}
 
 // ---- run-time LM budget: live __local__ buffers of one core -------------------------------
 struct tj_emu_lm_guard {
