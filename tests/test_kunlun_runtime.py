@@ -431,7 +431,7 @@ def test_targets_listing_shows_which_kunlun_paths_this_machine_takes():
     from targets.__main__ import describe  # noqa: PLC0415
     from targets.kunlun.build import sdk as kunlun_sdk, toolchain as kunlun_toolchain  # noqa: PLC0415
     status = describe("kunlun")["status"]
-    xtdk = kunlun_toolchain.find_xtdk()
+    xtdk = kunlun_sdk.find_xtdk()
     assert status[0] == (f"build: XTDK at {xtdk}" if xtdk else
                          "build: host emulation (no XTDK: set XTDK_DIR or put its clang++ on PATH)")
     ok, why = kunlun_sdk.runtime_available()

@@ -15,7 +15,7 @@ from compiler.target import register_target
 from examples import example_kernels as K
 import kernels as KL
 from targets.kunlun import ARCHS
-from targets.kunlun.build import toolchain
+from targets.kunlun.build import sdk as kunlun_sdk, toolchain
 from targets.kunlun.runtime.launcher import KunlunLaunchError
 
 register_target("kunlun", targets.kunlun.TARGET)
@@ -414,11 +414,56 @@ def test_kernel_launch_reports_an_emulation_error_as_an_exception():
 
 def test_toolchain_falls_back_to_emulation_without_xtdk(monkeypatch):
     monkeypatch.delenv("XTDK_DIR", raising=False)
-    if toolchain.find_xtdk() is None:
+    if kunlun_sdk.find_xtdk() is None:
         fp = toolchain.fingerprint(ARCHS["xpu3"])
         assert fp["mode"] == "emulation" and fp["arch"] == "xpu3" and fp["cxx"]
         assert "-DTJ_EMU_LM_BUDGET=7168" in fp["flags"]
     assert toolchain.fingerprint(ARCHS["xpu2"]) != toolchain.fingerprint(ARCHS["xpu3"])
+
+
+def _fake_sdk(root, xdnn=True):
+    """An SDK directory layout as public packaging ships it (XTDK, XRE with so/, XDNN): empty files
+    and a `clang++` that only answers --version. Nothing is compiled with it."""
+    xtdk, xre, xd = root / "xtdk", root / "xre", root / "xdnn"
+    (xtdk / "bin").mkdir(parents=True)
+    (xtdk / "include" / "xpu" / "kernel").mkdir(parents=True)
+    clang = xtdk / "bin" / "clang++"
+    clang.write_text("#!/bin/sh\necho 'fake xtdk clang version 0'\n")
+    clang.chmod(0o755)
+    (xre / "so").mkdir(parents=True)
+    (xre / "so" / "libxpurt.so").write_bytes(b"")
+    (xre / "include" / "xpu").mkdir(parents=True)
+    (xre / "include" / "xpu" / "runtime.h").write_text("")
+    if xdnn:
+        (xd / "include" / "xpu" / "kernel").mkdir(parents=True)
+        (xd / "include" / "xpu" / "kernel" / "cluster.h").write_text("")
+    return xtdk, xre, xd
+
+
+def test_xtdk_build_lines_take_includes_and_the_runtime_from_the_sdk_layout(tmp_path, monkeypatch):
+    xtdk, xre, xd = _fake_sdk(tmp_path)
+    monkeypatch.setenv("XTDK_DIR", str(xtdk))
+    monkeypatch.setenv("XRE_DIR", str(xre))
+    monkeypatch.setenv("XDNN_DIR", str(xd))
+    monkeypatch.setenv("HOST_SYSROOT", str(tmp_path / "gcc-8.2"))
+    monkeypatch.delenv("API_ARCH", raising=False)
+    clang = kunlun_sdk.find_xtdk()
+    assert clang == str(xtdk / "bin" / "clang++")
+    compile_, link = toolchain.xtdk_commands(clang, ARCHS["xpu3"], "k.xpu", str(tmp_path / "out"))
+    assert compile_[:2] == [clang, "--xpu-arch=xpu3"] and "-c" in compile_ and "--basename" in compile_
+    for flag in ("-fno-builtin", "-ffp-contract=off", "-fxpu-launch-return", f"--sysroot={tmp_path / 'gcc-8.2'}",
+                 f"-I{xtdk / 'include'}", f"-I{xre / 'include'}", f"-I{xd / 'include'}", f"-I{toolchain.HEADER_DIR}"):
+        assert flag in compile_, flag
+    if os.uname().machine == "x86_64":
+        assert "--target=x86_64-baidu-linux-gnu" in compile_
+    assert "-fopenmp" not in compile_ and "-fopenmp" not in link
+    # libxpurt from XRE's so/ dir, found again at run time through the rpath
+    assert [f"-L{xre / 'so'}", "-lxpurt", f"-Wl,-rpath,{xre / 'so'}"] == link[link.index("-lxpurt") - 1:link.index("-lxpurt") + 2]
+    assert toolchain.fingerprint(ARCHS["xpu3"])["mode"] == "xtdk"
+    # a layout without XDNN's headers is refused with the variable to set, before anything runs
+    monkeypatch.setenv("XDNN_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(Exception, match="XDNN_DIR.*include/xpu/kernel/cluster.h"):
+        toolchain.xtdk_commands(clang, ARCHS["xpu3"], "k.xpu", str(tmp_path / "out"))
 
 
 def test_dots_use_the_vector_fma_in_both_policies_and_only_fast_vectorises_elementwise():

@@ -39,21 +39,26 @@ class KunlunPlugin(TargetPlugin):
 
     def status(self) -> list[str]:
         """For `python -m targets -v`: which build and runtime paths this machine takes."""
-        xtdk = toolchain.find_xtdk()
+        xtdk = sdk.find_xtdk()
         lines = [f"build: XTDK at {xtdk}" if xtdk else
                  "build: host emulation (no XTDK: set XTDK_DIR or put its clang++ on PATH)"]
         for what, (ok, why) in (("runtime (libxpurt)", sdk.runtime_available()),
                                 ("collectives (libbkcl)", sdk.bkcl_available())):
             lines.append(f"{what}: {'found' if ok else why}")
+        xdnn, why = sdk.find_xdnn()
+        lines.append(f"kernel headers (XDNN): {xdnn.include_dir if xdnn else why}")
+        host = toolchain.host_flags()
+        lines.append(f"device build flags: {' '.join(host + toolchain.DEVICE_FLAGS)}"
+                     + ("" if host else " (HOST_SYSROOT unset: clang's own host sysroot)"))
         return lines
 
     def limited_here(self) -> str:
-        if toolchain.find_xtdk() is None:
+        if sdk.find_xtdk() is None:
             return "host emulation (no XTDK, no device)"
         return "" if sdk.runtime_available()[0] else "XTDK builds; no XPU runtime, so launches run on the host"
 
     def available(self) -> tuple[bool, str]:
-        if toolchain.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:
+        if sdk.find_xtdk() is None and toolchain.cpu_toolchain.find_compiler() is None:
             return False, "neither XTDK (XTDK_DIR) nor a host C++ compiler for the emulation was found"
         return True, ""
 

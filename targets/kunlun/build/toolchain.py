@@ -1,11 +1,11 @@
-"""Builds `.xpu` sources. With XTDK (`XTDK_DIR`, else a `clang++` on PATH that accepts
-`--xpu-arch`), the real toolchain; without it, the same text as C++ with the system compiler
-against xpu_emulation.h (host emulation). Mode and compiler version go into the fingerprint."""
+"""Builds `.xpu` sources. With XTDK (sdk.find_xtdk), the device build as public build files have
+it (`xtdk_commands`); without it, the same text as C++ with the system compiler against
+xpu_emulation.h (host emulation). Mode, compiler version and SDK roots go into the fingerprint."""
 from __future__ import annotations
 
 import functools
 import os
-import shutil
+import platform
 import subprocess
 
 from compiler.cache import compiler_tmpdir
@@ -13,33 +13,11 @@ from compiler.errors import TargetError
 from targets.cpu import toolchain as cpu_toolchain
 
 from ..arch import Arch
+from . import sdk
 
 HEADER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "include")   # tilejit_xpu.h, xpu_emulation.h
 EMU_FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno",
              "-fno-trapping-math", "-ffp-contract=off", "-fno-strict-aliasing"]
-
-
-@functools.lru_cache(maxsize=None)
-def _accepts_xpu_arch(clang: str) -> bool:
-    try:
-        res = subprocess.run([clang, "--xpu-arch=xpu3", "--version"], capture_output=True, text=True,
-                             timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return res.returncode == 0
-
-
-def find_xtdk() -> str | None:
-    """Path of XTDK's clang++, or None."""
-    root = os.environ.get("XTDK_DIR")
-    if root:
-        cand = os.path.join(root, "bin", "clang++")
-        if os.access(cand, os.X_OK):
-            return cand
-    cand = shutil.which("clang++")
-    if cand and _accepts_xpu_arch(cand):
-        return cand
-    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,13 +27,14 @@ def _version(cxx: str) -> str:
 
 
 def mode() -> str:
-    return "xtdk" if find_xtdk() else "emulation"
+    return "xtdk" if sdk.find_xtdk() else "emulation"
 
 
 def fingerprint(arch: Arch) -> dict:
-    xtdk = find_xtdk()
+    xtdk = sdk.find_xtdk()
     if xtdk:
-        return {"mode": "xtdk", "arch": arch.name, "xtdk": _version(xtdk), "xtdk_dir": os.environ.get("XTDK_DIR")}
+        return {"mode": "xtdk", "arch": arch.name, "xtdk": _version(xtdk), "xtdk_dir": os.environ.get("XTDK_DIR"),
+                "flags": DEVICE_FLAGS, "host": host_flags(), "sdk": [c.include_dir for c in sdk_components()[0]]}
     cxx = cpu_toolchain.find_compiler()
     return {"mode": "emulation", "arch": arch.name, "cxx": _version(cxx) if cxx else None,
             "flags": EMU_FLAGS + [f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}"]}
@@ -69,19 +48,57 @@ def emulation_command(arch: Arch, source: str, out: str) -> list[str]:
             "-include", os.path.join(HEADER_DIR, "xpu_emulation.h"), "-x", "c++", source, "-o", out]
 
 
+# Device-code flags: -fno-builtin and an explicit host sysroot/target as Paddle's cmake/xpu_kp.cmake
+# builds them; -fix-mfence=all and -fxpu-launch-return as FastDeploy's plugin build; and no
+# contraction of a separate multiply and add into an fma, which would change strict's bits.
+DEVICE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-builtin", "-ffp-contract=off", "-mllvm", "-fix-mfence=all",
+                "-fxpu-launch-return"]
+
+
+def host_flags() -> list[str]:
+    """`--sysroot`/`--target` for the host half of an .xpu build: the gcc tree XTDK's host side is
+    built against (`HOST_SYSROOT`, Paddle's name for it) and its triple (`API_ARCH`, default
+    x86_64-baidu-linux-gnu on x86_64). Without HOST_SYSROOT, clang's own host defaults."""
+    root = os.environ.get("HOST_SYSROOT")
+    if not root:
+        return []
+    triple = os.environ.get("API_ARCH") or ("x86_64-baidu-linux-gnu" if platform.machine() == "x86_64" else "")
+    return [f"--sysroot={root}"] + ([f"--target={triple}"] if triple else [])
+
+
+def sdk_components() -> tuple[list[sdk.Component], list[str]]:
+    """(the runtime and XDNN components found, a reason for each one missing)."""
+    found, missing = [], []
+    for comp, why in (sdk.find_runtime(), sdk.find_xdnn()):
+        if comp:
+            found.append(comp)
+        else:
+            missing.append(why)
+    return found, missing
+
+
 def xtdk_commands(clang: str, arch: Arch, source: str, out_dir: str) -> list[list[str]]:
-    """Device object + host wrapper, as public build files do it (docs/kunlun.md, Sources). Not run here."""
-    root = os.path.dirname(os.path.dirname(clang))
+    """Device object + host wrapper, then the shared object linked against XRE's libxpurt (from its
+    `so/` or `lib/` dir). Not run on any machine this project has been tested on (no XTDK)."""
+    found, missing = sdk_components()
+    if missing:
+        raise TargetError("kunlun: XTDK found at {} but the build needs more of the SDK: {}".format(
+            clang, "; ".join(missing)))
+    xtdk_root = os.path.dirname(os.path.dirname(clang))
+    runtime = next(c for c in found if c.name == "runtime")
+    includes = [HEADER_DIR, os.path.join(xtdk_root, "include")] + [c.include_dir for c in found]
+    includes = list(dict.fromkeys(includes))   # one -I per dir, in order
     base = os.path.join(out_dir, "kernel")
-    return [[clang, f"--xpu-arch={arch.name}", "-c", source, "--basename", base, "-fno-builtin",
-             "-mllvm", "-fix-mfence=all", "-fxpu-launch-return", f"-I{HEADER_DIR}", "-fPIC", "-O2"],
-            [clang, "-shared", "-fPIC", base + ".device.bin.o", base + ".o", f"-L{os.path.join(root, 'lib')}",
-             "-lxpurt", "-o", os.path.join(out_dir, "kernel.so")]]
+    lib_dir = os.path.dirname(runtime.library)
+    return [[clang, f"--xpu-arch={arch.name}", *host_flags(), *DEVICE_FLAGS, *(f"-I{d}" for d in includes),
+             "-c", source, "--basename", base],
+            [clang, *host_flags(), "-shared", "-fPIC", base + ".device.bin.o", base + ".o", f"-L{lib_dir}", "-lxpurt",
+             f"-Wl,-rpath,{lib_dir}", "-o", os.path.join(out_dir, "kernel.so")]]
 
 
 def build(arch: Arch, source: str, out_dir: str) -> str:
     """Builds `source` (an .xpu file) into out_dir/kernel.so; returns the mode used."""
-    xtdk = find_xtdk()
+    xtdk = sdk.find_xtdk()
     cmds = xtdk_commands(xtdk, arch, source, out_dir) if xtdk else \
         [emulation_command(arch, source, os.path.join(out_dir, "kernel.so"))]
     for cmd in cmds:
