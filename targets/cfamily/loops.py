@@ -57,11 +57,11 @@ class LoopLowering:
             self.emit(self.d.zero_step_check.format(step=st, site=self.op_index[id(op)]))
         tt = self.d.trip_count_type or ivt   # a count wider than the index: an int32 span can exceed int32
         self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
-        self.emit(f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
+        self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
         iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
         self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
         self._in_region("loop", body.args[1:], body)
-        self.emit("}")
+        self.flow_close("}")
 
     def op_while(self, op: Op) -> None:
         """`while (true) { condition block; if (!c) break; body; copy into the carried slots }`;
@@ -69,7 +69,7 @@ class LoopLowering:
         self.has_loops = True
         cond, body = op.blocks
         self._carried_slots(cond.args, op.operands, op.results, also=(body.args,))
-        self.emit("while (true) {")
+        self.flow_open("loop", "while (true) {")
         self.regions.append(("cond", []))
         self.flag_scopes.append({})
         self.indent += 1
@@ -78,7 +78,7 @@ class LoopLowering:
         self.flag_scopes.pop()
         self.regions.pop()
         self._in_region("loop", body.args, body)
-        self.emit("}")
+        self.flow_close("}")
 
     def op_if(self, op: Op) -> None:
         """`T r; if (c) { ...; r = a; } else { ...; r = b; }`: tile results are local buffers."""
@@ -89,11 +89,11 @@ class LoopLowering:
                 self.names[id(r)] = n
             else:
                 self.declare_buffer(r, self.fresh("r"))
-        self.emit(f"if ({self.ev(op.operands[0], (), None)}) {{")
+        self.flow_open("branch", f"if ({self.ev(op.operands[0], (), None)}) {{")
         self._in_region("if", op.results, op.blocks[0])
-        self.emit("} else {")
+        self.flow_next_branch("} else {")
         self._in_region("if", op.results, op.blocks[1])
-        self.emit("}")
+        self.flow_close("}")
 
     def op_yield(self, op: Op) -> None:
         kind, values = self.regions[-1]

@@ -369,6 +369,17 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
                 if hasattr(cls, f"op_{n}") or d.kind in ("view", "source")
                 or (d.kind == "elementwise" and dialect.spells(n))}
 
+    # control flow: the lines that open, split and close a loop body or an if; a target that
+    # tracks state along the emitted code (kunlun's fences) wraps them
+    def flow_open(self, kind: str, line: str) -> None:
+        self.emit(line)
+
+    def flow_next_branch(self, line: str) -> None:
+        self.emit(line)
+
+    def flow_close(self, line: str) -> None:
+        self.emit(line)
+
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
             self.lower_op(op)
@@ -469,14 +480,14 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             fill(False)
             return
         flag = self._all_true(mask)
-        self.emit(f"if ({flag}) {{")
+        self.flow_open("branch", f"if ({flag}) {{")
         self.indent += 1
         self.known_true.add(id(mask))   # loads fused into the fast path drop this mask too
         fill(False)
         self.known_true.discard(id(mask))
         self.indent -= 1
-        self.emit("} else {")
+        self.flow_next_branch("} else {")
         self.indent += 1
         fill(True)
         self.indent -= 1
-        self.emit("}")
+        self.flow_close("}")

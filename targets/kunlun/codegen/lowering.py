@@ -10,10 +10,11 @@ from compiler.ir.analysis import index_step
 from targets.cfamily.lowering import CLowering, Nest
 
 from . import simd
+from .access import FencedAccess
 from .memory import PlannedMemory
 
 
-class KunlunLowering(PlannedMemory, CLowering):
+class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
     """The C-family lowering with DMA: no load is fused into a consumer (that would read GM
     from compute code); each one fills an LM buffer through GM2LM, each store drains through LM2GM."""
 
@@ -110,11 +111,13 @@ class KunlunLowering(PlannedMemory, CLowering):
             return f"LM2GM({src}, {dst}, ({n}) * (int)sizeof({d.mem_type(dt)}));"
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
-    def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4)) -> None:
+    def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4),
+                   engine=None) -> None:
         """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
         start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
         the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
-        into runs of true mask elements."""
+        into runs of true mask elements. `engine`: the buffers the DMA engine reads or writes
+        (access.py), {name: ("D", written)}."""
         width = shape[axis]
         lm_step = 1
         for n in shape[axis + 1:]:
@@ -124,6 +127,7 @@ class KunlunLowering(PlannedMemory, CLowering):
             return f"{row}[{j}]" if lm_step == 1 else f"{row}[({j}) * {lm_step}]"
 
         def rows(masked: bool):
+            self.begin_group(engine)
             idx0, opened = self._open_rows(shape, axis)
             p0 = self._at(ptr, idx0)
             base = self.linear(idx0, shape)
@@ -198,13 +202,15 @@ class KunlunLowering(PlannedMemory, CLowering):
                 def copy(gm, row, start, n, tr=tr, lm_step=lm_step):
                     return (f"{self._dma_in(v.dtype, gm, tr, n)} for (int t_ = 0; t_ < {n}; ++t_) "
                             f"{row}[({start} + t_) * {lm_step}] = {tr}[t_];")
+            landing = name if all(n == 1 for n in v.shape[axis + 1:]) else tr   # the DMA's destination
             self._copy_rows(v.shape, axis, ptr, mask, name, copy,
                             fill_other=lambda idx: zero if other is None else self._at(other, idx),
-                            dma=("GM2LM", self.d.elem_bytes(v.dtype)))
+                            dma=("GM2LM", self.d.elem_bytes(v.dtype)), engine={landing: ("D", True)})
             return
 
         def fill(masked: bool):
             # fallback: one element per GM2LM (gathers, strided tiles)
+            self.begin_group({name: ("D", True)})
             if not masked:
                 self.record_dma("GM2LM", name, self.d.elem_bytes(v.dtype), 1, v.type.numel)
             nest = self.open_nest(v.shape, simd=False)
@@ -232,12 +238,15 @@ class KunlunLowering(PlannedMemory, CLowering):
                 src = self.name(val)   # already in LM, in the memory format: DMA straight from it
             else:
                 src = self._as_staging(val, ptr.shape)
+            # a narrowing copy converts the LM run in place before the DMA reads it
             self._copy_rows(ptr.shape, axis, ptr, mask, src,
                             lambda gm, row, start, n: self._dma_out(val.dtype, self._lm_at(row, start), gm, n),
-                            dma=("LM2GM", self.d.elem_bytes(val.dtype)))
+                            dma=("LM2GM", self.d.elem_bytes(val.dtype)),
+                            engine={src: ("D", not self.d.same_repr(val.dtype))})
             return
 
         def fill(masked: bool):
+            self.begin_group()
             if not masked:
                 self.record_dma("LM2GM", "", self.d.elem_bytes(val.dtype), 1, ptr.type.numel)
             nest = self.open_nest(ptr.shape, simd=False)
@@ -257,6 +266,7 @@ class KunlunLowering(PlannedMemory, CLowering):
         if vec is not None:
             simd.vector_nest(self, val.shape, name, vec)
             return name
+        self.begin_group()
         nest = self.open_nest(shape)
         e = self.ev(val, nest.idx, nest)
         self.close_nest(nest, [f"{name}[{self.linear(nest.idx, shape)}] = {e};"])

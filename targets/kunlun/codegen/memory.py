@@ -31,6 +31,7 @@ class PlannedMemory:
         self.work = 0.0   # elements the loop nests touch, times the enclosing loops' trips (nominal ones too)
         self._declaring = None
         self._inplace: tuple[str, ...] = ()
+        self.init_access()
 
     # -- buffers -----------------------------------------------------------------------------------
     def local_buffer(self, ctype: str, name: str, numel: int, value=None) -> str:
@@ -43,7 +44,8 @@ class PlannedMemory:
         if self.placement is None:
             self.emit(f"{ctype} {name}[{numel}];")
         else:
-            self.emit(f"{ctype}* const {name} = ({ctype}*)(tj_lm + {self.placement[buf.index]});")
+            self.note_buffer(name, self.placement[buf.index], buf.nbytes)
+            self.emit_declaration(f"{ctype}* const {name} = ({ctype}*)(tj_lm + {self.placement[buf.index]});")
         return name
 
     def declare_buffer(self, v, name=None) -> str:
@@ -70,6 +72,7 @@ class PlannedMemory:
     # -- where the emitted code is -----------------------------------------------------------------
     def lower_op(self, op: Op) -> None:
         self.cur_time = self.times[id(op)]
+        self.begin_group()
         super().lower_op(op)
 
     def op_for(self, op: Op) -> None:

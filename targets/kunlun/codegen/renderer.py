@@ -41,7 +41,9 @@ class KunlunRenderer:
             raise CompilationError(f"internal: kunlun emission differs from its memory plan in kernel '{fn.name}'")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
                   for p in plan.ir.params]
+        listing = plan.listing().splitlines() + [f"  fences: {len(low.fences.placed)}"] + \
+            [f"    {f}" for f in low.fences.placed]
         src = _ENV.get_template("kernel.xpu.j2").render(
             name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm,
-            arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in plan.listing().splitlines()))
+            arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in listing))
         return src, plan

@@ -10,9 +10,12 @@ scalar C. Strict elementwise nests stay scalar.
 """
 from __future__ import annotations
 
+import re
+
 from compiler import dtypes as D
 
 LANES = 16
+_VLOAD = re.compile(r"vload_lm_float32x16\(&(\w+)\[")
 _VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16", "max": "vvmax_float32x16"}
 
 
@@ -70,6 +73,7 @@ def vector_form(lowering, v) -> str | None:
 def vector_nest(lowering, shape: tuple[int, ...], dest: str, expr: str) -> None:
     """Emits `dest[i...] = expr` over `shape`, 16 lanes per step of the innermost loop."""
     low = lowering
+    low.begin_group({**{b: ("V", False) for b in _VLOAD.findall(expr)}, dest: ("V", True)})
     idx = tuple(f"i{k}" for k in range(len(shape)))
     for k, n in enumerate(shape):
         step = LANES if k == len(shape) - 1 else 1
@@ -85,6 +89,7 @@ def emit_dot(lowering, A: str, B: str, C: str, M: int, N: int, K: int) -> None:
     """C[m][n:n+16] = fma(A[m][k], B[k][n:n+16], C[m][n:n+16]) for k ascending: `svmac_float32x16`
     (scalar times vector plus vector, one rounding) is the scalar fma chain 16 lanes at a time, so
     both policies take it and strict stays bitwise equal to the cpu target."""
+    lowering.begin_group({B: ("V", False), C: ("V", True)})   # A is read by scalar loads
     e = lowering.emit
     e(f"for (int m = 0; m < {M}; ++m)")
     e(f"    for (int k = 0; k < {K}; ++k) {{")

@@ -16,9 +16,13 @@
 
 #define TJ_DEV static inline __device__
 
-// LM accounting hook: a no-op on the device, a run-time LM budget check under emulation.
+// LM hooks, no-ops on the device; under emulation: the run-time LM budget (TJ_LM_USE), and the
+// fence rules checked against the arena's scalar accesses (TJ_LM_ARENA, TJ_LM_SCALAR; the vector
+// and DMA calls check themselves).
 #ifndef TJ_LM_USE
 #define TJ_LM_USE(buf)
+#define TJ_LM_ARENA(buf)
+#define TJ_LM_SCALAR(buf, bytes)
 #endif
 
 // ---- fp16 / bf16 <-> fp32 (round to nearest even), bit manipulation only -------------------
@@ -326,3 +330,13 @@ typedef uint16_t __attribute__((__may_alias__)) tj_u16_alias;
     }
 TJ_DMA_CONVERT(f16, tj_h2f, tj_f2h)
 TJ_DMA_CONVERT(bf16, tj_bf2f, tj_f2bf)
+
+#ifdef TJ_XPU_EMULATION
+// What the device compiler has no definition for fails the emulation's build too: the C99 libm
+// names and <math.h>'s macros (device math is exp/sqrt/... on floats or __builtin_*f)
+#undef INFINITY
+#undef NAN
+#pragma GCC poison INFINITY NAN HUGE_VALF expf exp2f expm1f logf log2f log10f log1pf sqrtf cbrtf sinf cosf tanf
+#pragma GCC poison tanhf asinf acosf atanf atan2f erff erfcf floorf ceilf truncf roundf rintf nearbyintf fabsf
+#pragma GCC poison fmaf fmodf fmaxf fminf powf ldexpf frexpf copysignf
+#endif

@@ -31,8 +31,6 @@ static inline int cluster_id() { return tj_emu_cluster_id; }
 static inline int core_id() { return tj_emu_core_id; }
 static inline int cluster_num() { return tj_emu_cluster_num; }
 static inline int core_num() { return tj_emu_core_num; }
-static inline void mfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-static inline void mfence_lm() { mfence(); }
 static inline void sync_cluster() {}   // this slice emits no cluster-level sync
 
 // ---- error flag: the first error wins, the launcher turns it into a Python exception ---------
@@ -55,7 +53,47 @@ static inline bool tj_emu_in_gm(const void* p, int bytes) {
         if (a >= tj_emu_lo[i] && b <= tj_emu_hi[i]) return true;
     return false;
 }
+// ---- the fence rules (targets/kunlun/plan/fences.py), checked per 4-byte granule of the arena ----
+// Each granule remembers the accesses no fence has ordered yet: vector reads/writes (racing scalar
+// code until mfence_lm, DMA until mfence) and scalar accesses (TJ_LM_SCALAR, racing vectors).
+// An access that meets a pending one of another unit it races is an emulation error.
+enum { TJ_PV_W = 1, TJ_PV_R = 2, TJ_PS = 4, TJ_PV_W_DMA = 8, TJ_PV_R_DMA = 16 };
+#define TJ_EMU_GRANULES 4096
+static thread_local uint8_t tj_emu_pend[TJ_EMU_GRANULES];
+static thread_local const char* tj_emu_arena = 0;
+static thread_local int tj_emu_arena_bytes = 0;
+static inline void tj_emu_set_arena(const char* base, int bytes) {
+    tj_emu_arena = base;
+    tj_emu_arena_bytes = bytes < 4 * TJ_EMU_GRANULES ? bytes : 4 * TJ_EMU_GRANULES;
+    memset(tj_emu_pend, 0, sizeof tj_emu_pend);
+}
+static inline void tj_emu_order(const void* p, int bytes, uint8_t races, uint8_t leaves, const char* what) {
+    if (!tj_emu_arena || bytes <= 0) return;
+    long off = (long)((const char*)p - tj_emu_arena);
+    if (off < 0 || off >= tj_emu_arena_bytes) return;   // not the arena: a register's copy
+    long end = off + bytes < tj_emu_arena_bytes ? off + bytes : tj_emu_arena_bytes;
+    for (long g = off / 4; g < (end + 3) / 4; ++g)
+        if (tj_emu_pend[g] & races) {
+            tj_emu_fail("%s: arena bytes %llu..%llu are still pending from another unit, with no fence between "
+                        "(cluster %d, core %d)", what, (uint64_t)(4 * g), (uint64_t)(4 * g + 3));
+            return;
+        }
+    for (long g = off / 4; g < (end + 3) / 4; ++g) tj_emu_pend[g] |= leaves;
+}
+static inline void mfence_lm() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int g = 0; g < TJ_EMU_GRANULES; ++g) tj_emu_pend[g] &= (uint8_t)~(TJ_PV_W | TJ_PV_R | TJ_PS);
+}
+static inline void mfence() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    memset(tj_emu_pend, 0, sizeof tj_emu_pend);
+}
+#define TJ_LM_ARENA(buf) tj_emu_set_arena((const char*)(buf), (int)sizeof(buf))
+#define TJ_LM_SCALAR(buf, bytes) \
+    tj_emu_order((buf), (bytes), TJ_PV_W | TJ_PV_R, TJ_PS, "scalar access of " #buf " after vector loads/stores")
+
 static inline void GM2LM(const void* src, void* dst, int bytes) {
+    tj_emu_order(dst, bytes, TJ_PV_W_DMA | TJ_PV_R_DMA, 0, "GM2LM over LM a vector load/store has not finished with");
     if (!tj_emu_in_gm(src, bytes)) {
         tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
                     "(cluster %d, core %d)", "GM2LM", (uint64_t)(uintptr_t)src, (uint64_t)bytes);
@@ -64,6 +102,7 @@ static inline void GM2LM(const void* src, void* dst, int bytes) {
     memcpy(dst, src, bytes);
 }
 static inline void LM2GM(const void* src, void* dst, int bytes) {
+    tj_emu_order(src, bytes, TJ_PV_W_DMA, 0, "LM2GM of LM written by vector stores");
     if (!tj_emu_in_gm(dst, bytes)) {
         tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
                     "(cluster %d, core %d)", "LM2GM", (uint64_t)(uintptr_t)dst, (uint64_t)bytes);
@@ -84,10 +123,12 @@ static inline void tj_emu_check_simd(const void* p, const char* what) {
 }
 static inline float32x16_t vload_lm_float32x16(const float* p) {
     tj_emu_check_simd(p, "vload_lm_float32x16");
+    tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, "vload_lm_float32x16 of LM scalar code touched");
     float32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
 }
 static inline void vstore_lm_float32x16(float* p, float32x16_t x) {
     tj_emu_check_simd(p, "vstore_lm_float32x16");
+    tj_emu_order(p, 64, TJ_PS, TJ_PV_W | TJ_PV_W_DMA, "vstore_lm_float32x16 over LM scalar code touched");
     memcpy(p, x.v, sizeof x.v);
 }
 #define TJ_EMU_VV(NAME, EXPR) \
