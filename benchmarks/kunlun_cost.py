@@ -5,7 +5,9 @@ For each op and shape: the kunlun default config (config_for, LM-checked by the 
 model's estimate (targets/kunlun/tune/cost_model.py), and two rooflines: `roof` = max(minimum bytes /
 memory bandwidth, flops / the arch's published fp16 peak), and `roof_simd` with the fp32 SIMD peak
 the generated code can reach at most (cores x 16 lanes x 2 flops x the model's assumed clock).
-`est/roof_simd` says how far the emitted code's DMA pattern is from streaming at full bandwidth."""
+`est/roof_simd` says how far the emitted code is from streaming at full bandwidth; `vec %` is the
+share of its element operations the renderer emitted for the 16-lane vector unit (the model prices
+the rest at one lane)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +21,7 @@ import argparse  # noqa: E402
 import kernels  # noqa: E402
 from compiler import get_target, numerics  # noqa: E402
 from compiler.clihelp import description  # noqa: E402
-from targets.kunlun.tune import cost_model  # noqa: E402
+from targets.kunlun.tune import cost_model, footprint  # noqa: E402
 
 F32 = 4
 SHAPES = [
@@ -47,7 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="xpu2,xpu3")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"))
     args = ap.parse_args(argv)
-    print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
+    print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'vec %':>5} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
           f"{'est/roof_simd':>13}")
     for arch in args.arch.split(","):
         tgt = get_target(f"kunlun:{arch}")
@@ -59,12 +61,13 @@ def main(argv=None) -> int:
             with numerics(args.policy):
                 cfg = kernels.config_for(op, tgt, **spec.dims_of(shape))
                 est = cost_model.estimate(tgt, spec, cfg, shape, args.policy)
+                vec = footprint.profile(tgt, spec, cfg, shape, args.policy)[1]
             nbytes, flops = work(op, shape)
             roof = max(nbytes / bw, flops / a.peak_fp16_flops)
             roof_simd = max(nbytes / bw, flops / simd_peak)
             cfg_s = ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
-            print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {est * 1e3:9.3f} {roof * 1e3:9.3f} {roof_simd * 1e3:12.3f} "
-                  f"{est / roof_simd:13.1f}")
+            print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {100 * vec:5.0f} {est * 1e3:9.3f} {roof * 1e3:9.3f} "
+                  f"{roof_simd * 1e3:12.3f} {est / roof_simd:13.1f}")
     print("\nest: the cost model's estimate (an estimate, not a measurement; assumed figures at the top of "
           "targets/kunlun/tune/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")
     return 0

@@ -204,3 +204,18 @@ def test_a_generated_kernel_fails_in_the_emulation_without_the_fences_the_plan_p
     assert strip.sub("", fenced) == bare
     rc, err = _run_source(bare, tmp_path, "bare", x, out, grid)
     assert rc == -1 and "no fence between" in err, err
+
+
+def test_the_emulation_build_refuses_a_source_xtdk_would_refuse(tmp_path):
+    """The host compiler would build `long` or a GM dereference; the emulation's build runs the lint
+    first and refuses, naming the rule (every generated kernel of every test passes through it)."""
+    from compiler.errors import TargetError  # noqa: PLC0415
+    from targets.kunlun.build import sdk  # noqa: PLC0415
+    if sdk.find_xtdk() is not None:
+        pytest.skip("XTDK present: the device compiler itself judges the source")
+    path = tmp_path / "bad.xpu"
+    path.write_text(BREAKS["gm-deref"](_add_source()))
+    with pytest.raises(TargetError, match="gm-deref: global memory is reached only through DMA"):
+        toolchain.build(ARCHS["xpu3"], str(path), str(tmp_path))
+    path.write_text(_add_source())
+    assert toolchain.build(ARCHS["xpu3"], str(path), str(tmp_path)) == "emulation"

@@ -13,6 +13,7 @@ from compiler.errors import TargetError
 from targets.cpu import toolchain as cpu_toolchain
 
 from ..arch import Arch
+from ..codegen import lint
 from . import sdk
 
 HEADER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "include")   # tilejit_xpu.h, xpu_emulation.h
@@ -97,8 +98,16 @@ def xtdk_commands(clang: str, arch: Arch, source: str, out_dir: str) -> list[lis
 
 
 def build(arch: Arch, source: str, out_dir: str) -> str:
-    """Builds `source` (an .xpu file) into out_dir/kernel.so; returns the mode used."""
+    """Builds `source` (an .xpu file) into out_dir/kernel.so; returns the mode used. Under emulation
+    the dialect lint runs first: the host compiler accepts what XTDK would refuse, so the
+    emulation refuses it here."""
     xtdk = sdk.find_xtdk()
+    if not xtdk:
+        with open(source) as f:
+            broken = lint.lint(f.read())
+        if broken:
+            raise TargetError("kunlun: the generated source breaks the XPU dialect rules XTDK enforces:\n" + "\n".join(
+                f"  {rule}: {lint.RULES[rule].says}: {text}" for rule, text in broken[:10]))
     cmds = xtdk_commands(xtdk, arch, source, out_dir) if xtdk else \
         [emulation_command(arch, source, os.path.join(out_dir, "kernel.so"))]
     for cmd in cmds:

@@ -41,9 +41,17 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             return
         super().op_elementwise(op)
 
+    def op_reduce(self, op: Op) -> None:
+        vec = simd.reduction_form(self, op) if self.vectorize else None
+        if vec is None:
+            super().op_reduce(op)
+            return
+        simd.emit_reduce(self, op, vec)
+
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
         self.work += M * N * K * self.loop_weight()
         if in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:   # svmac: both policies
+            self.vector_dot_work += M * N * K * self.loop_weight()
             simd.emit_dot(self, A, B, C, M, N, K)
             return
         super().emit_dot_loops(A, B, C, M, N, K, in_dt, acc_dt)

@@ -29,6 +29,8 @@ class PlannedMemory:
         self.dma_sites: list[DMA] = []
         self.loop_trips: list[int | None] = []   # enclosing loops: static trip count, or None
         self.work = 0.0   # elements the loop nests touch, times the enclosing loops' trips (nominal ones too)
+        self.vector_nest_work = 0.0   # the same for 16-lane vector nests (not in `work`)
+        self.vector_dot_work = 0.0    # the part of `work` that vector dots do
         self._declaring = None
         self._inplace: tuple[str, ...] = ()
         self.init_access()

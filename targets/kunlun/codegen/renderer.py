@@ -41,6 +41,8 @@ class KunlunRenderer:
             raise CompilationError(f"internal: kunlun emission differs from its memory plan in kernel '{fn.name}'")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
                   for p in plan.ir.params]
+        plan.element_ops = low.work + low.vector_nest_work
+        plan.vector_ops = low.vector_nest_work + low.vector_dot_work
         listing = plan.listing().splitlines() + [f"  fences: {len(low.fences.placed)}"] + \
             [f"    {f}" for f in low.fences.placed]
         src = _ENV.get_template("kernel.xpu.j2").render(

@@ -74,6 +74,10 @@ def vector_nest(lowering, shape: tuple[int, ...], dest: str, expr: str) -> None:
     """Emits `dest[i...] = expr` over `shape`, 16 lanes per step of the innermost loop."""
     low = lowering
     low.begin_group({**{b: ("V", False) for b in _VLOAD.findall(expr)}, dest: ("V", True)})
+    n = 1
+    for d in shape:
+        n *= d
+    low.vector_nest_work += n * low.loop_weight()
     idx = tuple(f"i{k}" for k in range(len(shape)))
     for k, n in enumerate(shape):
         step = LANES if k == len(shape) - 1 else 1
@@ -100,3 +104,60 @@ def emit_dot(lowering, A: str, B: str, C: str, M: int, N: int, K: int) -> None:
     e(f"            vstore_lm_float32x16(&{C}[m * {N} + n], svmac_float32x16(a_mk, b_, c_));")
     e("        }")
     e("    }")
+
+
+_COMBINE = {"sum": "vvadd_float32x16", "max": "vvmax_float32x16"}
+
+
+def reduction_form(lowering, op) -> str | None:
+    """The vector expression a fast-policy sum/max over the last axis reads, or None when the
+    reduction stays scalar (strict's pairwise trees always do)."""
+    x, r = op.operands[0], op.results[0]
+    if op.attrs.get("order") == "pairwise" or op.attrs["kind"] not in _COMBINE or r.dtype is not D.float32:
+        return None
+    if op.attrs["axis"] != len(x.shape) - 1:
+        return None
+    return vector_form(lowering, x)
+
+
+def emit_reduce(lowering, op, expr: str) -> None:
+    """Per row: 16 lane accumulators over the row's 16-element chunks (vector loads and vvadd /
+    vvmax, chunks in ascending order), stored to an LM lane buffer; then each row's 16 lanes
+    combined in lane order by scalar code. A fixed order: deterministic and batch-invariant."""
+    low = lowering
+    x, r = op.operands[0], op.results[0]
+    kind, rows_shape, n = op.attrs["kind"], x.shape[:-1], x.shape[-1]
+    rows = 1
+    for d in rows_shape:
+        rows *= d
+    lanes = low.local_buffer("float", low.fresh("lanes"), rows * LANES)
+    low.begin_group({**{b: ("V", False) for b in _VLOAD.findall(expr)}, lanes: ("V", True)})
+    low.vector_nest_work += rows * n * low.loop_weight()
+    idx = tuple(f"i{k}" for k in range(len(x.shape)))
+    row = low.linear(idx[:-1], rows_shape)
+    low.emit("{")
+    low.indent += 1
+    for k, d in enumerate(rows_shape):
+        low.emit(f"for (int {idx[k]} = 0; {idx[k]} < {d}; ++{idx[k]}) {{")
+        low.indent += 1
+    last = idx[-1]
+    low.emit(f"float32x16_t acc_; {{ const int {last} = 0; acc_ = {expr}; }}")
+    low.emit(f"for (int {last} = {LANES}; {last} < {n}; {last} += {LANES}) acc_ = {_COMBINE[kind]}(acc_, {expr});")
+    low.emit(f"vstore_lm_float32x16(&{lanes}[({row}) * {LANES}], acc_);")
+    for _ in range(len(rows_shape) + 1):
+        low.indent -= 1
+        low.emit("}")
+    low.begin_group()   # the lanes, read by scalar code: the fence stage puts mfence_lm before it
+    low.work += rows * LANES * low.loop_weight()
+    combine = "{0} + {1}" if kind == "sum" else "tj_max({0}, {1})"
+    if r.type.is_scalar:
+        name = low.name(r)
+        low.emit(f"float {name} = {lanes}[0];")
+        low.emit(f"for (int l_ = 1; l_ < {LANES}; ++l_) {name} = {combine.format(name, f'{lanes}[l_]')};")
+        return
+    name = low.declare_buffer(r)
+    low.emit(f"for (int j_ = 0; j_ < {rows}; ++j_) {{")
+    low.emit(f"    float a_ = {lanes}[j_ * {LANES}];")
+    low.emit(f"    for (int l_ = 1; l_ < {LANES}; ++l_) a_ = {combine.format('a_', f'{lanes}[j_ * {LANES} + l_]')};")
+    low.emit(f"    {name}[j_] = a_;")
+    low.emit("}")

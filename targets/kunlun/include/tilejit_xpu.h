@@ -336,6 +336,7 @@ TJ_DMA_CONVERT(bf16, tj_bf2f, tj_f2bf)
 // names and <math.h>'s macros (device math is exp/sqrt/... on floats or __builtin_*f)
 #undef INFINITY
 #undef NAN
+#undef HUGE_VALF
 #pragma GCC poison INFINITY NAN HUGE_VALF expf exp2f expm1f logf log2f log10f log1pf sqrtf cbrtf sinf cosf tanf
 #pragma GCC poison tanhf asinf acosf atanf atan2f erff erfcf floorf ceilf truncf roundf rintf nearbyintf fabsf
 #pragma GCC poison fmaf fmodf fmaxf fminf powf ldexpf frexpf copysignf

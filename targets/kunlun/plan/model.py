@@ -90,6 +90,14 @@ class MemoryPlan:
     dma: list[DMA]
     steps: list[str]             # strip-mining decisions, in order
     lm_bytes: int                # the arena: every LM buffer at its offset
+    # element operations per program in the emitted code (run-time loops at NOMINAL_TRIPS), and
+    # how many of them the 16-lane vector unit does: set by the renderer after emission
+    element_ops: float = 0.0
+    vector_ops: float = 0.0
+
+    @property
+    def vector_share(self) -> float:
+        return self.vector_ops / self.element_ops if self.element_ops else 0.0
 
     @property
     def peak_live_bytes(self) -> int:
@@ -117,6 +125,9 @@ class MemoryPlan:
             kinds[d.kind] = kinds.get(d.kind, 0) + 1
         if kinds:
             lines.append("  DMA sites: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+        if self.element_ops:
+            lines.append(f"  work per program: {self.element_ops:.0f} element operations, "
+                         f"{100 * self.vector_share:.0f}% on the vector unit")
         return "\n".join(lines)
 
 

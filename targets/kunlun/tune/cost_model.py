@@ -2,8 +2,9 @@
 rank configs where no device is present. The op says what one call does (`OpSpec.work`: programs,
 and per program the elements moved, the contiguous segments they come in, the flops); this model
 prices it: DMA bytes over memory bandwidth, a fixed setup per segment (one GM2LM/LM2GM each, as
-the renderer emits them), SIMD work over the cores' peak, launch overhead. Whether a config fits
-LM is not estimated: the renderer's own check answers it (footprint.py).
+the renderer emits them), the flops at the vector unit's rate for the share of the emitted code
+that is vectorised and at one lane for the rest (the renderer counts both), launch overhead.
+Whether a config fits LM is not estimated: the renderer's own check answers it (footprint.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
 DMA setup, the launch overhead, and, for xpu3, the memory bandwidth (no public source gives it,
@@ -15,7 +16,7 @@ from compiler import cdiv
 from compiler.opspec import Work
 
 from ..arch import Arch
-from .footprint import lm_footprint
+from .footprint import profile
 
 ASSUMED_CLOCK_HZ = 1.0e9          # SIMD issue rate per core (assumed)
 ASSUMED_DMA_SETUP_S = 50e-9       # fixed cost of one GM2LM/LM2GM (assumed)
@@ -27,14 +28,16 @@ F32 = 4
 def estimate(target, spec, config: dict, shape: dict, policy: str = "fast") -> float:
     """Estimated seconds for one call of `spec`'s op with `config` on `shape` (a shapes-file entry)
     on a kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
-    lm_footprint(target, spec, config, shape, policy)
-    return estimate_time(target.arch, spec.work(spec.launched(config, spec.dims_of(shape), policy), shape))
+    _lm, vector_share = profile(target, spec, config, shape, policy)
+    return estimate_time(target.arch, spec.work(spec.launched(config, spec.dims_of(shape), policy), shape),
+                         vector_share)
 
 
-def estimate_time(arch: Arch, work: Work) -> float:
-    """The time part of `estimate`, for a config known to fit."""
+def estimate_time(arch: Arch, work: Work, vector_share: float = 1.0) -> float:
+    """The time part of `estimate`, for a config known to fit; `vector_share` of the work runs on
+    the vector unit, the rest one lane at a time."""
     bw = arch.mem_bandwidth or FALLBACK_BANDWIDTH
-    core_flops = arch.fp32_lanes * 2 * ASSUMED_CLOCK_HZ
+    core_flops = arch.fp32_lanes * 2 * ASSUMED_CLOCK_HZ / (vector_share + (1 - vector_share) * arch.fp32_lanes)
     waves = cdiv(work.programs, arch.cores)
     per_program = work.flops / core_flops + work.segments * ASSUMED_DMA_SETUP_S
     memory = work.programs * work.elements * F32 / bw

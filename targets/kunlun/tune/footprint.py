@@ -15,11 +15,13 @@ from compiler.opspec import op_spec
 
 
 @functools.lru_cache(maxsize=4096)
-def _footprint(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> int:
+def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> tuple[int, float]:
     spec = op_spec(op)
     with use_target(target), numerics(policy), render_only() as seen:
         spec.probe(dict(cfg_items), dict(probe_items))
-    return max(target.footprint(r.source) for r in seen)
+    plans = [target.plan_of(r.source) for r in seen]
+    ops = sum(p.element_ops for p in plans)
+    return max(p.lm_bytes for p in plans), (sum(p.vector_ops for p in plans) / ops if ops else 0.0)
 
 
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
@@ -27,9 +29,14 @@ def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: 
     the renderer's LMBudgetError (with the buffer listing) when it does not fit. Of `shape`, what
     changes the kernel's tiles is read: dtype, causal and the spec's exact key dims (head_dim,
     rotary_dim)."""
+    return profile(target, spec, config, shape, policy)[0]
+
+
+def profile(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> tuple[int, float]:
+    """(lm_footprint, the share of the emitted element operations on the 16-lane vector unit)."""
     shape = shape or {}
     spec = op_spec(spec) if isinstance(spec, str) else spec
     exact = [k for k, how in spec.key_dims.items() if how == "exact"]
     probe = {k: shape[k] for k in ("dtype", "causal", *exact) if k in shape}
     name = spec.name
-    return _footprint(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy)
+    return _profile(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy)
