@@ -219,3 +219,46 @@ def test_the_emulation_build_refuses_a_source_xtdk_would_refuse(tmp_path):
         toolchain.build(ARCHS["xpu3"], str(path), str(tmp_path))
     path.write_text(_add_source())
     assert toolchain.build(ARCHS["xpu3"], str(path), str(tmp_path)) == "emulation"
+
+
+_WIDEN_SRC = r'''
+#include "tilejit_xpu.h"
+__global__ void k(__global_ptr__ const uint16_t* h, __global_ptr__ float* out, int n, int fenced) {
+    __simd__ __local__ char tj_lm[1024]; TJ_LM_USE(tj_lm); TJ_LM_ARENA(tj_lm);
+    float* const a = (float*)tj_lm;
+    if (cluster_id() + core_id() != 0) return;
+    tj_gm2lm_f16_vector(h, a, n);
+    if (fenced) mfence_lm();
+    TJ_LM_SCALAR(a, 4 * n); a[0] += 0.0f;   // a scalar touch of the widened run
+    mfence();
+    LM2GM(a, out, 4 * n);
+}
+extern "C" int run(const uint16_t* h, float* out, int n, int fenced) {
+    return tj_emu_launch(2, 4, [=]() { k(h, out, n, fenced); });
+}
+'''
+
+
+@pytest.mark.parametrize("arch", ["xpu2", "xpu3"])
+def test_fp16_rows_widen_with_vectors_on_xpu3_only(tmp_path, arch):
+    """xpu3 widens an fp16 run of a multiple of 32 halves with vector loads (exact, like the scalar
+    widening): a scalar touch right after it needs a fence there, and not on xpu2."""
+    (tmp_path / "w.xpu").write_text(_WIDEN_SRC)
+    subprocess.run(toolchain.emulation_command(ARCHS[arch], str(tmp_path / "w.xpu"), str(tmp_path / "w.so")), check=True)
+    lib = ctypes.CDLL(str(tmp_path / "w.so"))
+    lib.run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.tj_emu_error.restype = ctypes.c_char_p
+    lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    h = (torch.randn(64, generator=torch.Generator().manual_seed(3)) * 100).half()
+    h[:4] = torch.tensor([float("inf"), float("nan"), 6e-8, -0.0])   # specials and a subnormal
+    out = torch.empty(64)
+    lo = (ctypes.c_uint64 * 2)(h.data_ptr(), out.data_ptr())
+    hi = (ctypes.c_uint64 * 2)(h.data_ptr() + 128, out.data_ptr() + 256)
+    for fenced in (1, 0):
+        lib.tj_emu_set_regions(2, lo, hi)
+        rc = lib.run(h.data_ptr(), out.data_ptr(), 64, fenced)
+        if fenced or arch == "xpu2":
+            assert rc == 0, lib.tj_emu_error()
+            assert torch.equal(out.view(torch.int32), h.float().view(torch.int32))
+        else:
+            assert rc == -1 and b"scalar access of a after vector" in lib.tj_emu_error()

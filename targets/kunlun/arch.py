@@ -25,6 +25,9 @@ class Arch:
     l3_bandwidth: float | None
     peak_fp16_flops: float | None
     fp64: str
+    # fp16 vectors (float16x32_t, vload_lm_float16x32, vfp162float_l/_h): FlagTree's
+    # trigonometric.xpu uses them under __arch_xpu3__ only
+    fp16_vectors: bool = False
     unverified: tuple[str, ...] = field(default=())
 
     @property
@@ -61,7 +64,7 @@ ARCHS: dict[str, Arch] = {
         mem_bytes=96 * GB, mem_bandwidth=None,   # UNVERIFIED bandwidth: unknown
         l3_bytes=None, l3_bandwidth=None,        # UNVERIFIED: unknown
         peak_fp16_flops=345e12,                  # UNVERIFIED: third-party tables only
-        fp64="not on device: rejected by the target",
+        fp64="not on device: rejected by the target", fp16_vectors=True,
         unverified=("lm_bytes_per_core", "lm_stack_reserve", "sm_bytes_per_cluster", "mem_bandwidth",
                     "l3_bytes", "l3_bandwidth", "peak_fp16_flops")),
 }

@@ -38,14 +38,19 @@ def fingerprint(arch: Arch) -> dict:
                 "flags": DEVICE_FLAGS, "host": host_flags(), "sdk": [c.include_dir for c in sdk_components()[0]]}
     cxx = cpu_toolchain.find_compiler()
     return {"mode": "emulation", "arch": arch.name, "cxx": _version(cxx) if cxx else None,
-            "flags": EMU_FLAGS + [f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}"]}
+            "flags": EMU_FLAGS + _emulation_defines(arch)}
+
+
+def _emulation_defines(arch: Arch) -> list[str]:
+    # the LM budget the emulation checks, and the arch macro XTDK defines for --xpu-arch
+    return [f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}", f"-D__arch_{arch.name}__"]
 
 
 def emulation_command(arch: Arch, source: str, out: str) -> list[str]:
     cxx = cpu_toolchain.find_compiler()
     if cxx is None:
         raise TargetError("the kunlun target's host emulation needs a C++ compiler (install g++ or set CXX)")
-    return [cxx, *EMU_FLAGS, f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}", f"-I{HEADER_DIR}",
+    return [cxx, *EMU_FLAGS, *_emulation_defines(arch), f"-I{HEADER_DIR}",
             "-include", os.path.join(HEADER_DIR, "xpu_emulation.h"), "-x", "c++", source, "-o", out]
 
 

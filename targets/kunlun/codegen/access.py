@@ -35,12 +35,14 @@ class FencedAccess:
             self.lm_range[name] = (offset, offset + nbytes)
 
     def begin_group(self, vector_or_dma: dict[str, tuple[str, bool]] | None = None) -> None:
-        """Starts a group; `vector_or_dma` maps a buffer to (unit "V" or "D", written)."""
+        """Starts a group; `vector_or_dma` maps a buffer to (units, written): "V", "D", or "DV"
+        for a DMA whose data the vector unit then converts in place."""
         self._group_at, self._group_indent, self._group_head = len(self.lines), self.indent, 0
         self._named = dict(vector_or_dma or {})
         self._scalar_seen: set[str] = set()
-        for name, (unit, write) in self._named.items():
-            self._access(name, unit, write)
+        for name, (units, write) in self._named.items():
+            for unit in units:
+                self._access(name, unit, write)
 
     def _access(self, name: str, unit: str, write: bool) -> None:
         if self.fences is None or name not in self.lm_range:

@@ -20,9 +20,11 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
 
     index_type = "int"
 
-    def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None):
+    def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None,
+                 vector_f16: bool = False):
         super().__init__(fn, dialect)
         self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
+        self.vector_f16 = vector_f16   # the arch widens fp16 with vector loads (float16x32_t)
         self.init_memory(placement)
 
     def _load_fuses(self, v) -> bool:
@@ -107,11 +109,18 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self.emit(st)
         return e
 
-    def _dma_in(self, dt, src: str, dst: str, n: str) -> str:
+    def _dma_in(self, dt, src: str, dst: str, n: str, widen: bool = False) -> str:
         d = self.d
         if d.same_repr(dt):
             return f"GM2LM({src}, {dst}, ({n}) * (int)sizeof({d.mem_type(dt)}));"
-        return f"tj_gm2lm_{d.dma_suffix[dt]}({src}, {dst}, {n});"
+        vector = "_vector" if widen and self._widens(dt) else ""
+        return f"tj_gm2lm_{d.dma_suffix[dt]}{vector}({src}, {dst}, {n});"
+
+    def _widens(self, dt) -> bool:
+        """Whether whole rows of `dt` are widened with vector loads (fp16 on xpu3: the vector unit
+        writes the run too, so the copy's group declares it). Masked runs and transposed tiles,
+        which scalar code touches in the same loop, keep the scalar widening."""
+        return dt is D.float16 and self.vector_f16
 
     def _dma_out(self, dt, src: str, dst: str, n: str) -> str:
         d = self.d
@@ -120,12 +129,12 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
     def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4),
-                   engine=None) -> None:
+                   engine=None, engine_whole_rows=None) -> None:
         """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
         start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
         the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
         into runs of true mask elements. `engine`: the buffers the DMA engine reads or writes
-        (access.py), {name: ("D", written)}."""
+        (access.py), {name: ("D", written)}; `engine_whole_rows` instead where no row is masked."""
         width = shape[axis]
         lm_step = 1
         for n in shape[axis + 1:]:
@@ -135,7 +144,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             return f"{row}[{j}]" if lm_step == 1 else f"{row}[({j}) * {lm_step}]"
 
         def rows(masked: bool):
-            self.begin_group(engine)
+            self.begin_group(engine if masked or engine_whole_rows is None else engine_whole_rows)
             idx0, opened = self._open_rows(shape, axis)
             p0 = self._at(ptr, idx0)
             base = self.linear(idx0, shape)
@@ -198,7 +207,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             zero = self.d.literal(0, v.dtype)
             if all(n == 1 for n in v.shape[axis + 1:]):
                 def copy(gm, row, start, n):
-                    return self._dma_in(v.dtype, gm, self._lm_at(row, start), n)
+                    return self._dma_in(v.dtype, gm, self._lm_at(row, start), n, widen=start == "0")
             else:
                 # contiguous in GM down a column of the LM tile: DMA the segment into a row
                 # buffer, then spread it with the tile's stride (an LM-to-LM copy)
@@ -210,10 +219,12 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 def copy(gm, row, start, n, tr=tr, lm_step=lm_step):
                     return (f"{self._dma_in(v.dtype, gm, tr, n)} for (int t_ = 0; t_ < {n}; ++t_) "
                             f"{row}[({start} + t_) * {lm_step}] = {tr}[t_];")
-            landing = name if all(n == 1 for n in v.shape[axis + 1:]) else tr   # the DMA's destination
+            rowwise = all(n == 1 for n in v.shape[axis + 1:])
+            landing = name if rowwise else tr   # the DMA's destination
             self._copy_rows(v.shape, axis, ptr, mask, name, copy,
                             fill_other=lambda idx: zero if other is None else self._at(other, idx),
-                            dma=("GM2LM", self.d.elem_bytes(v.dtype)), engine={landing: ("D", True)})
+                            dma=("GM2LM", self.d.elem_bytes(v.dtype)), engine={landing: ("D", True)},
+                            engine_whole_rows={name: ("DV", True)} if rowwise and self._widens(v.dtype) else None)
             return
 
         def fill(masked: bool):

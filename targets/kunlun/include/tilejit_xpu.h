@@ -317,6 +317,23 @@ template <> inline __device__ tj_i64 tj_trip_count<tj_i64>(tj_i64 lb, tj_i64 ub,
 // bytes, then copied out; the LM run is consumed. `tj_u16_alias` tells the compiler the 2-byte
 // views overlap the floats, so it keeps the order of the two.
 typedef uint16_t __attribute__((__may_alias__)) tj_u16_alias;
+// xpu3 widens fp16 32 halves per vector load (vfp162float_l/_h: the low and high 16): writing
+// dst[j..j+31] covers raw halves not yet read only in the last chunk, already loaded by then. The
+// lowering declares such a run as written by the vector unit too, so the fence stage orders it.
+TJ_DEV bool tj_widen_f16_vector(const tj_u16_alias* raw, float* dst, int n) {
+#ifdef __arch_xpu3__
+    if (n % 32 != 0 || ((uintptr_t)raw & 63) != 0) return false;
+    for (int j = 0; j < n; j += 32) {
+        float16x32_t h = vload_lm_float16x32((const _Float16*)(raw + j));
+        vstore_lm_float32x16(dst + j, vfp162float_l(h));
+        vstore_lm_float32x16(dst + j + 16, vfp162float_h(h));
+    }
+    return true;
+#else
+    (void)raw; (void)dst; (void)n;
+    return false;
+#endif
+}
 #define TJ_DMA_CONVERT(SUF, TO_F, FROM_F)                                                        \
     TJ_DEV void tj_gm2lm_##SUF(__global_ptr__ const uint16_t* src, float* dst, int n) {          \
         tj_u16_alias* raw = (tj_u16_alias*)dst + n;                                                      \
@@ -330,6 +347,13 @@ typedef uint16_t __attribute__((__may_alias__)) tj_u16_alias;
     }
 TJ_DMA_CONVERT(f16, tj_h2f, tj_f2h)
 TJ_DMA_CONVERT(bf16, tj_bf2f, tj_f2bf)
+// a whole fp16 row, widened with vectors where the arch has them and the run allows it
+TJ_DEV void tj_gm2lm_f16_vector(__global_ptr__ const uint16_t* src, float* dst, int n) {
+    tj_u16_alias* raw = (tj_u16_alias*)dst + n;
+    GM2LM(src, raw, n * (int)sizeof(uint16_t));
+    if (!tj_widen_f16_vector(raw, dst, n))
+        for (int j = 0; j < n; ++j) dst[j] = tj_h2f(raw[j]);
+}
 
 #ifdef TJ_XPU_EMULATION
 // What the device compiler has no definition for fails the emulation's build too: the C99 libm

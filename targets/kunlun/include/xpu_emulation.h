@@ -137,6 +137,20 @@ static inline void vstore_lm_float32x16(float* p, float32x16_t x) {
 TJ_EMU_VV(vvadd_float32x16, a.v[i] + b.v[i])
 TJ_EMU_VV(vvmul_float32x16, a.v[i] * b.v[i])
 TJ_EMU_VV(vvmax_float32x16, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
+// 32 fp16 lanes (xpu3): loaded from 64-byte aligned LM, widened as the low and the high 16
+struct float16x32_t { uint16_t v[32]; };
+static inline float tj_h2f(uint16_t h);   // tilejit_xpu.h's exact conversion
+static inline float16x32_t vload_lm_float16x32(const void* p) {
+    tj_emu_check_simd(p, "vload_lm_float16x32");
+    tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, "vload_lm_float16x32 of LM scalar code touched");
+    float16x32_t r; memcpy(r.v, p, sizeof r.v); return r;
+}
+static inline float32x16_t vfp162float_l(float16x32_t x) {
+    float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = tj_h2f(x.v[i]); return r;
+}
+static inline float32x16_t vfp162float_h(float16x32_t x) {
+    float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = tj_h2f(x.v[16 + i]); return r;
+}
 static inline float32x16_t svmul_float32x16(float s, float32x16_t b) {
     float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = s * b.v[i]; return r;
 }
