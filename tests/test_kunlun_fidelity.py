@@ -262,3 +262,32 @@ def test_fp16_rows_widen_with_vectors_on_xpu3_only(tmp_path, arch):
             assert torch.equal(out.view(torch.int32), h.float().view(torch.int32))
         else:
             assert rc == -1 and b"scalar access of a after vector" in lib.tj_emu_error()
+
+
+def test_a_fence_placed_ahead_of_a_groups_earlier_accesses_leaves_them_pending():
+    """A fence goes at the start of its group, so the group's accesses made before the one that
+    asked for it run after it: they stay pending, and a later vector read of them gets its own
+    fence."""
+    from targets.kunlun.codegen.access import FencedAccess  # noqa: PLC0415
+
+    class Lines:
+        def emit(self, line):
+            self.lines.append("    " * self.indent + line)
+
+    class Low(FencedAccess, Lines):
+        def __init__(self):
+            self.lines, self.indent, self.placement = [], 0, {}
+            self.init_access()
+    low = Low()
+    low.note_buffer("x", 0, 64)
+    low.note_buffer("y", 64, 64)
+    low.begin_group({"x": ("V", True)})
+    low.emit("vstore_lm_float32x16(&x[0], v_);")
+    low.begin_group()
+    low.emit("y[0] = 1.0f;")          # a scalar write of y: no fence needed yet
+    low.emit("float t_ = x[0];")      # a scalar read of x after its vector store: mfence_lm, at the group's start
+    low.begin_group({"y": ("V", False)})
+    low.emit("v_ = vload_lm_float32x16(&y[0]);")   # y's scalar write came after that fence
+    assert low.lines == ["vstore_lm_float32x16(&x[0], v_);", "mfence_lm();", "TJ_LM_SCALAR(y, 64);",
+                         "TJ_LM_SCALAR(x, 64);", "y[0] = 1.0f;", "float t_ = x[0];", "mfence_lm();",
+                         "v_ = vload_lm_float32x16(&y[0]);"]

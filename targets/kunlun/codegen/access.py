@@ -38,6 +38,7 @@ class FencedAccess:
         """Starts a group; `vector_or_dma` maps a buffer to (units, written): "V", "D", or "DV"
         for a DMA whose data the vector unit then converts in place."""
         self._group_at, self._group_indent, self._group_head = len(self.lines), self.indent, 0
+        self._group_made: list[Access] = []   # accesses of this group so far: after its fences
         self._named = dict(vector_or_dma or {})
         self._scalar_seen: set[str] = set()
         for name, (units, write) in self._named.items():
@@ -48,11 +49,15 @@ class FencedAccess:
         if self.fences is None or name not in self.lm_range:
             return
         lo, hi = self.lm_range[name]
-        fence = self.fences.access(Access(lo, hi, unit, write, name))
+        a = Access(lo, hi, unit, write, name)
+        fence = self.fences.access(a)
         pad = "    " * self._group_indent
         if fence:
+            # placed at the group's start, so the group's earlier accesses come after it
             self.lines.insert(self._group_at, f"{pad}{fence}();")
             self._group_head += 1
+            self.fences.pending_again(self._group_made)
+        self._group_made.append(a)
         if unit == "S":
             self.lines.insert(self._group_at + self._group_head, f"{pad}TJ_LM_SCALAR({name}, {hi - lo});")
             self._group_head += 1
@@ -74,7 +79,7 @@ class FencedAccess:
         finally:
             self._declaring_line = False
         # the group's fences and announcements now go after it (they may name this buffer)
-        self._group_at, self._group_head = len(self.lines), 0
+        self._group_at, self._group_head, self._group_made = len(self.lines), 0, []
 
     def lower(self) -> str:
         # the kernel's stride loop runs one program after another on a core: that is a back edge too

@@ -76,6 +76,11 @@ class Fences:
             self.pending.append(Pending(a, _RACES[a.unit]))
         return fence
 
+    def pending_again(self, accesses: list[Access]) -> None:
+        """Accesses the code makes after a fence that was placed ahead of them (a fence goes at
+        the start of its group, before the group's earlier accesses): pending again."""
+        self.pending += [Pending(a, _RACES[a.unit]) for a in accesses if _RACES[a.unit]]
+
     def _apply(self, fence: str) -> None:
         if fence == FULL_FENCE:
             self.pending = []
