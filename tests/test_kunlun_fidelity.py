@@ -76,6 +76,8 @@ def test_lint_command_reports_violations(tmp_path, capsys):
     assert L.main([str(bad)]) == 1
     out = capsys.readouterr().out
     assert "bad.xpu: host-math:" in out and "trigonometric.xpu" in out
+    assert L.main([str(tmp_path / "missing.xpu")]) == 2
+    assert "missing.xpu: cannot read it (No such file or directory)" in capsys.readouterr().err
 
 
 # ---- the emulation's fence rules, on hand-written kernels ------------------------------------------

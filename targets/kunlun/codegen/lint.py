@@ -3,7 +3,7 @@ where the rule comes from. No Kunlun compiler runs where this project is tested,
 checked on the text (`lint(source)`; the tests run it over every source they generate); the
 fence rules are checked at run time by the emulation instead (plan/fences.py).
 
-`python -m targets.kunlun.codegen.lint FILE.xpu ...` prints the violations of files.
+`python -m targets.kunlun.codegen FILE.xpu ...` prints the violations of files.
 """
 from __future__ import annotations
 
@@ -134,12 +134,13 @@ def _device_part(header: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     bad = 0
     for path in argv if argv is not None else sys.argv[1:]:
-        with open(path) as f:
-            for rule, text in lint(f.read()):
-                bad += 1
-                print(f"{path}: {rule}: {RULES[rule].says}\n    {text}\n    (rule from: {RULES[rule].source})")
+        try:
+            with open(path) as f:
+                source = f.read()
+        except OSError as e:
+            print(f"{path}: cannot read it ({e.strerror})", file=sys.stderr)
+            return 2
+        for rule, text in lint(source):
+            bad += 1
+            print(f"{path}: {rule}: {RULES[rule].says}\n    {text}\n    (rule from: {RULES[rule].source})")
     return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
