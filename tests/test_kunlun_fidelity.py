@@ -115,16 +115,22 @@ extern "C" int run(float* x, int rule, int fenced) { return tj_emu_launch(2, 4, 
 '''
 
 
-@pytest.fixture(scope="module")
-def rules_lib(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fence_rules")
-    (d / "k.xpu").write_text(_RULE_SRC)
-    subprocess.run(toolchain.emulation_command(ARCHS["xpu3"], str(d / "k.xpu"), str(d / "k.so")), check=True)
-    lib = ctypes.CDLL(str(d / "k.so"))
-    lib.run.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+def _emulated(source: str, d, arch: str, entry: str, argtypes: list):
+    """`source` built by the emulation toolchain in dir `d` and loaded, with `entry`'s argument
+    types and the emulation's error and region calls declared."""
+    (d / f"{entry}.xpu").write_text(source)
+    subprocess.run(toolchain.emulation_command(ARCHS[arch], str(d / f"{entry}.xpu"), str(d / f"{entry}.so")), check=True)
+    lib = ctypes.CDLL(str(d / f"{entry}.so"))
+    getattr(lib, entry).argtypes = argtypes
     lib.tj_emu_error.restype = ctypes.c_char_p
     lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     return lib
+
+
+@pytest.fixture(scope="module")
+def rules_lib(tmp_path_factory):
+    return _emulated(_RULE_SRC, tmp_path_factory.mktemp("fence_rules"), "xpu3", "run",
+                     [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
 
 
 @pytest.mark.parametrize("rule, message", [(0, "LM2GM of LM written by vector stores"),
@@ -161,14 +167,10 @@ def _masked_square_add(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 def _run_source(src, tmp_path, tag, x, out, grid):
-    path = tmp_path / f"{tag}.xpu"
-    path.write_text(src)
-    subprocess.run(toolchain.emulation_command(ARCHS["xpu3"], str(path), str(tmp_path / f"{tag}.so")), check=True)
-    lib = ctypes.CDLL(str(tmp_path / f"{tag}.so"))
-    lib.tj_launch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                              ctypes.c_void_p, ctypes.c_int32]
-    lib.tj_emu_error.restype = ctypes.c_char_p
-    lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    d = tmp_path / tag
+    d.mkdir()
+    lib = _emulated(src, d, "xpu3", "tj_launch", [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32])
     lo = (ctypes.c_uint64 * 2)(x.data_ptr(), out.data_ptr())
     hi = (ctypes.c_uint64 * 2)(x.data_ptr() + 4 * x.numel(), out.data_ptr() + 4 * out.numel())
     lib.tj_emu_set_regions(2, lo, hi)
@@ -245,12 +247,7 @@ extern "C" int run(const uint16_t* h, float* out, int n, int fenced) {
 def test_fp16_rows_widen_with_vectors_on_xpu3_only(tmp_path, arch):
     """xpu3 widens an fp16 run of a multiple of 32 halves with vector loads (exact, like the scalar
     widening): a scalar touch right after it needs a fence there, and not on xpu2."""
-    (tmp_path / "w.xpu").write_text(_WIDEN_SRC)
-    subprocess.run(toolchain.emulation_command(ARCHS[arch], str(tmp_path / "w.xpu"), str(tmp_path / "w.so")), check=True)
-    lib = ctypes.CDLL(str(tmp_path / "w.so"))
-    lib.run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-    lib.tj_emu_error.restype = ctypes.c_char_p
-    lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib = _emulated(_WIDEN_SRC, tmp_path, arch, "run", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
     h = (torch.randn(64, generator=torch.Generator().manual_seed(3)) * 100).half()
     h[:4] = torch.tensor([float("inf"), float("nan"), 6e-8, -0.0])   # specials and a subnormal
     out = torch.empty(64)
