@@ -22,6 +22,7 @@ from .buffers import LocalBuffer, Nest
 from .compute import ReduceDotLowering
 from .dialect import CDialect
 from .loops import LoopLowering
+from .masks import mask_terms
 
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
           "split"}
@@ -423,7 +424,12 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
                 return scope[id(mask)]
         flag = self.fresh("inb")
         self.flag_scopes[-1][id(mask)] = flag
-        self.emit(f"int {flag} = 1;")
+        closed = self._closed_form_all_true(mask)
+        if closed is not None:   # 1 or 0 when decided; -1 when an index may wrap
+            self.emit(f"int {flag} = {closed};")
+            self.flow_open("branch", f"if ({flag} < 0) {{")
+            self.indent += 1
+        self.emit(f"{'' if closed is not None else 'int '}{flag} = 1;")
         nest = self.open_nest(mask.shape, simd=False)
         # the innermost loop is a vectorised AND-reduction: the check costs a few vector ops a row
         pragma = self.d.simd_reduction_pragma("and", D.int32, flag)
@@ -431,7 +437,30 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             self.lines.insert(len(self.lines) - 1, "    " * (self.indent - 1) + pragma)
         m = self.ev(mask, nest.idx, nest)
         self.close_nest(nest, [f"{flag} &= (int)({m});"])
+        if closed is not None:
+            self.indent -= 1
+            self.flow_close("}")
         return flag
+
+    def _closed_form_all_true(self, mask: Value) -> str | None:
+        """A C expression deciding from the tile's corners whether `mask` is all true (targets/cfamily/masks.py)."""
+        terms = mask_terms(mask, lambda v: id(v) in self.buffers, self.d.affine_mask_dtypes)
+        if not terms:
+            return None
+        exprs = []
+        for term in terms:
+            if term[0] == "scalar":
+                exprs.append(f"({self.ev(term[1], (), None)} ? 1 : 0)")
+                continue
+            _, a, b, code, consts = term
+            zero = ("0",) * len(a.shape)
+            ty = self.d.reg_type(a.dtype)
+            exprs.append(f"tj_affine_cmp<{ty}>({self.ev(a, zero, None)}, {self.ev(b, zero, None)}, {code}, "
+                         + ", ".join(f"({ty}){c}" for c in consts) + ")")
+        out = exprs[0]
+        for e in exprs[1:]:
+            out = f"tj_tri_and({out}, {e})"
+        return out
 
     def emit_load(self, op: Op) -> None:
         v = op.results[0]

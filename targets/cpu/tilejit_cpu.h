@@ -80,6 +80,27 @@ template <class To, class From> static inline To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     To y; std::memcpy(&y, &x, sizeof(To)); return y;
 }
+// whether `a OP b` holds at every index of a tile, where a is a0 plus its steps times the index (b
+// likewise) and the steps' extremes over the tile's box are [aLo, aHi], [bLo, bHi] and, for a - b,
+// [dLo, dHi] (targets/cfamily/masks.py): 1 yes, 0 no, -1 when an element of a or b could wrap
+// around T (then the caller checks element by element). OP: 0 <, 1 <=, 2 >, 3 >=, 4 ==, 5 !=.
+template <class T> static inline bool tj_adds(T x, T c) { return c >= 0 ? x <= tj_highest<T>() - c : x >= tj_lowest<T>() - c; }
+template <class T> static inline int tj_affine_cmp(T a0, T b0, int op, T aLo, T aHi, T bLo, T bHi, T dLo, T dHi) {
+    if (!(tj_adds(a0, aLo) && tj_adds(a0, aHi) && tj_adds(b0, bLo) && tj_adds(b0, bHi))) return -1;
+    if (!(b0 >= 0 ? a0 >= tj_lowest<T>() + b0 : a0 <= tj_highest<T>() + b0)) return -1;
+    T d0 = a0 - b0;
+    if (!(tj_adds(d0, dLo) && tj_adds(d0, dHi))) return -1;
+    T lo = d0 + dLo, hi = d0 + dHi;
+    switch (op) {
+        case 0: return hi < 0;
+        case 1: return hi <= 0;
+        case 2: return lo > 0;
+        case 3: return lo >= 0;
+        case 4: return lo == 0 && hi == 0;
+        default: return hi < 0 || lo > 0;
+    }
+}
+static inline int tj_tri_and(int a, int b) { return (a == 0 || b == 0) ? 0 : (a < 0 || b < 0) ? -1 : 1; }
 // trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`. Computed in the unsigned
 // type, so a span wider than T (an int32 range from -2**31 to 2**31-1) neither overflows nor wraps;
 // 0 for a step of 0 (the loop reports that step before it would run).

@@ -33,6 +33,7 @@ class KunlunDialect(CDialect):
                   "erf": "erf({0})", "log1p": "log1p({0})", "expm1": "expm1({0})",
                   "trunc": "__builtin_truncf({0})", "rint": "__builtin_rintf({0})", "pow": "pow({0}, {1})"}
     simd_pragma = None   # no OpenMP in device code (an unknown pragma is an error under -Werror)
+    affine_mask_dtypes = (D.int32,)   # int64 stays two halves (tj_i64): masks over it check each element
 
     def simd_reduction_pragma(self, kind: str, dt: D.dtype, var: str = "acc") -> str | None:
         return None

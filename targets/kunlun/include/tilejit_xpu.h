@@ -99,6 +99,27 @@ template <class To, class From> TJ_DEV To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     union { From f; To t; } c; c.f = x; return c.t;
 }
+// whether `a OP b` holds at every index of a tile, where a is a0 plus its steps times the index (b
+// likewise) and the steps' extremes over the tile's box are [aLo, aHi], [bLo, bHi] and, for a - b,
+// [dLo, dHi] (targets/cfamily/masks.py): 1 yes, 0 no, -1 when an element of a or b could wrap
+// around T (then the caller checks element by element). OP: 0 <, 1 <=, 2 >, 3 >=, 4 ==, 5 !=.
+template <class T> TJ_DEV bool tj_adds(T x, T c) { return c >= 0 ? x <= tj_highest<T>() - c : x >= tj_lowest<T>() - c; }
+template <class T> TJ_DEV int tj_affine_cmp(T a0, T b0, int op, T aLo, T aHi, T bLo, T bHi, T dLo, T dHi) {
+    if (!(tj_adds(a0, aLo) && tj_adds(a0, aHi) && tj_adds(b0, bLo) && tj_adds(b0, bHi))) return -1;
+    if (!(b0 >= 0 ? a0 >= tj_lowest<T>() + b0 : a0 <= tj_highest<T>() + b0)) return -1;
+    T d0 = a0 - b0;
+    if (!(tj_adds(d0, dLo) && tj_adds(d0, dHi))) return -1;
+    T lo = d0 + dLo, hi = d0 + dHi;
+    switch (op) {
+        case 0: return hi < 0;
+        case 1: return hi <= 0;
+        case 2: return lo > 0;
+        case 3: return lo >= 0;
+        case 4: return lo == 0 && hi == 0;
+        default: return hi < 0 || lo > 0;
+    }
+}
+TJ_DEV int tj_tri_and(int a, int b) { return (a == 0 || b == 0) ? 0 : (a < 0 || b < 0) ? -1 : 1; }
 // trip count on the unsigned distance (no intermediate overflows); a step of 0 runs no iteration
 template <class T> TJ_DEV T tj_trip_count(T lb, T ub, T st) {
     typedef typename tj_lim<T>::U U;

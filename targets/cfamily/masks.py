@@ -1,0 +1,90 @@
+"""Closed-form checks that a tile mask is all true, for the unmasked fast path of loads and stores.
+
+Most masks compare an index that is affine in the tile's indices against a bound
+(`start + tl.arange(0, BLOCK) < N`, `rows[:, None] < M`). Over the tile's box such an index takes
+its extremes at two corners, so whether the comparison holds everywhere follows from the value at
+index 0 and two constants, instead of a pass over every element (a third of a layer_norm chunk's
+time on cpu). The check is exact only when no element of the index wraps around its integer type;
+the generated code tests that too (`tj_affine_cmp` in each target's header returns -1 then) and
+falls back to the element-by-element check.
+"""
+from __future__ import annotations
+
+from compiler import dtypes as D
+from compiler.ir import Value
+from compiler.ir.analysis import index_step
+
+# the comparison's spelling for tj_affine_cmp(..., op): a OP b at every index
+CMP_CODES = {"lt": 0, "le": 1, "gt": 2, "ge": 3, "eq": 4, "ne": 5}
+_VIEWS = ("broadcast", "expand_dims", "trans")
+_RING = ("add", "sub", "neg", "mul")   # exact modulo 2**bits: an affine index stays affine modulo 2**bits
+
+
+def _steps(v: Value) -> list[int] | None:
+    steps = [index_step(v, k) for k in range(len(v.shape))]
+    return None if None in steps else steps
+
+
+def _affine(v: Value, held) -> bool:
+    """Whether every element of integer tile `v` is v[0] + steps . index modulo 2**bits: built from
+    uniform values, aranges, views and ring ops, widened only where the operand is an arange (a cast
+    of a value that may have wrapped would not be affine). `held(v)`: v lives in a buffer."""
+    if v.type.is_scalar:
+        return True
+    steps = _steps(v)
+    if steps is None or held(v):
+        return False
+    if not any(steps):
+        return True
+    op = v.owner
+    if op.name == "arange":
+        return True
+    if op.name in _VIEWS or op.name in _RING:
+        return all(_affine(o, held) for o in op.operands)
+    if op.name == "cast" and v.dtype.is_int() and op.operands[0].dtype.is_int() \
+            and v.dtype.bits >= op.operands[0].dtype.bits:
+        src = op.operands[0]
+        while src.owner is not None and src.owner.name in _VIEWS:
+            src = src.owner.operands[0]
+        return src.owner is not None and src.owner.name == "arange"
+    return False
+
+
+def _span(shape, steps) -> tuple[int, int]:
+    """(lowest, highest) of steps . index over the box `shape`."""
+    lo = sum(min(0, s * (n - 1)) for s, n in zip(steps, shape))
+    hi = sum(max(0, s * (n - 1)) for s, n in zip(steps, shape))
+    return lo, hi
+
+
+def mask_terms(mask: Value, held, dtypes) -> list[tuple] | None:
+    """The comparisons whose conjunction is `mask`, each ("cmp", a, b, code, constants) with
+    constants (aLo, aHi, bLo, bHi, dLo, dHi) over the compared tiles' box, or ("scalar", m) for a
+    uniform bool; None when some part of the mask is not of that form. `dtypes`: the integer types
+    the target's tj_affine_cmp takes."""
+    if mask.type.is_scalar:
+        return [("scalar", mask)]
+    op = mask.owner
+    if op is None:
+        return None
+    if op.name in _VIEWS:
+        return mask_terms(op.operands[0], held, dtypes)
+    if op.name == "and" and mask.dtype == D.int1:
+        a, b = (mask_terms(o, held, dtypes) for o in op.operands)
+        return None if a is None or b is None else a + b
+    if op.name not in CMP_CODES:
+        return None
+    a, b = op.operands
+    if a.dtype != b.dtype or a.dtype not in dtypes or not (_affine(a, held) and _affine(b, held)):
+        return None
+    shape = mask.shape
+    sa = _steps(a) if not a.type.is_scalar else [0] * len(shape)
+    sb = _steps(b) if not b.type.is_scalar else [0] * len(shape)
+    consts = (*_span(shape, sa), *_span(shape, sb), *_span(shape, [x - y for x, y in zip(sa, sb)]))
+    limit = 2 ** (a.dtype.bits - 1) - 1
+    if any(abs(c) > limit for c in consts):
+        return None
+    return [("cmp", a, b, CMP_CODES[op.name], consts)]
+
+
+__all__ = ["mask_terms", "CMP_CODES"]
