@@ -197,3 +197,49 @@ def test_dot_register_blocks_and_edges_cover_every_element(M, N, K):
     c = torch.full((M, N), float("nan"))
     _dot_tile[(1,)](a, b, c, M=M, N=N, K=K)
     assert torch.equal(c, a @ b + 0.5)
+
+
+@kernel
+def _columns_tile(x_ptr, out_ptr, sx, R: tl.constexpr, C: tl.constexpr):
+    """out[i, j] = x[j, i]: the tile is contiguous down its columns (a K^T tile), and held in a
+    buffer (two uses), as a dot's operand is."""
+    r, c = tl.arange(0, R), tl.arange(0, C)
+    t = tl.load(x_ptr + r[:, None] + c[None, :] * sx)
+    tl.store(out_ptr + r[:, None] * C + c[None, :], t)
+    tl.store(out_ptr + R * C + r[:, None] * C + c[None, :], -t)
+
+
+@pytest.mark.parametrize("R,C", [(8, 8), (16, 64), (4, 16), (64, 4), (2, 32), (32, 8)])
+def test_a_tile_contiguous_down_its_columns_fills_by_block_transpose(R, C):
+    """8x8 register transposes where the tile has them, element copies on its edges: a copy either
+    way, so every element is exact."""
+    x = torch.randn(C, R + 3)   # rows of x are the tile's columns, with a gap between them
+    out = torch.full((2, R, C), float("nan"))
+    ck = _columns_tile[(1,)](x, out, x.stride(0), R=R, C=C)
+    assert torch.equal(out[0], x[:, :R].t()) and torch.equal(out[1], -x[:, :R].t())
+    assert "tj_fill_transposed(" in ck.source
+
+
+def test_the_bounds_checked_mode_checks_each_element_of_a_column_tile():
+    from compiler import use_target
+    from compiler.errors import KernelBoundsError
+    from targets.cpu import CPUTarget
+    x = torch.randn(16, 8)
+    out = torch.empty(2, 8, 16)
+    with use_target(CPUTarget(bounds_check=True)):
+        ck = _columns_tile[(1,)](x, out, 8, R=8, C=16)
+        assert torch.equal(out[0], x.t()) and "tj_fill_transposed(" not in ck.source
+        with pytest.raises(KernelBoundsError, match="x_ptr"):
+            _columns_tile[(1,)](x, out, 9, R=8, C=16)   # the last columns run past x
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_matmul_with_a_transposed_weight_equals_the_contiguous_one(policy):
+    """x @ weight.t() (nn.Linear's layout) reads B down its columns through the block transpose:
+    the bits equal those of the same B made contiguous, edges included (N, K not multiples of 8)."""
+    import kernels
+    from compiler import numerics
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(37, 203, generator=g), torch.randn(150, 203, generator=g)
+    with numerics(policy):
+        assert torch.equal(kernels.matmul(x, w.t()), kernels.matmul(x, w.t().contiguous()))

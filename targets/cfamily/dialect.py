@@ -38,6 +38,7 @@ class CDialect:
     local_pointer_bytes = 8   # an element of a local tile of pointers (a loop-carried `ptrs += step`)
     simd_pragma = "#pragma omp simd"
     affine_mask_dtypes = (D.int32, D.int64)   # index types the header's tj_affine_cmp takes
+    transposed_fill = None   # the header's fill of an fp32 tile from column pointers (None: element loops)
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
     widen_addresses = False

@@ -15,6 +15,7 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
+from compiler.ir.analysis import index_step
 from compiler.ir.ops import OPS
 
 from .atomics import AtomicDebugLowering
@@ -50,6 +51,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
+    checks_addresses = False   # the bounds-checked lowering checks each element's address
 
     def __init__(self, fn: Function, dialect: CDialect):
         self.fn = fn
@@ -206,16 +208,17 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             stride *= s
         return " + ".join(reversed(terms)) or "0"
 
-    def open_nest(self, shape: tuple[int, ...], simd: bool = True) -> Nest:
+    def open_nest(self, shape: tuple[int, ...], simd: bool = True, order: tuple[int, ...] | None = None) -> Nest:
+        """Loops over `shape`, outermost first in `order` (default: axis order, the last innermost)."""
         n = 1
         for d in shape:
             n *= d
         self.static_work += n
         idx = tuple(f"i{k}" for k in range(len(shape)))
-        for k, s in enumerate(shape):
-            if simd and k == len(shape) - 1 and self.d.simd_pragma:
+        for pos, k in enumerate(order or range(len(shape))):
+            if simd and pos == len(shape) - 1 and self.d.simd_pragma:
                 self.emit(self.d.simd_pragma)
-            self.emit(f"for ({self.index_type} {idx[k]} = 0; {idx[k]} < {s}; ++{idx[k]}) {{")
+            self.emit(f"for ({self.index_type} {idx[k]} = 0; {idx[k]} < {shape[k]}; ++{idx[k]}) {{")
             self.indent += 1
         return Nest(idx)
 
@@ -477,7 +480,9 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         name = self.declare_buffer(v)
 
         def fill(masked: bool):
-            nest = self.open_nest(v.shape)
+            if not masked and self._transposed_fill(ptr, v, name):
+                return
+            nest = self.open_nest(v.shape, order=None if masked else self._column_order(ptr))
             p = self.address(op, self.ev(ptr, nest.idx, nest))
             val = ld(v.dtype, p)
             if masked:
@@ -485,6 +490,29 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
             self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {val};"])
 
         self._masked_or_fast(mask, fill)
+
+    @staticmethod
+    def _column_order(ptr: Value) -> tuple[int, ...] | None:
+        """(1, 0) for a 2-D pointer tile contiguous down its columns and not along its rows (a K^T
+        tile of attention, the B tile of `x @ weight.t()`): the fill then walks each column with
+        contiguous reads, instead of gathering every row element by element."""
+        if len(ptr.shape) != 2 or ptr.shape[0] == 1 or index_step(ptr, 0) != 1 or index_step(ptr, 1) == 1:
+            return None
+        return (1, 0)
+
+    def _transposed_fill(self, ptr: Value, v: Value, name: str) -> bool:
+        """An unmasked fp32 tile contiguous down its columns, filled by the header's block transpose
+        from one pointer per column (not where every address is checked: the bounds-checked lowering)."""
+        helper = self.d.transposed_fill
+        if helper is None or self.checks_addresses or v.dtype != D.float32 or self._column_order(ptr) is None:
+            return False
+        rows, cols = v.shape
+        table = self.fresh("cols")
+        self.emit(f"const float* {table}[{cols}];")
+        nest = self.open_nest((cols,))
+        self.close_nest(nest, [f"{table}[{nest.idx[0]}] = {self.ev(ptr, ('0', nest.idx[0]), nest)};"])
+        self.emit(f"{helper}({name}, {table}, {rows}, {cols});")
+        return True
 
     def emit_store(self, op: Op) -> None:
         ptr, val = op.operands[:2]

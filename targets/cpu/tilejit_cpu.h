@@ -219,13 +219,16 @@ template <class T> static inline T* tj_bc_any(T* p, const tj_range* r, tj_status
 }
 #endif
 
-// ---- dot micro-kernel ------------------------------------------------------------------------
-// Only kernels with a dot define TILEJIT_DOT_KERNEL: immintrin.h alone costs ~0.2 s of compile time.
-#ifdef TILEJIT_DOT_KERNEL
+// ---- dot micro-kernel and the transposing fill -------------------------------------------------
+// Only kernels that use them define TILEJIT_VECTOR_HELPERS: immintrin.h alone costs ~0.2 s of
+// compile time.
+#ifdef TILEJIT_VECTOR_HELPERS
 // C[MR][NR] (row stride ldc) = fused multiply-adds over k = 0..K-1 of A[m][k] * B[k][n], in ascending k
 // for every element: exactly the order of the plain loops, with the C block held in vector registers.
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__)
 typedef __m512 tj_vf;
 #define TJ_LANES 16
 static inline tj_vf tj_vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -233,7 +236,6 @@ static inline void tj_vstore(float* p, tj_vf v) { _mm512_storeu_ps(p, v); }
 static inline tj_vf tj_vfma(tj_vf a, tj_vf b, tj_vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline tj_vf tj_vset1(float a) { return _mm512_set1_ps(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
 typedef __m256 tj_vf;
 #define TJ_LANES 8
 static inline tj_vf tj_vload(const float* p) { return _mm256_loadu_ps(p); }
@@ -287,4 +289,39 @@ static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
 }
-#endif  // TILEJIT_DOT_KERNEL
+
+// dst[i * cols + j] = src[j][i]: a rows x cols fp32 tile whose columns are contiguous in memory
+// (src[j] points at column j; a K^T tile, the B tile of x @ weight.t()). 8 x 8 blocks are read as
+// 8 column vectors and transposed in registers (unpack, shuffle, 128-bit permute): a copy, so no
+// bit changes; the edges, and machines without AVX, copy element by element down the columns.
+static inline void tj_fill_transposed(float* dst, const float* const* src, int rows, int cols) {
+    int j0 = 0;
+#if defined(__AVX__)
+    for (; j0 + 8 <= cols; j0 += 8) {
+        int i0 = 0;
+        for (; i0 + 8 <= rows; i0 += 8) {
+            __m256 r[8], t[8], u[8];
+            for (int c = 0; c < 8; ++c) r[c] = _mm256_loadu_ps(src[j0 + c] + i0);
+            for (int c = 0; c < 8; c += 2) {
+                t[c] = _mm256_unpacklo_ps(r[c], r[c + 1]);
+                t[c + 1] = _mm256_unpackhi_ps(r[c], r[c + 1]);
+            }
+            for (int c = 0; c < 8; c += 4) {
+                u[c] = _mm256_shuffle_ps(t[c], t[c + 2], 0x44);
+                u[c + 1] = _mm256_shuffle_ps(t[c], t[c + 2], 0xEE);
+                u[c + 2] = _mm256_shuffle_ps(t[c + 1], t[c + 3], 0x44);
+                u[c + 3] = _mm256_shuffle_ps(t[c + 1], t[c + 3], 0xEE);
+            }
+            for (int c = 0; c < 4; ++c) {
+                _mm256_storeu_ps(dst + (i0 + c) * cols + j0, _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+                _mm256_storeu_ps(dst + (i0 + c + 4) * cols + j0, _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+            }
+        }
+        for (; i0 < rows; ++i0)
+            for (int j = j0; j < j0 + 8; ++j) dst[i0 * cols + j] = src[j][i0];
+    }
+#endif
+    for (int j = j0; j < cols; ++j)
+        for (int i = 0; i < rows; ++i) dst[i * cols + j] = src[j][i];
+}
+#endif  // TILEJIT_VECTOR_HELPERS

@@ -95,12 +95,12 @@ class PlannedMemory:
             w *= t if t is not None else NOMINAL_TRIPS
         return w
 
-    def open_nest(self, shape, simd: bool = True):
+    def open_nest(self, shape, simd: bool = True, order=None):
         n = 1
         for d in shape:
             n *= d
         self.work += n * self.loop_weight()
-        return super().open_nest(shape, simd)
+        return super().open_nest(shape, simd, order)
 
     def record_dma(self, kind: str, buffer: str, elem_bytes: int, elems: int, transfers: int,
                    shared: bool = False) -> None:
