@@ -3,6 +3,7 @@ vectorisable reductions, the strict policy's pairwise tree, and the dot as regis
 ascending-k fused multiply-adds."""
 from __future__ import annotations
 
+from compiler import dtypes as D
 from compiler.ir import Op, Value
 
 from .buffers import Nest
@@ -192,6 +193,10 @@ class ReduceDotLowering:
         dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
         the same per-element order as plain loops (vectorised over n)."""
         it, rt = self.index_type, self.d.reg_type(in_dt)
+        if self.d.dot_bf16 and self.policy == "fast" and in_dt == D.bfloat16 and acc_dt == D.float32 and N % 16 == 0:
+            # bf16 pairs through the ISA's bf16 dot where the machine has one (docs/numerics.md)
+            self.emit(f"{self.d.dot_bf16}<{M}, {N}, {K}>({A}, {B}, {C});")
+            return
         step = self.d.dot_step
         kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
         if kernel:

@@ -38,7 +38,8 @@ class CDialect:
     local_pointer_bytes = 8   # an element of a local tile of pointers (a loop-carried `ptrs += step`)
     simd_pragma = "#pragma omp simd"
     affine_mask_dtypes = (D.int32, D.int64)   # index types the header's tj_affine_cmp takes
-    transposed_fill = None   # the header's fill of an fp32 tile from column pointers (None: element loops)
+    transposed_fill = None   # the header's fill of a tile from column pointers (None: element loops)
+    dot_bf16 = None   # the header's fast-policy dot of bf16 tiles (N a multiple of 16), or None
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
     widen_addresses = False

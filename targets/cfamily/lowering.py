@@ -53,9 +53,10 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
     index_type = "int"
     checks_addresses = False   # the bounds-checked lowering checks each element's address
 
-    def __init__(self, fn: Function, dialect: CDialect):
+    def __init__(self, fn: Function, dialect: CDialect, policy: str = "fast"):
         self.fn = fn
         self.d = dialect
+        self.policy = policy
         self.names: dict[int, str] = {}
         self.buffers: set[int] = set()      # values held in local arrays
         self.counter = 0
@@ -501,17 +502,19 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         return (1, 0)
 
     def _transposed_fill(self, ptr: Value, v: Value, name: str) -> bool:
-        """An unmasked fp32 tile contiguous down its columns, filled by the header's block transpose
-        from one pointer per column (not where every address is checked: the bounds-checked lowering)."""
+        """An unmasked fp32/fp16/bf16 tile contiguous down its columns, filled by the header's block
+        transpose from one pointer per column (not where every address is checked: the
+        bounds-checked lowering)."""
         helper = self.d.transposed_fill
-        if helper is None or self.checks_addresses or v.dtype != D.float32 or self._column_order(ptr) is None:
+        kind = {D.float32: 0, D.float16: 1, D.bfloat16: 2}.get(v.dtype)
+        if helper is None or self.checks_addresses or kind is None or self._column_order(ptr) is None:
             return False
         rows, cols = v.shape
         table = self.fresh("cols")
-        self.emit(f"const float* {table}[{cols}];")
+        self.emit(f"const {self.d.mem_type(v.dtype)}* {table}[{cols}];")
         nest = self.open_nest((cols,))
         self.close_nest(nest, [f"{table}[{nest.idx[0]}] = {self.ev(ptr, ('0', nest.idx[0]), nest)};"])
-        self.emit(f"{helper}({name}, {table}, {rows}, {cols});")
+        self.emit(f"{helper}<{kind}>({name}, {table}, {rows}, {cols});")
         return True
 
     def emit_store(self, op: Op) -> None:

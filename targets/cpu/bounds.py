@@ -28,8 +28,8 @@ def _yielded(block) -> list[Value]:
 
 class BoundsCheckedLowering(CLowering):
     checks_addresses = True
-    def __init__(self, fn, dialect):
-        super().__init__(fn, dialect)
+    def __init__(self, fn, dialect, policy="fast"):
+        super().__init__(fn, dialect, policy)
         self._param = {id(p.value): i for i, p in enumerate(fn.params)}
         self._pointer_params = [i for i, p in enumerate(fn.params) if p.type.dtype.is_ptr()]
         self._carried: dict[int, list[Value]] = {}   # block arg / loop result -> the values it is set from

@@ -33,6 +33,7 @@ class CPUDialect(CDialect):
 
     dot_microkernel = "tj_dot_block"
     transposed_fill = "tj_fill_transposed"
+    dot_bf16 = "tj_dot_bf16"
     # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
     trip_count_type = "uint64_t"
     zero_step_check = "if ({step} == 0) tj_fail(tj_st, TJ_E_STEP0, {site}, -1, 0, 0, 0, 0);"
@@ -45,7 +46,7 @@ class CPURenderer:
         self.bounds_check = bounds_check
 
     def render(self, fn: Function, policy: str) -> str:
-        low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect)
+        low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
         body = low.lower()
         if low.stack_bytes > MAX_STACK_BYTES:
             largest = max(low.local_buffers, key=lambda b: b.nbytes)
@@ -56,7 +57,7 @@ class CPURenderer:
                 f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype),
                    "unpack": self.unpack(i, p.type.dtype)} for i, p in enumerate(fn.params)]
-        uses_vectors = any(op.name == "dot" for op in fn.walk()) or f"{self.dialect.transposed_fill}(" in body
+        uses_vectors = any(op.name == "dot" for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body
         work = MIN_PARALLEL_WORK if low.has_loops else max(low.static_work, 1)
         return _ENV.get_template("kernel.cpp.j2").render(
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, work_per_program=work,

@@ -290,18 +290,95 @@ static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb
         for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
 }
 
-// dst[i * cols + j] = src[j][i]: a rows x cols fp32 tile whose columns are contiguous in memory
-// (src[j] points at column j; a K^T tile, the B tile of x @ weight.t()). 8 x 8 blocks are read as
-// 8 column vectors and transposed in registers (unpack, shuffle, 128-bit permute): a copy, so no
-// bit changes; the edges, and machines without AVX, copy element by element down the columns.
-static inline void tj_fill_transposed(float* dst, const float* const* src, int rows, int cols) {
+// C[M][N] (row stride N) += A[M][K] B[K][N] for tiles of bf16 values (held exactly as float), in
+// the fast policy. With AVX512-BF16 (-march=native on a CPU that has it), k runs in ascending pairs
+// through vdpbf16ps: each fp32 lane adds the two exact products of a pair, with denormals flushed
+// as the instruction does; an odd K pads its last pair with zeros. Every element of C takes that
+// order whatever its row, so the bits do not depend on BLOCK_M. Without the instruction: the
+// ascending-k fma chain of every other dot. N % 16 == 0 (the lowering's check).
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+static inline uint32_t tj_bf16_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u >> 16; }
+// pairs[r * KP + p] = bf16(X[r][2p]) | bf16(X[r][2p + 1]) << 16 for a row-major X[R][K]
+template <int R, int K>
+static inline void tj_bf16_pair_rows(const float* X, uint32_t* pairs) {
+    constexpr int KP = (K + 1) / 2;
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < KP; ++p)
+            pairs[r * KP + p] = tj_bf16_bits(X[r * K + 2 * p]) | (2 * p + 1 < K ? tj_bf16_bits(X[r * K + 2 * p + 1]) << 16 : 0u);
+}
+template <int MR, int NV>
+static inline void tj_dot_bf16_block(const uint32_t* ap, int KP, const uint32_t* bp, int ldb, float* C, int ldc) {
+    __m512 acc[MR][NV];
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_loadu_ps(C + m * ldc + 16 * v);
+    for (int p = 0; p < KP; ++p) {
+        __m512i b[NV];
+        for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_si512(bp + p * ldb + 16 * v);
+        for (int m = 0; m < MR; ++m) {
+            const __m512i a = _mm512_set1_epi32((int)ap[m * KP + p]);
+            for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], (__m512bh)a, (__m512bh)b[v]);
+        }
+    }
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, acc[m][v]);
+}
+#endif
+template <int M, int N, int K>
+static inline void tj_dot_bf16(const float* A, const float* B, float* C) {
+    static_assert(N % 16 == 0, "tj_dot_bf16 takes whole vectors of columns");
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+    constexpr int KP = (K + 1) / 2, NV = (N / 16) % 4 == 0 ? 4 : (N / 16) % 2 == 0 ? 2 : 1;
+    alignas(64) uint32_t bp[KP * N];   // bp[p * N + n]: the pair (B[2p][n], B[2p + 1][n])
+    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);   // a bf16 value's bits (the rest are 0)
+    for (int p = 0; p < K / 2; ++p)
+        for (int n = 0; n < N; n += 16) {
+            const __m512i lo = _mm512_loadu_si512(B + 2 * p * N + n), hi = _mm512_loadu_si512(B + (2 * p + 1) * N + n);
+            _mm512_storeu_si512(bp + p * N + n, _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, high)));
+        }
+    if (K % 2)
+        for (int n = 0; n < N; ++n) bp[(KP - 1) * N + n] = tj_bf16_bits(B[(K - 1) * N + n]);
+    alignas(64) uint32_t ap[M * KP];
+    tj_bf16_pair_rows<M, K>(A, ap);
+    for (int n0 = 0; n0 < N; n0 += 16 * NV) {
+        int m0 = 0;
+        for (; m0 + 4 <= M; m0 += 4) tj_dot_bf16_block<4, NV>(ap + m0 * KP, KP, bp + n0, N, C + m0 * N + n0, N);
+        if (M % 4)
+            for (; m0 < M; ++m0) tj_dot_bf16_block<1, NV>(ap + m0 * KP, KP, bp + n0, N, C + m0 * N + n0, N);
+    }
+#else
+    for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k)
+            for (int n = 0; n < N; ++n) C[m * N + n] = std::fma(A[m * K + k], B[k * N + n], C[m * N + n]);
+#endif
+}
+
+// dst[i * cols + j] = src[j][i] as float: a rows x cols tile whose columns are contiguous in memory
+// (src[j] points at column j; a K^T tile, the B tile of x @ weight.t()), of fp32 (KIND 0), fp16 (1)
+// or bf16 (2). 8 x 8 blocks are read as 8 column vectors (halves widened exactly) and transposed in
+// registers (unpack, shuffle, 128-bit permute): a copy, so no bit changes; the edges, and machines
+// without AVX2/F16C, copy element by element down the columns.
+template <int KIND> static inline float tj_widen1(const void* p, int i) {
+    if (KIND == 0) return ((const float*)p)[i];
+    return KIND == 1 ? tj_h2f(((const uint16_t*)p)[i]) : tj_bf2f(((const uint16_t*)p)[i]);
+}
+#if defined(__AVX2__) && defined(__F16C__)
+#define TJ_TRANSPOSE_8X8 1
+template <int KIND> static inline __m256 tj_widen8(const void* p) {
+    if (KIND == 0) return _mm256_loadu_ps((const float*)p);
+    const __m128i h = _mm_loadu_si128((const __m128i*)p);
+    if (KIND == 1) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+#endif
+template <int KIND, class M>
+static inline void tj_fill_transposed(float* dst, const M* const* src, int rows, int cols) {
     int j0 = 0;
-#if defined(__AVX__)
+#if defined(TJ_TRANSPOSE_8X8)
     for (; j0 + 8 <= cols; j0 += 8) {
         int i0 = 0;
         for (; i0 + 8 <= rows; i0 += 8) {
             __m256 r[8], t[8], u[8];
-            for (int c = 0; c < 8; ++c) r[c] = _mm256_loadu_ps(src[j0 + c] + i0);
+            for (int c = 0; c < 8; ++c) r[c] = tj_widen8<KIND>(src[j0 + c] + i0);
             for (int c = 0; c < 8; c += 2) {
                 t[c] = _mm256_unpacklo_ps(r[c], r[c + 1]);
                 t[c + 1] = _mm256_unpackhi_ps(r[c], r[c + 1]);
@@ -318,10 +395,10 @@ static inline void tj_fill_transposed(float* dst, const float* const* src, int r
             }
         }
         for (; i0 < rows; ++i0)
-            for (int j = j0; j < j0 + 8; ++j) dst[i0 * cols + j] = src[j][i0];
+            for (int j = j0; j < j0 + 8; ++j) dst[i0 * cols + j] = tj_widen1<KIND>(src[j], i0);
     }
 #endif
     for (int j = j0; j < cols; ++j)
-        for (int i = 0; i < rows; ++i) dst[i * cols + j] = src[j][i];
+        for (int i = 0; i < rows; ++i) dst[i * cols + j] = tj_widen1<KIND>(src[j], i);
 }
 #endif  // TILEJIT_VECTOR_HELPERS

@@ -22,7 +22,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
 
     def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None,
                  vector_f16: bool = False):
-        super().__init__(fn, dialect)
+        super().__init__(fn, dialect, policy)
         self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
         self.vector_f16 = vector_f16   # the arch widens fp16 with vector loads (float16x32_t)
         self.init_memory(placement)
