@@ -36,11 +36,33 @@ def _chunk_f32(ptr, stride, cols, mask):
 
 
 @kernel
+def _normalised(x, mean, rstd, w_ptr, b_ptr, cols, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr):
+    y = (x - mean) * rstd
+    if HAS_W:
+        y = y * _chunk_f32(w_ptr, 1, cols, mask)
+    if HAS_B:
+        y = y + _chunk_f32(b_ptr, 1, cols, mask)
+    return y
+
+
+@kernel
 def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride_y, eps,
-                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+                      HAS_W: tl.constexpr, HAS_B: tl.constexpr, ONE_CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_x
     y_row = y_ptr + row * stride_y
+    if ONE_CHUNK:
+        # N <= BLOCK: the row is read once and kept; the same operations as the loops below when
+        # they run one iteration (`zeros + x` included), so the bits do not change
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        x = _chunk_f32(x_row, stride_xn, cols, mask)
+        mean = tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + x, axis=0) / N
+        d = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + d * d, axis=0) / N + eps)
+        y = _normalised(x, mean, rstd, w_ptr, b_ptr, cols, mask, HAS_W, HAS_B)
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        return
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -55,11 +77,7 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < N
-        y = (_chunk_f32(x_row, stride_xn, cols, mask) - mean) * rstd
-        if HAS_W:
-            y = y * _chunk_f32(w_ptr, 1, cols, mask)
-        if HAS_B:
-            y = y + _chunk_f32(b_ptr, 1, cols, mask)
+        y = _normalised(_chunk_f32(x_row, stride_xn, cols, mask), mean, rstd, w_ptr, b_ptr, cols, mask, HAS_W, HAS_B)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
@@ -184,7 +202,7 @@ def _layer_norm_launch(x, weight, bias, eps, config, y):
     cfg = _config(LAYER_NORM, config, N)
     sx = x2.stride()
     layer_norm_kernel[(rows,)](x2, weight, bias, y2, N, sx[0], sx[1], y2.stride(0), eps,
-                               HAS_W=weight is not None, HAS_B=bias is not None, **cfg)
+                               HAS_W=weight is not None, HAS_B=bias is not None, ONE_CHUNK=N <= cfg["BLOCK"], **cfg)
 
 
 def _rms_shapes(op, x, residual, weight, eps):

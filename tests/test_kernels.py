@@ -213,6 +213,24 @@ def test_add_rms_norm(shape, dtype, config):
     assert_near(normed, ref, shape[-1])
 
 
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+@pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16)])
+def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy):
+    """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass: the same
+    operations, so the same bits, a row of -0.0 included."""
+    from compiler import numerics
+    from kernels.norm import layer_norm_kernel
+    x, w, b, _ = _norm_inputs((16, N), dtype)
+    x[3] = -0.0
+    outs = []
+    with numerics(policy):
+        for one in (False, True):
+            y = torch.empty_like(x)
+            layer_norm_kernel[(16,)](x, w, b, y, N, N, 1, N, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=one, BLOCK=BLOCK)
+            outs.append(y.view(torch.int32 if dtype == F32 else torch.int16))
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_norms_without_affine_and_non_contiguous_rows():
     x = randn(7, 40, seed=24).t()            # [40, 7], rows strided
     assert_near(layer_norm(x), layer_norm_ref(x, out_dtype=torch.float64), 7)
