@@ -7,7 +7,8 @@ ascending order) and one `tl.sum` folds the tile at the end. BLOCK is chosen fro
 alone, so a row's result never depends on how many rows are normalised with it.
 
 layer_norm uses two passes over the row (mean, then the sum of squared deviations), which avoids
-the cancellation of E[x^2] - E[x]^2. Inputs fp32/fp16/bf16; statistics and arithmetic in fp32;
+the cancellation of E[x^2] - E[x]^2; a row that fits one BLOCK is read once for both and for the
+output (ONE_CHUNK: the same operations, so the same bits). Inputs fp32/fp16/bf16; statistics and arithmetic in fp32;
 the output is rounded once to the input dtype.
 """
 from __future__ import annotations
