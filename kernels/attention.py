@@ -14,6 +14,11 @@ Sq > Sk) give an output of 0 and a logsumexp of -inf (SDPA gives NaN there). A N
 score makes its rows NaN (out and lse), as in torch. head_dim 0 gives an empty output and, as
 torch's logsumexp of all-zero scores, lse = log(number of keys the row sees).
 
+Grouped-query decode: while Sq alone would leave a block part empty, the GROUP query heads that
+read one kv head are packed into the rows of one block (PACK_GQA), so that kv head's K/V blocks
+are read once for all of them instead of once per query head; rows are independent (below), so
+packing changes no bit.
+
 Numerics: one program owns BLOCK_M queries of one (batch, head) and walks the keys in ascending
 BLOCK_N blocks (no split-KV) with an online softmax: running max m, running sum l and an fp32
 accumulator rescaled by exp(m_old - m_new). Scores outside the mask are -inf (tl.where); a block
@@ -57,29 +62,43 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
                      Hq, GROUP, Sq, Sk, D, scale, smb, smh, smm, smn,
                      sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
                      CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, HAS_MASK: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
-    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns)."""
+                     PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
+    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns).
+    PACK_GQA: program_id(1) is a (batch, kv head) pair, and the rows are the GROUP query heads
+    times Sq queries that read that kv head, so its K/V blocks are read once for all of them."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_d = tl.program_id(2)
-    b = pid_bh // Hq
-    h = pid_bh % Hq
-    hk = h // GROUP
-    q_base = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
+    if PACK_GQA:
+        b = pid_bh // (Hq // GROUP)
+        hk = pid_bh % (Hq // GROUP)
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        h_rows = (hk * GROUP + rows // Sq).to(tl.int64)   # each row's query head
+        offs_m = rows % Sq
+        m_ok = rows < GROUP * Sq
+        q_rows = q_ptr + b.to(tl.int64) * sqb + h_rows * sqh + offs_m * sqm
+        o_rows = o_ptr + b.to(tl.int64) * sob + h_rows * soh + offs_m * som
+        lse_offs = (b.to(tl.int64) * Hq + h_rows) * Sq + offs_m
+    else:
+        b = pid_bh // Hq
+        h = pid_bh % Hq
+        hk = h // GROUP
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < Sq
+        q_rows = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + offs_m * sqm
+        o_rows = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh + offs_m * som
+        lse_offs = pid_bh.to(tl.int64) * Sq + offs_m
     k_base = k_ptr + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
     v_base = v_ptr + b.to(tl.int64) * svb + hk.to(tl.int64) * svh
-    o_base = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_do = pid_d * BLOCK_DO + tl.arange(0, BLOCK_DO)
     offs_n0 = tl.arange(0, BLOCK_N)
-    m_ok = offs_m < Sq
     do_ok = offs_do < D
     if BLOCK_DK == BLOCK_D:   # q stays in registers/local memory for the whole key loop
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        q = tl.load(q_base + offs_m[:, None] * sqm + offs_d[None, :] * sqd,
+        q = tl.load(q_rows[:, None] + offs_d[None, :] * sqd,
                     mask=m_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
 
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
@@ -88,7 +107,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
     # query row i sits at absolute key position i + (Sk - Sq)
     diag = Sk - Sq
     hi = Sk
-    if CAUSAL:
+    if CAUSAL and not PACK_GQA:   # packed rows of a block may sit anywhere in 0..Sq-1: all keys
         hi = tl.minimum(Sk, (pid_m + 1) * BLOCK_M + diag)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -102,7 +121,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
             for d0 in range(0, BLOCK_D, BLOCK_DK):
                 offs_dk = d0 + tl.arange(0, BLOCK_DK)
                 dk_ok = offs_dk < D
-                q_c = tl.load(q_base + offs_m[:, None] * sqm + offs_dk[None, :] * sqd,
+                q_c = tl.load(q_rows[:, None] + offs_dk[None, :] * sqd,
                               mask=m_ok[:, None] & dk_ok[None, :], other=0.0).to(tl.float32)
                 kt_c = tl.load(k_base + offs_n[None, :] * skn + offs_dk[:, None] * skd,
                                mask=dk_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
@@ -127,12 +146,12 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
     has_keys = l_i != 0.0   # 0 only for a row that saw no key; NaN (propagated, as in torch) for a NaN score
     l_safe = tl.where(has_keys, l_i, 1.0)
     out = tl.where(has_keys[:, None], acc / l_safe[:, None], 0.0)
-    tl.store(o_base + offs_m[:, None] * som + offs_do[None, :] * sod, out.to(o_ptr.dtype.element_ty),
+    tl.store(o_rows[:, None] + offs_do[None, :] * sod, out.to(o_ptr.dtype.element_ty),
              mask=m_ok[:, None] & do_ok[None, :])
     if STORE_LSE:
         lse = tl.where(has_keys, m_i + tl.log(l_safe), -float("inf"))
         first_d = (offs_m * 0 + pid_d) == 0   # one program of the row's column blocks stores it
-        tl.store(lse_ptr + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=m_ok & first_d)
+        tl.store(lse_ptr + lse_offs, lse, mask=m_ok & first_d)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False, scale: float | None = None,
@@ -197,7 +216,13 @@ def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
         if return_lse:
             lse.copy_(_empty_head_lse(B, Hq, Sq, Sk, causal, mask, lse))
         return
-    cfg = decode_config(config) or select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=Sq)
+    # grouped-query heads are packed into the rows of one block while Sq alone leaves it part empty
+    # (decode): the block's K/V is then read once per kv head instead of once per query head
+    group, explicit = Hq // Hkv, decode_config(config)
+    full_m = (explicit or select(SPEC, None, head_dim=D, seq_k=Sk))["BLOCK_M"]
+    pack = group > 1 and mask is None and npow2(Sq) < full_m
+    rows = group * Sq if pack else Sq
+    cfg = explicit or select(SPEC, None, head_dim=D, seq_k=Sk, seq_q=rows)
     cfg.setdefault("BLOCK_D", npow2(D))
     if cfg["BLOCK_D"] < D:
         raise ValueError(f"{op}: config BLOCK_D={cfg['BLOCK_D']} is smaller than head_dim {D}")
@@ -206,10 +231,10 @@ def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
         if cfg["BLOCK_D"] % cfg[key]:
             raise ValueError(f"{op}: config {key}={cfg[key]} must divide BLOCK_D={cfg['BLOCK_D']}")
     m8 = mask.expand(B, Hq, Sq, Sk).view(torch.int8) if mask is not None else None
-    attention_kernel[(cdiv(Sq, cfg["BLOCK_M"]), B * Hq, cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
-        q, k, v, out, lse if return_lse else None, m8, Hq, Hq // Hkv, Sq, Sk, D, float(scale),
+    attention_kernel[(cdiv(rows, cfg["BLOCK_M"]), B * (Hkv if pack else Hq), cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
+        q, k, v, out, lse if return_lse else None, m8, Hq, group, Sq, Sk, D, float(scale),
         *(m8.stride() if m8 is not None else (0,) * 4), *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, **cfg)
+        CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, PACK_GQA=pack, **cfg)
 
 
 def _empty_head_lse(B: int, Hq: int, Sq: int, Sk: int, causal: bool, mask, lse) -> torch.Tensor:

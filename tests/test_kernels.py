@@ -293,6 +293,37 @@ def test_attention_vs_sdpa(B, Hq, Hkv, Sq, Sk, D, dtype, causal):
     torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk,D,causal,dtype", [
+    (2, 8, 2, 1, 77, 64, False, F32), (2, 8, 2, 3, 40, 64, True, F32),
+    (1, 4, 1, 1, 33, 128, True, torch.bfloat16), (2, 6, 3, 5, 19, 32, True, torch.float16)])
+def test_grouped_query_heads_packed_into_one_block_keep_the_bits(B, Hq, Hkv, Sq, Sk, D, causal, dtype, policy,
+                                                                monkeypatch):
+    """Decode-like GQA packs the query heads of a kv head into the rows of one block (PACK_GQA):
+    out and lse equal, bit for bit, the same attention over K/V expanded to one head per query
+    head (which is not packed)."""
+    import sys
+    from compiler import numerics
+    module = sys.modules["kernels.attention"]
+    kernel, grids = module.attention_kernel, []
+
+    class Spy:   # notes each launch's grid, then launches
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return kernel[grid]
+
+    q = randn(B, Hq, Sq, D, dtype=dtype, seed=40)
+    k, v = randn(B, Hkv, Sk, D, dtype=dtype, seed=41), randn(B, Hkv, Sk, D, dtype=dtype, seed=42)
+    g = Hq // Hkv
+    with numerics(policy):
+        monkeypatch.setattr(module, "attention_kernel", Spy())
+        packed = attention(q, k, v, causal=causal, return_lse=True)
+        monkeypatch.undo()
+        expanded = attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), causal=causal, return_lse=True)
+    assert [grid[1] for grid in grids] == [B * Hkv]   # one program per (batch, kv head)
+    assert torch.equal(packed[0], expanded[0]) and torch.equal(packed[1], expanded[1])
+
+
 def test_attention_custom_scale_and_strided_inputs():
     # [B, S, H, D] storage viewed as [B, H, S, D]: non-contiguous q/k/v
     q = randn(2, 50, 2, 64, seed=40).transpose(1, 2)
