@@ -54,22 +54,12 @@ def _mask_tile(mask_ptr, b, h, smb, smh, smm, smn, offs_m, offs_n, valid):
     return valid & (keep != 0)
 
 
-# q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
-# as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit: they
-# let a target with little local memory (Kunlun LM) hold tiles of a long head_dim.
 @kernel
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
-                     Hq, GROUP, Sq, Sk, D, scale, smb, smh, smm, smn,
-                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-                     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, HAS_MASK: tl.constexpr,
-                     PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
-    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns).
-    PACK_GQA: program_id(1) is a (batch, kv head) pair, and the rows are the GROUP query heads
-    times Sq queries that read that kv head, so its K/V blocks are read once for all of them."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    pid_d = tl.program_id(2)
+def _query_rows(q_ptr, o_ptr, pid_m, pid_bh, Hq, GROUP, Sq, sqb, sqh, sqm, sob, soh, som,
+                PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr):
+    """A program's rows: (batch, kv head, each row's query position, the row mask, q and out row
+    pointers, lse offsets). PACK_GQA: program_id(1) is a (batch, kv head) pair and the rows are
+    the GROUP query heads times Sq queries that read that kv head."""
     if PACK_GQA:
         b = pid_bh // (Hq // GROUP)
         hk = pid_bh % (Hq // GROUP)
@@ -89,6 +79,26 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
         q_rows = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh + offs_m * sqm
         o_rows = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh + offs_m * som
         lse_offs = pid_bh.to(tl.int64) * Sq + offs_m
+    return b, hk, offs_m, m_ok, q_rows, o_rows, lse_offs
+
+
+# q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
+# as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit: they
+# let a target with little local memory (Kunlun LM) hold tiles of a long head_dim.
+@kernel
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
+                     Hq, GROUP, Sq, Sk, D, scale, smb, smh, smm, smn,
+                     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
+                     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, HAS_MASK: tl.constexpr,
+                     PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
+    """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns);
+    with PACK_GQA the rows are query heads that share one kv head (_query_rows)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    pid_d = tl.program_id(2)
+    b, hk, offs_m, m_ok, q_rows, o_rows, lse_offs = _query_rows(
+        q_ptr, o_ptr, pid_m, pid_bh, Hq, GROUP, Sq, sqb, sqh, sqm, sob, soh, som, PACK_GQA, BLOCK_M)
     k_base = k_ptr + b.to(tl.int64) * skb + hk.to(tl.int64) * skh
     v_base = v_ptr + b.to(tl.int64) * svb + hk.to(tl.int64) * svh
 
@@ -131,7 +141,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
         if HAS_MASK:
-            valid = _mask_tile(mask_ptr, b, h, smb, smh, smm, smn, offs_m, offs_n, valid)
+            valid = _mask_tile(mask_ptr, b, pid_bh % Hq, smb, smh, smm, smn, offs_m, offs_n, valid)
         s = tl.where(valid, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # a row that has seen no key yet keeps m = -inf; rescale it against 0 to avoid inf - inf
