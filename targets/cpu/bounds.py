@@ -28,6 +28,7 @@ def _yielded(block) -> list[Value]:
 
 class BoundsCheckedLowering(CLowering):
     checks_addresses = True
+
     def __init__(self, fn, dialect, policy="fast"):
         super().__init__(fn, dialect, policy)
         self._param = {id(p.value): i for i, p in enumerate(fn.params)}
