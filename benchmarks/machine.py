@@ -1,5 +1,6 @@
-"""What this machine can do at most, measured here: the fp32 FMA peak and the copy bandwidth, so a
-benchmark can print how close a kernel comes to the limit.
+"""What this machine can do at most, measured here: the fp32 FMA peak, the bf16 dot peak (where the
+CPU has AVX512-BF16) and the copy bandwidth, so a benchmark can print how close a kernel comes to
+the limit.
 
     python -m benchmarks.machine
 
@@ -7,6 +8,9 @@ benchmark can print how close a kernel comes to the limit.
   independent chains of vector FMAs on every OpenMP thread, as many chains as hide the FMA
   latency; GFLOP/s = 2 x lanes x FMAs / s. It is the compute ceiling of the kernels tilejit
   generates here, not a vendor figure.
+- bf16 dot peak: the same with `vdpbf16ps` (each of the 16 fp32 lanes adds two bf16 products:
+  64 flops per instruction), the instruction the cpu target's fast bf16 dots run on; only where
+  the -march flags enable AVX512-BF16.
 - copy bandwidth: `dst.copy_(src)` of a 256 MiB fp32 tensor with torch's threads; GB/s counts
   the bytes read and written (2 x 256 MiB per copy).
 
@@ -39,6 +43,28 @@ _FMA_SOURCE = r"""
 typedef float vf __attribute__((vector_size(LANES * 4)));
 #define CHAINS 10
 extern "C" int lanes(void) { return LANES; }
+#ifdef __AVX512BF16__
+#include <immintrin.h>
+/* vdpbf16ps instructions executed by all threads */
+extern "C" long long bf16_dot_run(long long iters, float* out) {
+    long long total = 0;
+    #pragma omp parallel reduction(+:total)
+    {
+        __m512 acc[CHAINS];
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
+        for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_set1_ps((float)c);
+        for (long long i = 0; i < iters; ++i)
+            for (int c = 0; c < CHAINS; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
+        __m512 s = acc[0];
+        for (int c = 1; c < CHAINS; ++c) s = _mm512_add_ps(s, acc[c]);
+        out[omp_get_thread_num() % 64] = _mm512_reduce_add_ps(s);
+        total += iters * CHAINS;
+    }
+    return total;
+}
+#else
+extern "C" long long bf16_dot_run(long long iters, float* out) { (void)iters; (void)out; return 0; }
+#endif
 /* FMAs executed by all threads; out keeps the chains alive */
 extern "C" long long fma_run(long long iters, float* out) {
     long long total = 0;
@@ -60,12 +86,12 @@ extern "C" long long fma_run(long long iters, float* out) {
 
 
 @functools.lru_cache(maxsize=1)
-def fma_peak_gflops() -> tuple[float, int, int]:
-    """(GFLOP/s, threads, lanes) of fp32 FMAs on this machine (best of 3 runs of ~0.2 s)."""
+def _peak_library() -> ctypes.CDLL:
+    """The peak programs, built with the cpu target's compiler and -march flags."""
     from targets.cpu import toolchain  # noqa: PLC0415
     cxx = toolchain.find_compiler()
     if cxx is None:
-        raise RuntimeError("no C++ compiler: the FMA peak cannot be measured")
+        raise RuntimeError("no C++ compiler: the peaks cannot be measured")
     with tempfile.TemporaryDirectory(prefix="tilejit-peak-") as d:
         src, lib = os.path.join(d, "peak.cpp"), os.path.join(d, "peak.so")
         with open(src, "w", encoding="utf-8") as f:
@@ -74,17 +100,36 @@ def fma_peak_gflops() -> tuple[float, int, int]:
         flags = [*toolchain.BASE_FLAGS, "-ffp-contract=fast", *toolchain.march_flags()]
         subprocess.run([cxx, *flags, src, "-o", lib], check=True, capture_output=True)
         so = ctypes.CDLL(lib)
-    so.fma_run.restype = ctypes.c_longlong
-    so.fma_run.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_float)]
+    for fn in (so.fma_run, so.bf16_dot_run):
+        fn.restype = ctypes.c_longlong
+        fn.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_float)]
+    return so
+
+
+def _best_gflops(run, flops_per_op: int) -> float:
+    """GFLOP/s of `run` (ops executed by all threads), best of 3 runs of ~0.2 s; 0 when it ran none."""
     out = (ctypes.c_float * 64)()
-    lanes = so.lanes()
-    so.fma_run(10_000, out)
-    best, iters = 0.0, 2_000_000
+    run(10_000, out)
+    best = 0.0
     for _ in range(3):
         t0 = time.perf_counter()
-        fmas = so.fma_run(iters, out)
-        best = max(best, 2 * lanes * fmas / (time.perf_counter() - t0) / 1e9)
-    return best, os.cpu_count() or 1, lanes
+        ops = run(2_000_000, out)
+        best = max(best, flops_per_op * ops / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+@functools.lru_cache(maxsize=1)
+def fma_peak_gflops() -> tuple[float, int, int]:
+    """(GFLOP/s, threads, lanes) of fp32 FMAs on this machine."""
+    so = _peak_library()
+    lanes = so.lanes()
+    return _best_gflops(so.fma_run, 2 * lanes), os.cpu_count() or 1, lanes
+
+
+@functools.lru_cache(maxsize=1)
+def bf16_dot_peak_gflops() -> float | None:
+    """GFLOP/s of vdpbf16ps on this machine, or None where the -march flags lack AVX512-BF16."""
+    return _best_gflops(_peak_library().bf16_dot_run, 64) or None
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,6 +151,8 @@ def summary_line() -> str:
     try:
         peak, threads, lanes = fma_peak_gflops()
         fma = f"fp32 FMA peak {peak:.0f} GFLOP/s ({threads} threads x {lanes} lanes)"
+        bf16 = bf16_dot_peak_gflops()
+        fma += f", bf16 dot peak {bf16:.0f} GFLOP/s (vdpbf16ps)" if bf16 else ", no bf16 dot instruction"
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         fma = f"fp32 FMA peak not measured ({exc})"
     return f"machine limits (measured here): {fma}, copy bandwidth {copy_bandwidth_gbs():.1f} GB/s"

@@ -23,8 +23,9 @@ thread waits for a busy core takes a scheduler time slice, ~4-8 ms, per call). R
 is faster), "vs compile" = t_compile / t_tilejit. The goal column is the cpu target's goal for
 the ratio vs eager. Every case also checks that tilejit's output matches eager's. "tj rate" is
 tilejit's achieved rate: GFLOP/s for matmul and attention (2 flops per multiply-add), GB/s for the
-norms (bytes read and written once), and "of limit" its share of this machine's fp32 FMA peak or
-copy bandwidth, both measured at the start (benchmarks/machine.py).
+norms (bytes read and written once), and "of limit" its share of this machine's fp32 FMA peak (for
+bf16, its bf16 dot peak where the CPU has AVX512-BF16: the instruction the fast bf16 dots run on)
+or copy bandwidth, all measured at the start (benchmarks/machine.py).
 """
 from __future__ import annotations
 
@@ -241,15 +242,17 @@ def main(argv=None) -> None:
     hdr = ("op", "shape", "dtype", "tilejit ms", "eager ms", "compile ms", "vs eager", "vs compile", "goal",
            "met", "tj rate", "of limit", "tj 1st s", "compile s", "check")
     limits = {"flop": machine.fma_peak_gflops()[0] * 1e9, "byte": machine.copy_bandwidth_gbs() * 1e9}
+    bf16_peak = machine.bf16_dot_peak_gflops()
     cells = []
     for case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check, (unit, amount) in rows:
+        limit = bf16_peak * 1e9 if unit == "flop" and dname == "bf16" and bf16_peak else limits[unit]
         r_e = t_eager / t_tj
         r_c = t_comp / t_tj if t_comp else None
         goal = GOALS[case.op]
         cells.append((case.op, case.label, dname, _fmt_t(t_tj), _fmt_t(t_eager), _fmt_t(t_comp), _fmt_r(r_e),
                       _fmt_r(r_c), f">={goal:.1f}x", "yes" if r_e >= goal else "NO",
                       f"{amount / t_tj / 1e9:.1f} {'GFLOP/s' if unit == 'flop' else 'GB/s'}",
-                      f"{amount / t_tj / limits[unit]:.0%}", f"{tj_first:.2f}", "-" if comp_warm is None else f"{comp_warm:.1f}", check))
+                      f"{amount / t_tj / limit:.0%}", f"{tj_first:.2f}", "-" if comp_warm is None else f"{comp_warm:.1f}", check))
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
     left = {0, 1, 2, 14}
 

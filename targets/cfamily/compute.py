@@ -163,7 +163,11 @@ class ReduceDotLowering:
         r = op.results[0]
         M, K = a.shape
         N = b.shape[1]
-        A, B = self._as_buffer(a), self._as_buffer(b)
+        bf16 = self.takes_bf16_dot(op)   # through the ISA's bf16 dot (bf16_dot.py, docs/numerics.md)
+        if bf16:
+            A, B = self.bf16_operand(a, "rows"), self.bf16_operand(b, "pairs")
+        else:
+            A, B = self._as_buffer(a), self._as_buffer(b)
         if self._accumulates_in_place(op):
             # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself
             C = self.name(acc)
@@ -173,7 +177,10 @@ class ReduceDotLowering:
             C = self.declare_buffer(r)
             nest = self.open_nest(r.shape)
             self.close_nest(nest, [f"{C}[{self.linear(nest.idx, r.shape)}] = {self.ev(acc, nest.idx, nest)};"])
-        self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
+        if bf16:
+            self.emit(f"{self.d.bf16_dot.dot}<{M}, {N}, {K}>({A}, {B}, {C});")
+        else:
+            self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
 
     def _accumulates_in_place(self, op: Op) -> bool:
         """True when the dot's accumulator is a carried value of the innermost loop, read only by
@@ -193,10 +200,6 @@ class ReduceDotLowering:
         dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
         the same per-element order as plain loops (vectorised over n)."""
         it, rt = self.index_type, self.d.reg_type(in_dt)
-        if self.d.dot_bf16 and self.policy == "fast" and in_dt == D.bfloat16 and acc_dt == D.float32 and N % 16 == 0:
-            # bf16 pairs through the ISA's bf16 dot where the machine has one (docs/numerics.md)
-            self.emit(f"{self.d.dot_bf16}<{M}, {N}, {K}>({A}, {B}, {C});")
-            return
         step = self.d.dot_step
         kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
         if kernel:

@@ -4,6 +4,7 @@ math functions, loads/stores of one element, and a few pragmas. A target subclas
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from compiler import dtypes as D
 from compiler.errors import CompilationError
@@ -17,6 +18,15 @@ _CPP_KEYWORDS = {
     "delete", "this", "template", "typename", "namespace", "operator", "private", "public", "protected",
     "virtual", "inline", "friend", "true", "false", "try", "catch", "throw", "using", "asm", "main",
 }
+
+
+class Bf16Dot(NamedTuple):
+    """The header's bf16 dot and the helpers that lay out its raw operands (cfamily/bf16_dot.py)."""
+    dot: str               # <M, N, K>(A rows, B pairs, float* C): C += A B
+    pack_rows: str         # <R, C>(float tile, raw rows)
+    pack_pairs: str        # <K, N>(float tile, raw pairs)
+    fill_pairs: str        # <K, N>(raw pairs, row pointers): B straight from memory
+    transposed_words: int  # the transposed fill's KIND that moves 32-bit words (B from column pointers)
 
 
 class CDialect:
@@ -39,7 +49,7 @@ class CDialect:
     simd_pragma = "#pragma omp simd"
     affine_mask_dtypes = (D.int32, D.int64)   # index types the header's tj_affine_cmp takes
     transposed_fill = None   # the header's fill of a tile from column pointers (None: element loops)
-    dot_bf16 = None   # the header's fast-policy dot of bf16 tiles (N a multiple of 16), or None
+    bf16_dot: Bf16Dot | None = None   # the header's fast-policy dot of bf16 tiles, or None
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
     widen_addresses = False
@@ -231,13 +241,12 @@ class CDialect:
         return f"*({ptr})"
 
     def store_elem(self, dt: D.dtype, ptr: str, val: str) -> str:
-        if dt is D.float16:
-            val = f"tj_f2h({val})"
-        elif dt is D.bfloat16:
-            val = f"tj_f2bf({val})"
-        elif dt is D.int1:
-            val = f"(uint8_t)({val})"
-        return f"*({ptr}) = {val}"
+        return f"*({ptr}) = {self.to_mem(dt, val)}"
+
+    @staticmethod
+    def to_mem(dt: D.dtype, x: str) -> str:
+        """A register value as its element in memory (fp16/bf16: its 16 bits)."""
+        return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
 
     def reduce_identity(self, kind: str, dt: D.dtype) -> str:
         if kind == "sum":

@@ -19,6 +19,7 @@ from compiler.ir.analysis import index_step
 from compiler.ir.ops import OPS
 
 from .atomics import AtomicDebugLowering
+from .bf16_dot import Bf16DotLowering
 from .buffers import LocalBuffer, Nest
 from .compute import ReduceDotLowering
 from .dialect import CDialect
@@ -47,7 +48,7 @@ def _is_cheap(op: Op) -> bool:
     return False
 
 
-class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
+class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
@@ -78,6 +79,7 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         self.materialized: set[int] = set()
         self.roots: dict[int, set[int]] = {}
         self._decide(fn.body)
+        self._raw_layouts: dict[int, str] | None = None   # bf16 dot operands filled raw (bf16_dot.py)
         # an op's index in IR order names it in what a kernel reports at run time (a status's site)
         self.op_index = {id(op): i for i, op in enumerate(fn.walk())}
         for p in fn.params:
@@ -478,9 +480,13 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
                 f"({self.ev(mask, (), None)} ? {ld(v.dtype, p)} : {self.ev(other, (), None)})"
             self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
             return
-        name = self.declare_buffer(v)
+        layout = self.raw_layout(v)
+        name = self.declare_raw_buffer(v) if layout else self.declare_buffer(v)
 
         def fill(masked: bool):
+            if layout:
+                self.fill_raw(op, name, layout, masked)
+                return
             if not masked and self._transposed_fill(ptr, v, name):
                 return
             nest = self.open_nest(v.shape, order=None if masked else self._column_order(ptr))
@@ -510,12 +516,17 @@ class CLowering(ReduceDotLowering, LoopLowering, AtomicDebugLowering):
         if helper is None or self.checks_addresses or kind is None or self._column_order(ptr) is None:
             return False
         rows, cols = v.shape
-        table = self.fresh("cols")
-        self.emit(f"const {self.d.mem_type(v.dtype)}* {table}[{cols}];")
-        nest = self.open_nest((cols,))
-        self.close_nest(nest, [f"{table}[{nest.idx[0]}] = {self.ev(ptr, ('0', nest.idx[0]), nest)};"])
+        table = self.pointer_table(ptr, v, "cols", cols, lambda j: ("0", j))
         self.emit(f"{helper}<{kind}>({name}, {table}, {rows}, {cols});")
         return True
+
+    def pointer_table(self, ptr: Value, v: Value, prefix: str, count: int, at) -> str:
+        """A local array of `count` pointers, entry i = ptr at tile index at(i) (one per row or column)."""
+        table = self.fresh(prefix)
+        self.emit(f"const {self.d.mem_type(v.dtype)}* {table}[{count}];")
+        nest = self.open_nest((count,))
+        self.close_nest(nest, [f"{table}[{nest.idx[0]}] = {self.ev(ptr, at(nest.idx[0]), nest)};"])
+        return table
 
     def emit_store(self, op: Op) -> None:
         ptr, val = op.operands[:2]

@@ -8,7 +8,7 @@ import jinja2
 
 from compiler.errors import CompilationError
 from compiler.ir import Function
-from targets.cfamily.dialect import CDialect
+from targets.cfamily.dialect import Bf16Dot, CDialect
 from targets.cfamily.lowering import CLowering
 
 from .bounds import BoundsCheckedLowering
@@ -33,7 +33,8 @@ class CPUDialect(CDialect):
 
     dot_microkernel = "tj_dot_block"
     transposed_fill = "tj_fill_transposed"
-    dot_bf16 = "tj_dot_bf16"
+    bf16_dot = Bf16Dot(dot="tj_dot_bf16", pack_rows="tj_pack_bf16_rows", pack_pairs="tj_pack_bf16_pairs",
+                       fill_pairs="tj_fill_bf16_pairs", transposed_words=3)
     # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
     trip_count_type = "uint64_t"
     zero_step_check = "if ({step} == 0) tj_fail(tj_st, TJ_E_STEP0, {site}, -1, 0, 0, 0, 0);"

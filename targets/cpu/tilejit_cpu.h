@@ -290,24 +290,56 @@ static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb
         for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
 }
 
-// C[M][N] (row stride N) += A[M][K] B[K][N] for tiles of bf16 values (held exactly as float), in
-// the fast policy. With AVX512-BF16 (-march=native on a CPU that has it), k runs in ascending pairs
-// through vdpbf16ps: each fp32 lane adds the two exact products of a pair, with denormals flushed
-// as the instruction does; an odd K pads its last pair with zeros. Every element of C takes that
-// order whatever its row, so the bits do not depend on BLOCK_M. Without the instruction: the
-// ascending-k fma chain of every other dot. N % 16 == 0 (the lowering's check).
-#if defined(__AVX512BF16__) && defined(__AVX512F__)
-static inline uint32_t tj_bf16_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u >> 16; }
-// pairs[r * KP + p] = bf16(X[r][2p]) | bf16(X[r][2p + 1]) << 16 for a row-major X[R][K]
-template <int R, int K>
-static inline void tj_bf16_pair_rows(const float* X, uint32_t* pairs) {
-    constexpr int KP = (K + 1) / 2;
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < KP; ++p)
-            pairs[r * KP + p] = tj_bf16_bits(X[r * K + 2 * p]) | (2 * p + 1 < K ? tj_bf16_bits(X[r * K + 2 * p + 1]) << 16 : 0u);
+// C[M][N] (row stride N) += A[M][K] B[K][N] for tiles of bf16 values, in the fast policy, with the
+// operands as raw bf16 bits in the layouts of the bf16 dot instruction: A row-major (A[m][k] at
+// m * K + k, so the k pair (2p, 2p + 1) of a row is one 32-bit word) and B in k pairs (B[k][n] at
+// (k / 2) * 2N + 2n + k % 2: the pair of column n is one word). The lowering fills these straight
+// from memory where a tile is loaded for the dot only, else packs a float tile (tj_pack_bf16_*).
+// With AVX512-BF16 (-march=native on a CPU that has it), k runs in ascending pairs through
+// vdpbf16ps: each fp32 lane adds the two exact products of a pair, with denormals flushed as the
+// instruction does. Every element of C takes that order whatever its row, so the bits do not
+// depend on BLOCK_M. Without the instruction: the ascending-k fma chain of every other dot.
+// N % 16 == 0 and K % 2 == 0 (the lowering's check).
+static inline uint16_t tj_bf16_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return (uint16_t)(u >> 16); }
+// the raw layouts from a float tile of bf16 values (exact: the low 16 bits are zero)
+template <int R, int C>
+static inline void tj_pack_bf16_rows(const float* X, uint16_t* dst) {
+    for (int i = 0; i < R * C; ++i) dst[i] = tj_bf16_bits(X[i]);
 }
+template <int K, int N>
+static inline void tj_pack_bf16_pairs(const float* X, uint16_t* dst) {
+    for (int p = 0; p < K / 2; ++p)
+        for (int n = 0; n < N; ++n) {
+            dst[p * 2 * N + 2 * n] = tj_bf16_bits(X[2 * p * N + n]);
+            dst[p * 2 * N + 2 * n + 1] = tj_bf16_bits(X[(2 * p + 1) * N + n]);
+        }
+}
+// the pair layout from memory: rows[k] points at B[k][0], contiguous along n
+template <int K, int N>
+static inline void tj_fill_bf16_pairs(uint16_t* dst, const uint16_t* const* rows) {
+    for (int p = 0; p < K / 2; ++p) {
+        const uint16_t *lo = rows[2 * p], *hi = rows[2 * p + 1];
+        uint16_t* out = dst + p * 2 * N;
+        int n = 0;
+#if defined(__AVX512F__)
+        for (; n + 16 <= N; n += 16) {
+            const __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(lo + n)));
+            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(hi + n)));
+            _mm512_storeu_si512(out + 2 * n, _mm512_or_si512(l, _mm512_slli_epi32(h, 16)));
+        }
+#endif
+        for (; n < N; ++n) {
+            out[2 * n] = lo[n];
+            out[2 * n + 1] = hi[n];
+        }
+    }
+}
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+// noinline: inlined into a large kernel body, GCC reloads the B vectors from memory before every
+// vdpbf16ps (measured: half the instruction's throughput); as a function it keeps them in registers
 template <int MR, int NV>
-static inline void tj_dot_bf16_block(const uint32_t* ap, int KP, const uint32_t* bp, int ldb, float* C, int ldc) {
+__attribute__((noinline)) static void tj_dot_bf16_block(const uint32_t* ap, int KP, const uint32_t* bp, int ldb,
+                                                       float* C, int ldc) {
     __m512 acc[MR][NV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_loadu_ps(C + m * ldc + 16 * v);
@@ -324,21 +356,11 @@ static inline void tj_dot_bf16_block(const uint32_t* ap, int KP, const uint32_t*
 }
 #endif
 template <int M, int N, int K>
-static inline void tj_dot_bf16(const float* A, const float* B, float* C) {
-    static_assert(N % 16 == 0, "tj_dot_bf16 takes whole vectors of columns");
+static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
+    static_assert(N % 16 == 0 && K % 2 == 0, "tj_dot_bf16 takes whole vectors of columns and whole k pairs");
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
-    constexpr int KP = (K + 1) / 2, NV = (N / 16) % 4 == 0 ? 4 : (N / 16) % 2 == 0 ? 2 : 1;
-    alignas(64) uint32_t bp[KP * N];   // bp[p * N + n]: the pair (B[2p][n], B[2p + 1][n])
-    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);   // a bf16 value's bits (the rest are 0)
-    for (int p = 0; p < K / 2; ++p)
-        for (int n = 0; n < N; n += 16) {
-            const __m512i lo = _mm512_loadu_si512(B + 2 * p * N + n), hi = _mm512_loadu_si512(B + (2 * p + 1) * N + n);
-            _mm512_storeu_si512(bp + p * N + n, _mm512_or_si512(_mm512_srli_epi32(lo, 16), _mm512_and_si512(hi, high)));
-        }
-    if (K % 2)
-        for (int n = 0; n < N; ++n) bp[(KP - 1) * N + n] = tj_bf16_bits(B[(K - 1) * N + n]);
-    alignas(64) uint32_t ap[M * KP];
-    tj_bf16_pair_rows<M, K>(A, ap);
+    constexpr int KP = K / 2, NV = (N / 16) % 4 == 0 ? 4 : (N / 16) % 2 == 0 ? 2 : 1;
+    const uint32_t *ap = (const uint32_t*)A, *bp = (const uint32_t*)B;   // one word per k pair
     for (int n0 = 0; n0 < N; n0 += 16 * NV) {
         int m0 = 0;
         for (; m0 + 4 <= M; m0 += 4) tj_dot_bf16_block<4, NV>(ap + m0 * KP, KP, bp + n0, N, C + m0 * N + n0, N);
@@ -348,23 +370,27 @@ static inline void tj_dot_bf16(const float* A, const float* B, float* C) {
 #else
     for (int m = 0; m < M; ++m)
         for (int k = 0; k < K; ++k)
-            for (int n = 0; n < N; ++n) C[m * N + n] = std::fma(A[m * K + k], B[k * N + n], C[m * N + n]);
+            for (int n = 0; n < N; ++n)
+                C[m * N + n] = std::fma(tj_bf2f(A[m * K + k]), tj_bf2f(B[(k / 2) * 2 * N + 2 * n + k % 2]), C[m * N + n]);
 #endif
 }
 
 // dst[i * cols + j] = src[j][i] as float: a rows x cols tile whose columns are contiguous in memory
 // (src[j] points at column j; a K^T tile, the B tile of x @ weight.t()), of fp32 (KIND 0), fp16 (1)
-// or bf16 (2). 8 x 8 blocks are read as 8 column vectors (halves widened exactly) and transposed in
-// registers (unpack, shuffle, 128-bit permute): a copy, so no bit changes; the edges, and machines
-// without AVX2/F16C, copy element by element down the columns.
+// or bf16 (2); KIND 3 moves the 32-bit words of bf16 k pairs unchanged (element i of column j is
+// the pair at src[j] + 2i: the bf16 dot's B layout). 8 x 8 blocks are read as 8 column vectors
+// (halves widened exactly) and transposed in registers (unpack, shuffle, 128-bit permute): a copy,
+// so no bit changes; the edges, and machines without AVX2/F16C, copy element by element down the
+// columns.
 template <int KIND> static inline float tj_widen1(const void* p, int i) {
     if (KIND == 0) return ((const float*)p)[i];
+    if (KIND == 3) { float f; std::memcpy(&f, (const char*)p + 4 * i, 4); return f; }
     return KIND == 1 ? tj_h2f(((const uint16_t*)p)[i]) : tj_bf2f(((const uint16_t*)p)[i]);
 }
 #if defined(__AVX2__) && defined(__F16C__)
 #define TJ_TRANSPOSE_8X8 1
 template <int KIND> static inline __m256 tj_widen8(const void* p) {
-    if (KIND == 0) return _mm256_loadu_ps((const float*)p);
+    if (KIND == 0 || KIND == 3) return _mm256_loadu_ps((const float*)p);
     const __m128i h = _mm_loadu_si128((const __m128i*)p);
     if (KIND == 1) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -378,7 +404,7 @@ static inline void tj_fill_transposed(float* dst, const M* const* src, int rows,
         int i0 = 0;
         for (; i0 + 8 <= rows; i0 += 8) {
             __m256 r[8], t[8], u[8];
-            for (int c = 0; c < 8; ++c) r[c] = tj_widen8<KIND>(src[j0 + c] + i0);
+            for (int c = 0; c < 8; ++c) r[c] = tj_widen8<KIND>(src[j0 + c] + (KIND == 3 ? 2 : 1) * i0);
             for (int c = 0; c < 8; c += 2) {
                 t[c] = _mm256_unpacklo_ps(r[c], r[c + 1]);
                 t[c + 1] = _mm256_unpackhi_ps(r[c], r[c + 1]);

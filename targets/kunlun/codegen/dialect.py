@@ -89,14 +89,10 @@ class KunlunDialect(CDialect):
     def store_elem(self, dt, ptr, val):
         raise CompilationError("internal: kunlun lowering tried to store through a global pointer")
 
-    # GM <-> LM element conversions (memory representation <-> register representation)
+    # GM -> LM element conversion (memory representation -> register representation; to_mem: the base's)
     @staticmethod
     def from_mem(dt: D.dtype, x: str) -> str:
         return {D.float16: f"tj_h2f({x})", D.bfloat16: f"tj_bf2f({x})", D.int1: f"({x} != 0)"}.get(dt, x)
-
-    @staticmethod
-    def to_mem(dt: D.dtype, x: str) -> str:
-        return {D.float16: f"tj_f2h({x})", D.bfloat16: f"tj_f2bf({x})", D.int1: f"(uint8_t)({x})"}.get(dt, x)
 
     def elem_bytes(self, dt: D.dtype) -> int:
         """Bytes of one element in global memory."""
