@@ -4,6 +4,7 @@ import ctypes
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -245,3 +246,63 @@ def test_matmul_with_a_transposed_weight_equals_the_contiguous_one(policy):
     x, w = torch.randn(37, 203, generator=g), torch.randn(150, 203, generator=g)
     with numerics(policy):
         assert torch.equal(kernels.matmul(x, w.t()), kernels.matmul(x, w.t().contiguous()))
+
+
+# -- fast-policy fp32 sums: 64 partial sums in a fixed order, whatever the vector width -----------
+@kernel
+def _sums(x_ptr, out_ptr, N: tl.constexpr, ROWS: tl.constexpr):
+    cols = tl.arange(0, N)
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + cols), axis=0))
+    rows = tl.arange(0, ROWS)
+    tile = tl.load(x_ptr + rows[:, None] * N + cols[None, :])
+    tl.store(out_ptr + 1 + rows, tl.sum(tile * 2.0, axis=1))
+
+
+def _sum_in_64_lanes(x: torch.Tensor) -> torch.Tensor:
+    """The cpu fast policy's order: partial l adds x[l], x[64 + l], ... from 0, then the halves fold."""
+    part = torch.zeros(64)
+    for c in range(x.shape[0] // 64):
+        part = part + x[c * 64:(c + 1) * 64]
+    w = 32
+    while w:
+        part = torch.cat([part[:w] + part[w:2 * w], part[2 * w:]])
+        w //= 2
+    return part[0]
+
+
+def test_fast_fp32_sums_run_in_64_lanes():
+    N, ROWS = 256, 4
+    x = torch.randn(ROWS * N) * torch.logspace(-3, 3, ROWS * N)   # magnitudes where the order shows
+    out = torch.empty(1 + ROWS)
+    _sums[(1,)](x, out, N=N, ROWS=ROWS)
+    assert torch.equal(out[0], _sum_in_64_lanes(x[:N]))
+    for r in range(ROWS):
+        assert torch.equal(out[1 + r], _sum_in_64_lanes(x[r * N:(r + 1) * N] * 2.0)), r
+
+
+def _avx512() -> bool:
+    out = subprocess.run([toolchain.find_compiler(), *toolchain.march_flags(), "-dM", "-E", "-x", "c++", "/dev/null"],
+                         capture_output=True, text=True)
+    return "__AVX512F__" in out.stdout
+
+
+@pytest.mark.skipif(not _avx512(), reason="this CPU has no AVX-512: there is no wider vector to compare AVX2 with")
+def test_fast_fp32_norms_and_attention_give_the_same_bits_with_avx2_and_avx512(tmp_path):
+    """The fast sums' order is fixed by the 64 partials, not by the vector width, so a cache built
+    for x86-64-v3 (AVX2) computes the bits the native AVX-512 build does."""
+    code = ("import hashlib, torch, kernels\n"
+            "g = torch.Generator().manual_seed(4)\n"
+            "h = hashlib.sha256()\n"
+            "x, w, b = (torch.randn(s, generator=g) for s in ((8, 1000), (1000,), (1000,)))\n"
+            "q, k, v = (torch.randn(2, 4, 128, 64, generator=g) for _ in range(3))\n"
+            "for y in (kernels.layer_norm(x, w, b), kernels.rms_norm(x, w), kernels.attention(q, k, v, causal=True)):\n"
+            "    h.update(y.numpy().tobytes())\n"
+            "print(h.hexdigest())\n")
+    digests = []
+    for arch in ("native", "x86-64-v3"):
+        env = {**os.environ, "TILEJIT_CPU_ARCH": arch, "TILEJIT_CACHE_DIR": str(tmp_path / arch)}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert r.returncode == 0, r.stderr
+        digests.append(r.stdout.split()[-1])
+    assert digests[0] == digests[1]

@@ -22,8 +22,12 @@ class ReduceDotLowering:
         init = self.d.reduce_identity(kind, acc_t)
         if r.type.is_scalar:
             name = self.name(r)
-            self.emit(f"{ctype} {name} = {init};")
             pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
+            if pragma and self._sums_in_lanes(x, kind, acc_t):
+                self.emit(f"float {name};")
+                self._reduce_in_lanes(x, (), name)
+                return
+            self.emit(f"{ctype} {name} = {init};")
             if pragma:
                 self.emit(pragma)
             nest = self.open_nest(x.shape, simd=False)
@@ -35,6 +39,11 @@ class ReduceDotLowering:
             # innermost axis: one accumulator per output element, vectorised as a SIMD reduction
             # (a fixed lane order for a given binary: deterministic and batch-invariant)
             nest = self.open_nest(x.shape[:-1], simd=False)
+            if self._sums_in_lanes(x, kind, acc_t):
+                self.emit("float acc;")
+                self._reduce_in_lanes(x, nest.idx, "acc")
+                self.close_nest(nest, [f"{name}[{self.linear(nest.idx, r.shape)}] = acc;"])
+                return
             self.emit(f"{ctype} acc = {init};")
             self.emit(self.d.simd_reduction_pragma(kind, acc_t))
             j = f"i{len(x.shape) - 1}"
@@ -55,6 +64,51 @@ class ReduceDotLowering:
         out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
         e = self.ev(x, nest.idx, nest)
         self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
+
+    def _sums_in_lanes(self, x: Value, kind: str, acc_t: D.dtype) -> bool:
+        lanes = self.d.sum_vector[1] if self.d.sum_vector else 0
+        return bool(lanes) and kind == "sum" and acc_t == D.float32 and x.shape[-1] % lanes == 0
+
+    def _reduce_in_lanes(self, x: Value, outer: tuple[str, ...], result: str) -> None:
+        """A fast-policy fp32 sum along x's last axis (at index `outer` of the others) as L partial
+        sums (the dialect's sum_vector: element i goes into partial i % L, in ascending i), folded
+        pairwise at the end (w = L/2, ..., 1: partial l adds partial l + w), into `result`. The
+        partials are independent vector chains, where one accumulator vector makes every add wait
+        for the previous one; and the order depends on L alone, not on the ISA's vector width."""
+        vtype, lanes = self.d.sum_vector
+        it, part, chunk, folded = self.index_type, self.fresh("part"), self.fresh("chunk"), self.fresh("fold")
+        j = f"i{len(x.shape) - 1}"
+        self.emit("{")
+        self.indent += 1
+        self.emit(f"{vtype} {part} = {{}};")
+        self.emit(f"for ({it} c = 0; c < {x.shape[-1] // lanes}; ++c) {{")
+        self.indent += 1
+        self.emit(f"{self.d.local_buffer_decl('float', chunk, lanes)};")
+        self.emit(self.d.simd_pragma)
+        self.emit(f"for ({it} l = 0; l < {lanes}; ++l) {{")
+        self.indent += 1
+        self.emit(f"const {it} {j} = c * {lanes} + l;")
+        inner = Nest(outer + (j,))
+        e = self.ev(x, inner.idx, inner)
+        for st in inner.stmts:
+            self.emit(st)
+        self.emit(f"{chunk}[l] = {e};")
+        self.indent -= 1
+        self.emit("}")
+        self.emit(f"{vtype} v;")
+        self.emit(f"std::memcpy(&v, {chunk}, sizeof v);")
+        self.emit(f"{part} += v;")
+        self.indent -= 1
+        self.emit("}")
+        self.emit(f"{self.d.local_buffer_decl('float', folded, lanes)};")
+        self.emit(f"std::memcpy({folded}, &{part}, sizeof {part});")
+        w = lanes // 2
+        while w:   # constant widths: each step is a few vector adds
+            self.emit(f"for ({it} l = 0; l < {w}; ++l) {folded}[l] += {folded}[l + {w}];")
+            w //= 2
+        self.emit(f"{result} = {folded}[0];")
+        self.indent -= 1
+        self.emit("}")
 
     def _along(self, x: Value, axis: int, out_shape, head: list[str], step, tail: list[str], reverse=False) -> None:
         """One loop nest over `out_shape` (x's shape without `axis`), and in it `head`, then a loop

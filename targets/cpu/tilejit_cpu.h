@@ -42,6 +42,9 @@ static inline uint16_t tj_f2bf(float f) {
 }
 static inline float tj_round_fp16(float f) { return tj_h2f(tj_f2h(f)); }
 static inline float tj_round_bf16(float f) { return tj_bf2f(tj_f2bf(f)); }
+// 64 fp32 partial sums of a fast-policy reduction (the lowering's reduce_in_lanes): a vector-typed
+// local stays in registers (4 AVX-512 / 8 AVX2 vectors) where an array would go through memory
+typedef float tj_f32x64 __attribute__((vector_size(256)));
 
 // ---- integer helpers: defined results where C leaves behaviour undefined --------------------
 template <class T> static inline T tj_idiv(T a, T b) {
