@@ -98,6 +98,9 @@ class OpSpec:
     follows       {param: batch dim}: a param that may follow a batch-like dim (shrink to its next
                   power of two) on targets that declare it bit-neutral (`Caps.bit_neutral`): there
                   it cannot change a bit, so small batches need not run large blocks
+    small_batch   (batch dim, largest size, params): the default for a call whose batch dim is at
+                  most that size takes these params, on targets whose dot chains across tiles
+                  (`Caps.dot_chains_across_tiles`, where they cannot change a bit)
     """
 
     name: str
@@ -116,6 +119,7 @@ class OpSpec:
     bit_neutral: frozenset = frozenset()
     spaces: dict = dataclasses.field(default_factory=dict)
     follows: dict = dataclasses.field(default_factory=dict)
+    small_batch: tuple = ()
 
     # -- keys -------------------------------------------------------------------------------------
     def key_of(self, **dims) -> dict:
@@ -165,9 +169,15 @@ class OpSpec:
 
     def default_config(self, caps, dims: dict) -> dict:
         """The default for the target's tile class ("cache" for a class the op does not list); a
-        default may be a function of the key dims (e.g. of the head dim)."""
+        default may be a function of the key dims (e.g. of the head dim); a small batch takes
+        `small_batch` where the target allows it."""
         d = self.defaults.get(caps.tile_class, self.defaults["cache"])
-        return dict(d(dims) if callable(d) else d)
+        cfg = dict(d(dims) if callable(d) else d)
+        if self.small_batch and caps.dot_chains_across_tiles:
+            dim, largest, params = self.small_batch
+            if dims.get(dim) is not None and dims[dim] <= largest:
+                cfg.update(params)
+        return cfg
 
     def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> dict:
         """The config a call launches: strict's fixed order parameters, then the clamps, then the

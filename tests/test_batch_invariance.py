@@ -78,6 +78,29 @@ def test_cpu_declares_block_m_bit_neutral_and_proves_it(policy, dtype, bias, act
         assert kernels.config_for("matmul", other, M=2, N=N, K=K) == kernels.config_for("matmul", other, N=N, K=K)
 
 
+@pytest.mark.parametrize("dtype,transposed", [(F32, False), (F32, True), (BF16, True)], ids=str)
+def test_cpu_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, dtype, transposed):
+    """On cpu a dot is one ascending-k fma chain per output element that continues across K tiles
+    (Caps.dot_chains_across_tiles): every BLOCK_N and BLOCK_K gives the same bits, so a decode
+    call (M <= 16) takes matmul's small_batch tiles there, and only there."""
+    import kernels
+    from compiler import get_target
+    M, K, N = 5, 1000, 200
+    A = randn(M, K, dtype=dtype, seed=7)
+    B = randn(N, K, dtype=dtype, seed=8).t() if transposed else randn(K, N, dtype=dtype, seed=8)
+    outs = [matmul(A, B, config={"BLOCK_M": 8, "BLOCK_N": bn, "BLOCK_K": bk})
+            for bn, bk in ((16, 16), (64, 512), (128, 128), (32, 1024))]
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert get_target("cpu").caps.dot_chains_across_tiles
+    small = kernels.config_for("matmul", "cpu", M=1, N=4096, K=4096)
+    assert (small["BLOCK_N"], small["BLOCK_K"]) == (64, 512)
+    assert kernels.config_for("matmul", "cpu", M=1000, N=4096, K=4096)["BLOCK_K"] == 128
+    for other in ("gpu:sm_90", "kunlun:xpu2"):
+        assert not get_target(other).caps.dot_chains_across_tiles
+        one, many = (kernels.config_for("matmul", other, M=m, N=4096, K=4096) for m in (1, 1000))
+        assert (one["BLOCK_N"], one["BLOCK_K"]) == (many["BLOCK_N"], many["BLOCK_K"])
+
+
 def test_matmul_batched_3d_slices(policy):
     # batch element z of a 3-D matmul equals the 2-D matmul of that slice
     A, B = randn(4, 33, 129, seed=4), randn(4, 129, 20, seed=5)

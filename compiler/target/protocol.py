@@ -55,6 +55,9 @@ class Caps:
                         measures only then; otherwise it asks `estimate`)
     bit_neutral         config parameters that never change a result bit on this target, beyond
                         those an op declares itself (see docs/numerics.md, batch invariance)
+    dot_chains_across_tiles  `tl.dot(a, b, acc)` is one ascending-k fma chain per output element
+                        that continues `acc`: how K is cut into tiles, or N into programs, never
+                        changes a bit (an op's `small_batch` default may then pick them)
     """
 
     local_memory_bytes: int | None = None
@@ -65,6 +68,7 @@ class Caps:
     index_bits: int = 64
     measurable: bool = True
     bit_neutral: frozenset = frozenset()
+    dot_chains_across_tiles: bool = False
 
     @property
     def tile_class(self) -> str:

@@ -28,7 +28,8 @@ class CPUTarget(Target):
     # a program's tiles live on an OpenMP worker's stack; program ids are int32. BLOCK_M changes no
     # bit here: a dot is one ascending-k fma chain per output element whatever the row block
     # (tests/test_batch_invariance.py proves it for every BLOCK_M, both policies)
-    caps = Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True, bit_neutral=frozenset({"BLOCK_M"}))
+    caps = Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True, bit_neutral=frozenset({"BLOCK_M"}),
+                dot_chains_across_tiles=True)
     # the fast policy uses the strict exp/log sequences too: they vectorise, the C library's do not
     fast_software_math = True
 
