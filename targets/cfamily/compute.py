@@ -49,10 +49,7 @@ class ReduceDotLowering:
             j = f"i{len(x.shape) - 1}"
             self.emit(f"for ({self.index_type} {j} = 0; {j} < {x.shape[-1]}; ++{j}) {{")
             self.indent += 1
-            inner = Nest(nest.idx + (j,))
-            e = self.ev(x, inner.idx, inner)
-            for st in inner.stmts:
-                self.emit(st)
+            e = self._emit_at(x, nest.idx + (j,))
             self.emit(f"acc = {self.d.combine(kind, 'acc', e, acc_t)};")
             self.indent -= 1
             self.emit("}")
@@ -64,6 +61,14 @@ class ReduceDotLowering:
         out = f"{name}[{self.linear(nest.idx[:axis] + nest.idx[axis + 1:], r.shape)}]"
         e = self.ev(x, nest.idx, nest)
         self.close_nest(nest, [f"{out} = {self.d.combine(kind, out, e, acc_t)};"])
+
+    def _emit_at(self, x: Value, idx: tuple[str, ...]) -> str:
+        """x at index `idx` inside an open loop: the statements it needs emitted, its expression returned."""
+        inner = Nest(idx)
+        e = self.ev(x, inner.idx, inner)
+        for st in inner.stmts:
+            self.emit(st)
+        return e
 
     def _sums_in_lanes(self, x: Value, kind: str, acc_t: D.dtype) -> bool:
         lanes = self.d.sum_vector[1] if self.d.sum_vector else 0
@@ -88,11 +93,7 @@ class ReduceDotLowering:
         self.emit(f"for ({it} l = 0; l < {lanes}; ++l) {{")
         self.indent += 1
         self.emit(f"const {it} {j} = c * {lanes} + l;")
-        inner = Nest(outer + (j,))
-        e = self.ev(x, inner.idx, inner)
-        for st in inner.stmts:
-            self.emit(st)
-        self.emit(f"{chunk}[l] = {e};")
+        self.emit(f"{chunk}[l] = {self._emit_at(x, outer + (j,))};")
         self.indent -= 1
         self.emit("}")
         self.emit(f"{vtype} v;")
