@@ -165,7 +165,9 @@ def test_compiled_graph_reads_the_context_when_it_runs():
     """Target and policy are read inside the operators at run time: one compiled graph follows
     `numerics(...)` and `use_target(...)` set around the call, with no recompilation."""
     torch._dynamo.reset()
-    x, w, b = randn(9, 300, seed=45), randn(300, seed=46), randn(300, 24, seed=47)
+    # enough rows that fast's rms_norm sums round differently from strict's in some row (a cpu
+    # matmul chains its dot across tiles, so there the policy leaves its bits alone)
+    x, w, b = randn(64, 300, seed=45), randn(300, seed=46), randn(300, 24, seed=47)
 
     def f(x):
         return kernels.matmul(kernels.rms_norm(x, w), b)
