@@ -1,6 +1,6 @@
 """The cpu target's bf16 dot (tj_dot_bf16 in tilejit_cpu.h): in the fast policy, on a CPU with
-AVX512-BF16, k runs in pairs through vdpbf16ps; elsewhere, and in strict, the ascending-k fma
-chain of every dot. Both orders are emulated here with fp32 tensor ops (a bf16 x bf16 product is
+AVX512-BF16, k runs in pairs through vdpbf16ps; elsewhere (the raw operands widened in registers),
+and in strict, the ascending-k fma chain of every dot. Both orders are emulated here with fp32 tensor ops (a bf16 x bf16 product is
 exact in fp32, so each step is one fp32 rounding) and must match to the bit."""
 import os
 import subprocess
@@ -24,7 +24,7 @@ def _has_avx512_bf16() -> bool:
     return "__AVX512BF16__" in out.stdout
 
 
-needs_bf16 = pytest.mark.skipif(not _has_avx512_bf16(), reason="this CPU (or TILEJIT_CPU_ARCH) has no AVX512-BF16")
+PAIRS = _has_avx512_bf16()   # the fast dot's order here: k pairs through vdpbf16ps, else ascending k
 
 
 def _operands(M, K, N, seed=1):
@@ -43,11 +43,12 @@ def _emulated(a, b, pairs: bool):
     return c
 
 
-@needs_bf16
-@pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128), (3, 256, 16), (130, 64, 48)])
-def test_fast_bf16_dot_runs_k_in_pairs(M, K, N):
+@pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128), (3, 256, 16), (130, 64, 48), (7, 20, 96)])
+def test_fast_bf16_dot_order(M, K, N):
+    """k pairs through vdpbf16ps where the CPU has it, else the fma chain (register blocks of every
+    row count and column width the shapes reach)."""
     a, b = _operands(M, K, N)
-    assert torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=True))
+    assert torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=PAIRS))
 
 
 @pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128)])
@@ -92,10 +93,9 @@ def _run_dot(M, N, K, b_columns: bool, scale_a=False, tile=(32, 64, 32), seed=3)
     c = torch.full((M, N), float("nan"))
     ck = _dot_kernel[(1,)](a, bt, c, M, N, K, bt.stride(0), bt.stride(1), SCALE_A=scale_a,
                            BM=tile[0], BN=tile[1], BK=tile[2])
-    return c, _emulated(a * 2 if scale_a else a, b, pairs=True), ck.source
+    return c, _emulated(a * 2 if scale_a else a, b, pairs=PAIRS), ck.source
 
 
-@needs_bf16
 @pytest.mark.parametrize("b_columns", [False, True], ids=["b-rows", "b-columns"])
 @pytest.mark.parametrize("M,N,K", [(32, 64, 32), (19, 40, 27)], ids=["whole-tile", "edges"])
 def test_raw_operand_fills_give_the_pair_order_bits(M, N, K, b_columns):
@@ -108,14 +108,12 @@ def test_raw_operand_fills_give_the_pair_order_bits(M, N, K, b_columns):
     assert ("tj_fill_transposed<3>" if b_columns else "tj_fill_bf16_pairs<32, 64>") in src
 
 
-@needs_bf16
 def test_a_computed_operand_is_packed_from_its_float_tile():
     got, want, src = _run_dot(19, 64, 32, b_columns=False, scale_a=True)
     assert torch.equal(got, want)
     assert "tj_pack_bf16_rows<32, 32>" in src and "tj_fill_bf16_pairs<32, 64>" in src
 
 
-@needs_bf16
 def test_the_bounds_checked_lowering_fills_raw_operands_element_by_element():
     with use_target(CPUTarget(bounds_check=True)):
         got, want, src = _run_dot(16, 32, 16, b_columns=True, tile=(16, 32, 16))

@@ -357,6 +357,71 @@ __attribute__((noinline)) static void tj_dot_bf16_block(const uint32_t* ap, int 
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, acc[m][v]);
 }
+#else
+// Without the instruction: the same raw layouts widened in registers (a bf16 is the high half of
+// its float, so the low word of a pair widens by a shift and the high one by a mask), each k of a
+// pair one fma, in ascending k: the fma chain of the fp32 dot, at its speed.
+#if defined(__AVX512F__)
+typedef __m512i tj_vw;   // TJ_LANES 32-bit words
+static inline tj_vw tj_vwload(const uint32_t* p) { return _mm512_loadu_si512(p); }
+static inline tj_vw tj_vwset1(const uint32_t* p) { return _mm512_set1_epi32((int)*p); }
+static inline tj_vf tj_vlow_bf16(tj_vw w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
+static inline tj_vf tj_vhigh_bf16(tj_vw w) {
+    return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+typedef __m256i tj_vw;
+static inline tj_vw tj_vwload(const uint32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
+static inline tj_vw tj_vwset1(const uint32_t* p) { return _mm256_set1_epi32((int)*p); }
+static inline tj_vf tj_vlow_bf16(tj_vw w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
+static inline tj_vf tj_vhigh_bf16(tj_vw w) {
+    return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+#else
+typedef uint32_t tj_vw;
+static inline tj_vw tj_vwload(const uint32_t* p) { return *p; }
+static inline tj_vw tj_vwset1(const uint32_t* p) { return *p; }
+static inline tj_vf tj_vlow_bf16(tj_vw w) { return tj_bf2f((uint16_t)w); }
+static inline tj_vf tj_vhigh_bf16(tj_vw w) { return tj_bf2f((uint16_t)(w >> 16)); }
+#endif
+// rows of the block: its accumulators, a pair of B vectors per column vector and two broadcasts fit
+// the vector registers
+constexpr int tj_dot_pairs_mr(int NV) {
+    const int mr = (TJ_VREGS - 2 - 2 * NV) / NV;
+    return mr > 6 ? 6 : (mr < 1 ? 1 : mr);
+}
+// A's rows come widened to floats (Af, row stride K), so a broadcast is a load, not vector ALU work
+// beside the fmas; noinline, as tj_dot_bf16_block, so that GCC holds the B vectors in registers
+template <int MR, int NV>
+__attribute__((noinline)) static void tj_dot_pairs_block(const float* Af, int K, const uint32_t* bp, int ldb,
+                                                        float* C, int ldc) {
+    tj_vf acc[MR][NV];
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) acc[m][v] = tj_vload(C + m * ldc + TJ_LANES * v);
+    for (int p = 0; p < K / 2; ++p) {
+        tj_vf even[NV], odd[NV];
+        for (int v = 0; v < NV; ++v) {
+            const tj_vw w = tj_vwload(bp + p * ldb + TJ_LANES * v);
+            even[v] = tj_vlow_bf16(w);
+            odd[v] = tj_vhigh_bf16(w);
+        }
+        for (int m = 0; m < MR; ++m) {
+            const tj_vf a0 = tj_vset1(Af[m * K + 2 * p]);
+            for (int v = 0; v < NV; ++v) acc[m][v] = tj_vfma(a0, even[v], acc[m][v]);
+            const tj_vf a1 = tj_vset1(Af[m * K + 2 * p + 1]);
+            for (int v = 0; v < NV; ++v) acc[m][v] = tj_vfma(a1, odd[v], acc[m][v]);
+        }
+    }
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) tj_vstore(C + m * ldc + TJ_LANES * v, acc[m][v]);
+}
+// C rows m0 .. m0 + R of every column block, A's R rows widened once for all of them
+template <int R, int N, int K, int NV>
+static inline void tj_dot_pairs_rows(const uint16_t* A, const uint32_t* bp, float* C) {
+    float Af[R * K];
+    for (int i = 0; i < R * K; ++i) Af[i] = tj_bf2f(A[i]);
+    for (int n0 = 0; n0 < N; n0 += NV * TJ_LANES) tj_dot_pairs_block<R, NV>(Af, K, bp + n0, N, C + n0, N);
+}
 #endif
 template <int M, int N, int K>
 static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
@@ -371,10 +436,12 @@ static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
             for (; m0 < M; ++m0) tj_dot_bf16_block<1, NV>(ap + m0 * KP, KP, bp + n0, N, C + m0 * N + n0, N);
     }
 #else
-    for (int m = 0; m < M; ++m)
-        for (int k = 0; k < K; ++k)
-            for (int n = 0; n < N; ++n)
-                C[m * N + n] = std::fma(tj_bf2f(A[m * K + k]), tj_bf2f(B[(k / 2) * 2 * N + 2 * n + k % 2]), C[m * N + n]);
+    constexpr int NV = N % (2 * TJ_LANES) == 0 ? 2 : 1, MR = tj_dot_pairs_mr(NV);
+    const uint32_t* bp = (const uint32_t*)B;
+    int m0 = 0;
+    for (; m0 + MR <= M; m0 += MR) tj_dot_pairs_rows<MR, N, K, NV>(A + m0 * K, bp, C + m0 * N);
+    if constexpr (M % MR != 0)   // the last rows in one shorter block
+        tj_dot_pairs_rows<M % MR, N, K, NV>(A + m0 * K, bp, C + m0 * N);
 #endif
 }
 
