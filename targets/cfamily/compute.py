@@ -96,13 +96,11 @@ class ReduceDotLowering:
         self.emit(f"{chunk}[l] = {self._emit_at(x, outer + (j,))};")
         self.indent -= 1
         self.emit("}")
-        self.emit(f"{vtype} v;")
-        self.emit(f"std::memcpy(&v, {chunk}, sizeof v);")
-        self.emit(f"{part} += v;")
+        self.emit(f"{vtype}_add({part}, {chunk});")
         self.indent -= 1
         self.emit("}")
         self.emit(f"{self.d.local_buffer_decl('float', folded, lanes)};")
-        self.emit(f"std::memcpy({folded}, &{part}, sizeof {part});")
+        self.emit(f"{vtype}_store({folded}, {part});")
         w = lanes // 2
         while w:   # constant widths: each step is a few vector adds
             self.emit(f"for ({it} l = 0; l < {w}; ++l) {folded}[l] += {folded}[l + {w}];")

@@ -412,10 +412,16 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
             return
         if not self._materialize(v):
             return
+        mask = self._fused_load_mask(v)   # (before v is a buffer: the walk stops at buffers)
         name = self.declare_buffer(v)
-        nest = self.open_nest(v.shape)
-        e = self._ev_op(op, v, nest.idx, nest)
-        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+
+        def fill(masked: bool):
+            nest = self.open_nest(v.shape)
+            e = self._ev_op(op, v, nest.idx, nest)
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+        # masked loads fused in (x.to(float32) of a masked x) get an unmasked path when in bounds:
+        # a select per element keeps a 16-bit load from vectorising where there is no masked load
+        self._masked_or_fast(mask, fill)
 
     # memory: buffers in local memory, with an unmasked fast path for tiles fully in bounds
     def op_load(self, op: Op) -> None:

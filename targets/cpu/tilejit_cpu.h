@@ -42,9 +42,26 @@ static inline uint16_t tj_f2bf(float f) {
 }
 static inline float tj_round_fp16(float f) { return tj_h2f(tj_f2h(f)); }
 static inline float tj_round_bf16(float f) { return tj_bf2f(tj_f2bf(f)); }
-// 64 fp32 partial sums of a fast-policy reduction (the lowering's reduce_in_lanes): a vector-typed
-// local stays in registers (4 AVX-512 / 8 AVX2 vectors) where an array would go through memory
-typedef float tj_f32x64 __attribute__((vector_size(256)));
+// 64 fp32 partial sums of a fast-policy reduction (the lowering's reduce_in_lanes), partial l in
+// lane l % W of vector l / W: vectors of the machine's width stay in registers, where an array
+// goes through memory and a single 256-byte vector type is copied by a memcpy call
+#if defined(__AVX512F__)
+typedef float tj_f32v __attribute__((vector_size(64)));
+#elif defined(__AVX__)
+typedef float tj_f32v __attribute__((vector_size(32)));
+#else
+typedef float tj_f32v __attribute__((vector_size(16)));
+#endif
+struct tj_f32x64 { tj_f32v v[64 / (sizeof(tj_f32v) / 4)]; };
+static inline void tj_f32x64_add(tj_f32x64& acc, const float* p) {
+    constexpr int W = sizeof(tj_f32v) / 4;
+    for (int k = 0; k < 64 / W; ++k) {
+        tj_f32v x;
+        std::memcpy(&x, p + k * W, sizeof x);
+        acc.v[k] += x;
+    }
+}
+static inline void tj_f32x64_store(float* p, const tj_f32x64& acc) { std::memcpy(p, acc.v, sizeof acc.v); }
 
 // ---- integer helpers: defined results where C leaves behaviour undefined --------------------
 template <class T> static inline T tj_idiv(T a, T b) {
