@@ -260,7 +260,7 @@ class ReduceDotLowering:
             # registers hold); rows left below the last full block run as one shorter block
             self.emit("{")
             self.indent += 1
-            self.emit(f"constexpr {it} NR = {self.d.dot_nr}, MR = tj_dot_mr(NR), Mb = ({M} / MR) * MR, "
+            self.emit(f"constexpr {it} NR = {self.d.dot_nr.format(M=M, N=N)}, MR = tj_dot_mr(NR), Mb = ({M} / MR) * MR, "
                       f"Nb = ({N} / NR) * NR, MT = {M} - Mb;")
             self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
             self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")

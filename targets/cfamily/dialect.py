@@ -62,7 +62,7 @@ class CDialect:
     zero_step_check: str | None = None
     # register-blocked dot micro-kernel (a C++ template taking MR, NR), or None for plain loops
     dot_microkernel: str | None = None
-    dot_nr = "2 * TJ_LANES"   # the register block's width (its height: tj_dot_mr in the header)
+    dot_nr = "tj_dot_nr({M}, {N})"   # the register block's width for an M x N dot (its height: tj_dot_mr)
     # op -> format over operand expressions; "{r}" wraps a result that needs rounding to fp16/bf16
     binary_ops = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
                   "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",
