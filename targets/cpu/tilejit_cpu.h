@@ -284,11 +284,12 @@ constexpr int tj_dot_mr(int NR) {
     return mr > 8 ? 8 : (mr < 1 ? 1 : mr);
 }
 
-// The block's width for a dot of M rows and N columns: two vectors, or, for fewer rows than keep
-// eight accumulators busy (a decode row, a query row of attention), up to eight vectors where N
-// allows, so that enough independent fma chains hide the fma latency (1 x 64 x 64 on AVX2: 2.9x)
+// The block's width for a dot of M rows and N columns: two vectors (one where N is an odd number
+// of vectors), or, for fewer rows than keep eight accumulators busy (a decode row, a query row of
+// attention), up to eight vectors where N allows, so that enough independent fma chains hide the
+// fma latency (1 x 64 x 64 on AVX2: 2.9x). The fp32 and bf16 dots both take it.
 constexpr int tj_dot_nr(int M, int N) {
-    int nv = 2;
+    int nv = N % (2 * TJ_LANES) == 0 ? 2 : 1;
     while (M * nv < 8 && nv < 8 && N % (2 * nv * TJ_LANES) == 0) nv *= 2;
     return nv * TJ_LANES;
 }
@@ -462,7 +463,7 @@ static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
             for (; m0 < M; ++m0) tj_dot_bf16_block<1, NV>(ap + m0 * KP, KP, bp + n0, N, C + m0 * N + n0, N);
     }
 #else
-    constexpr int NV = N % (2 * TJ_LANES) == 0 ? 2 : 1, MR = tj_dot_pairs_mr(NV);
+    constexpr int NV = tj_dot_nr(M, N) / TJ_LANES, MR = tj_dot_pairs_mr(NV);
     const uint32_t* bp = (const uint32_t*)B;
     int m0 = 0;
     for (; m0 + MR <= M; m0 += MR) tj_dot_pairs_rows<MR, N, K, NV>(A + m0 * K, bp, C + m0 * N);
