@@ -268,7 +268,7 @@ class KernelFunction:
                 opts = {**opts, **extra} if extra else opts
             args = self.bind(args, kwargs)
         target = self.target or current_target()
-        key = (target.name, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
+        key = (target.launch_key, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
         topts = LO.for_target(target, opts) if opts else ()
         if topts:
@@ -316,7 +316,7 @@ class KernelFunction:
         args = self.bind(args, kwargs)
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
-        key = (target.name, policy, *map(_spec_of, self._runtime_args(args)),
+        key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
         topts = LO.for_target(target, {**self.launch_defaults, **extra})
         if topts:

@@ -236,6 +236,22 @@ def test_the_bounds_checked_mode_checks_each_element_of_a_column_tile():
             _columns_tile[(1,)](x, out, 9, R=8, C=16)   # the last columns run past x
 
 
+def test_a_bounds_checked_target_does_not_reuse_unchecked_kernels():
+    """Two cpu target instances share a name; the launch key tells a checked one apart, so the
+    same specialisation launched under each runs its own code (first and warm launches)."""
+    from compiler import use_target
+    from compiler.errors import KernelBoundsError
+    from targets.cpu import CPUTarget
+    x, out = torch.randn(16, 8), torch.empty(2, 8, 16)
+    assert "tj_bc(" not in _columns_tile[(1,)](x, out, 8, R=8, C=16).source
+    for _ in range(2):
+        with use_target(CPUTarget(bounds_check=True)):
+            assert "tj_bc(" in _columns_tile[(1,)](x, out, 8, R=8, C=16).source
+            with pytest.raises(KernelBoundsError, match="x_ptr"):
+                _columns_tile[(1,)](x, out, 9, R=8, C=16)
+    assert "tj_bc(" not in _columns_tile[(1,)](x, out, 8, R=8, C=16).source
+
+
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 def test_matmul_with_a_transposed_weight_equals_the_contiguous_one(policy):
     """x @ weight.t() (nn.Linear's layout) reads B down its columns through the block transpose:

@@ -127,5 +127,5 @@ def make_dispatcher(kfn, current_target, current_policy, dry_var, torch_tensor):
     if len(params) > mod.MAX_PARAMS:
         return None
     return mod.Dispatcher(kfn.compiled, kfn.run, tuple(kfn.arg_names), defaults, _NODEFAULT, kfn.runtime_idx,
-                          kfn.constexpr_idx, kfn.target.name if kfn.target is not None else None, kfn.numerics,
+                          kfn.constexpr_idx, kfn.target.launch_key if kfn.target is not None else None, kfn.numerics,
                           current_target, current_policy, dry_var, torch_tensor)

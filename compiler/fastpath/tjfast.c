@@ -37,7 +37,7 @@ typedef int (*tj_entry_fn)(tj_status*, const int32_t*, const tj_arg*);
 enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6 };
 #define MAX_PARAMS 256
 
-static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_name, *s_launcher, *s_captured;
+static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_launch_key, *s_launcher, *s_captured;
 static PyObject *s_is_meta, *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_dtype_device;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -369,7 +369,7 @@ typedef struct {
     PyObject* nodefault;
     int nargs, nrt, nce;
     int rt[MAX_PARAMS], ce[MAX_PARAMS];
-    PyObject* target_name;   /* pinned target's name, or None */
+    PyObject* target_name;   /* pinned target's launch_key, or None */
     PyObject* policy;        /* pinned policy, or None */
     PyObject* current_target, *current_policy;   /* callables */
     PyObject* dry;           /* ContextVar: set inside render_only / compile_only */
@@ -424,7 +424,7 @@ static PyObject* context_name(Dispatcher* self) {
     PyObject* t = PyObject_CallNoArgs(self->current_target);
     if (t == NULL) return NULL;
     if (t == self->last_target) { Py_DECREF(t); Py_INCREF(self->last_name); return self->last_name; }
-    PyObject* name = PyObject_GetAttr(t, s_name);
+    PyObject* name = PyObject_GetAttr(t, s_launch_key);
     if (name == NULL) { Py_DECREF(t); return NULL; }
     Py_XSETREF(self->last_target, t);
     Py_INCREF(name);
@@ -900,9 +900,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's
 
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
-    PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_name, &s_launcher, &s_captured,
+    PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_launch_key, &s_launcher, &s_captured,
                           &s_is_meta, &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout};
-    const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "name", "launcher", "captured",
+    const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "launch_key", "launcher", "captured",
                            "is_meta", "requires_grad", "shape", "stride", "device", "packed", "layout"};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;

@@ -92,6 +92,12 @@ class Target:
     fast_software_math = False
     launch_options: frozenset = frozenset()   # see compiler/launch_options.py
 
+    @property
+    def launch_key(self) -> str:
+        """What tells apart the kernels this target compiles in one process (the first item of a
+        launch's key): its name, plus any setting of the instance that changes the code."""
+        return self.name
+
     def fingerprint(self) -> dict:
         raise NotImplementedError(f"target {self.name!r} does not implement fingerprint()")
 

@@ -40,6 +40,11 @@ class CPUTarget(Target):
         self.renderer = CPURenderer(bounds_check)
         self._fingerprint = None
 
+    @property
+    def launch_key(self) -> str:
+        # a checked and an unchecked instance must not share compiled kernels
+        return f"{self.name}+bounds_check" if self.bounds_check else self.name
+
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
             self._fingerprint = {"target": "cpu", **toolchain.fingerprint(),
