@@ -391,7 +391,6 @@ __attribute__((noinline)) static void tj_dot_bf16_block(const uint32_t* ap, int 
 #if defined(__AVX512F__)
 typedef __m512i tj_vw;   // TJ_LANES 32-bit words
 static inline tj_vw tj_vwload(const uint32_t* p) { return _mm512_loadu_si512(p); }
-static inline tj_vw tj_vwset1(const uint32_t* p) { return _mm512_set1_epi32((int)*p); }
 static inline tj_vf tj_vlow_bf16(tj_vw w) { return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)); }
 static inline tj_vf tj_vhigh_bf16(tj_vw w) {
     return _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
@@ -399,7 +398,6 @@ static inline tj_vf tj_vhigh_bf16(tj_vw w) {
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256i tj_vw;
 static inline tj_vw tj_vwload(const uint32_t* p) { return _mm256_loadu_si256((const __m256i*)p); }
-static inline tj_vw tj_vwset1(const uint32_t* p) { return _mm256_set1_epi32((int)*p); }
 static inline tj_vf tj_vlow_bf16(tj_vw w) { return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)); }
 static inline tj_vf tj_vhigh_bf16(tj_vw w) {
     return _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
@@ -407,7 +405,6 @@ static inline tj_vf tj_vhigh_bf16(tj_vw w) {
 #else
 typedef uint32_t tj_vw;
 static inline tj_vw tj_vwload(const uint32_t* p) { return *p; }
-static inline tj_vw tj_vwset1(const uint32_t* p) { return *p; }
 static inline tj_vf tj_vlow_bf16(tj_vw w) { return tj_bf2f((uint16_t)w); }
 static inline tj_vf tj_vhigh_bf16(tj_vw w) { return tj_bf2f((uint16_t)(w >> 16)); }
 #endif
