@@ -80,9 +80,9 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
             default_t = None
     eager_t = None
     if runnable and prob.eager is not None and entry.get("winner"):
-        import torch  # noqa: PLC0415
-        with torch.no_grad():
-            eager_t = time_call(prob.eager, ctx["repeat"])
+        # in the caller's grad mode: a backward op's baseline runs torch's autograd (its inputs
+        # alone require grad, so a forward baseline records nothing either way)
+        eager_t = time_call(prob.eager, ctx["repeat"])
     unsettled = sum(res[k].get("spread", 0) > SPREAD_GOAL for k in tuned.fresh if res.get(k, {}).get("status") == "ok"
                     and not res[k].get("estimated") and "same_as" not in res[k])
     return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
