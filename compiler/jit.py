@@ -183,7 +183,8 @@ class KernelFunction:
         self.compiled: dict[tuple, CompiledKernel] = {}
         self._binder = None
         self._constexpr_names = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()     # guards _building
+        self._building: dict[tuple, threading.Lock] = {}   # one lock per specialisation being compiled
         self._nargs = -1   # set by _prepare; -1 sends the first launch through bind()
         self._dispatch = None   # the warm path `dispatch(grid, *args, **kwargs)`, made at the first launch
 
@@ -421,20 +422,28 @@ class KernelFunction:
         return Rendered(self.__name__, fn_ir, source, target, tuple(grid))
 
     def _compile(self, key, args, target, policy, options=()) -> CompiledKernel:
+        # one lock per key: a specialisation compiles once, while other specialisations of the
+        # same kernel compile concurrently (the autotuner builds its candidates on every core)
         with self._lock:
-            ck = self.compiled.get(key)
-            if ck is not None and (not ck.captured or is_current(ck.captured)):
+            building = self._building.setdefault(key, threading.Lock())
+        try:
+            with building:
+                ck = self.compiled.get(key)
+                if ck is not None and (not ck.captured or is_current(ck.captured)):
+                    return ck
+                t0 = time.perf_counter()
+                specs, runtime = self._argspecs(args, target)
+                captured: dict = {}
+                ir_before, fn_ir, source = self.lower(specs, target, policy, options, captured)
+                entry_key = cache_key(fn_ir, target, policy)
+                launcher = _build_and_load(kernel_cache(), entry_key, fn_ir, source, target, runtime)
+                ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
+                                    entry_key, time.perf_counter() - t0, tuple(captured.values()))
+                self.compiled[key] = ck
                 return ck
-            t0 = time.perf_counter()
-            specs, runtime = self._argspecs(args, target)
-            captured: dict = {}
-            ir_before, fn_ir, source = self.lower(specs, target, policy, options, captured)
-            entry_key = cache_key(fn_ir, target, policy)
-            launcher = _build_and_load(kernel_cache(), entry_key, fn_ir, source, target, runtime)
-            ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
-                                entry_key, time.perf_counter() - t0, tuple(captured.values()))
-            self.compiled[key] = ck
-            return ck
+        finally:
+            with self._lock:
+                self._building.pop(key, None)
 
 
 def _build_and_load(cache: KernelCache, key: str, fn_ir, source: str, target, runtime):

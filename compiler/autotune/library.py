@@ -9,13 +9,14 @@ ranked by the target's cost model (`Target.estimate`, each decision labelled "es
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import time
 
 from ..cache.decisions import DecisionStore, clear_memo, config_key, fingerprint_hash
 from ..opspec import OpSpec, library_ops
-from .tuner import SPREAD_GOAL, DecisionKey, time_call, tune
+from .tuner import SPREAD_GOAL, DecisionKey, measure_call, time_call, tune
 
 __all__ = ["AutotuneError", "tune_ops", "load_shapes"]
 
@@ -45,13 +46,34 @@ def _runnable(tgt) -> bool:
     return tgt.caps.measurable
 
 
+def _space(spec: OpSpec, tgt, ctx: dict) -> list[dict]:
+    return [dict(c) for c in (ctx["spaces"] or {}).get(spec.name) or spec.candidates(tgt.caps)]
+
+
+def _build_only(prob, cfg: dict) -> None:
+    """Compiles the kernels `prob.run(cfg)` launches, running none of them."""
+    from .. import compile_only  # noqa: PLC0415
+    with compile_only():
+        prob.run(cfg)
+
+
+def _time_here(prob, cfg: dict, ctx: dict):
+    """The Timing of `cfg` on this problem (not stored), or None where it fails."""
+    try:
+        return measure_call(lambda: prob.run(cfg), ctx["repeat"])
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     """One (op, shape): the generic tuner over the spec's candidates; returns the summary row."""
     policy, runnable = ctx["policy"], ctx["runnable"]
     dims = spec.dims_of(shape)
     skey = spec.shape_key(**dims)
-    space = [dict(c) for c in (ctx["spaces"] or {}).get(spec.name) or spec.candidates(tgt.caps)]
     default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
+    dk = config_key(default_cfg)
+    # the default first: it is measured even when the budget is spent, so every shape gets a winner
+    space = sorted(_space(spec, tgt, ctx), key=lambda c: config_key(c) != dk)
     prob = spec.problem(shape) if runnable else None
     ref = prob.ref() if runnable else None
     key = DecisionKey(spec.name, tgt.name, ctx["fp"], policy, skey, spec.key_of(**dims))
@@ -65,19 +87,23 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                  (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
                  estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
                  effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral),
-                 repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"])
+                 repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"],
+                 build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"])
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
     entry, res = tuned.entry, tuned.entry["results"]
     winner = entry.get("winner")
     kind = ("no winner" if not winner else "reused" if winner not in tuned.fresh
             else "estimated" if entry.get("estimated") else "measured")
-    dk = config_key(default_cfg)
+    time_s, spread = entry.get("winner_time_s"), res.get(winner, {}).get("spread")
     default_t = res.get(dk, {}).get("time_s") if res.get(dk, {}).get("status") == "ok" else None
-    if default_t is None and runnable and entry.get("winner"):
-        try:   # the default config is not in the space: time it, unstored
-            default_t = time_call(lambda: prob.run(default_cfg), ctx["repeat"])
-        except Exception:  # noqa: BLE001
-            default_t = None
+    if runnable and kind == "reused":
+        # the stored times may be another shape's with the same key dims: time the winner (and
+        # the default, below) on this shape, unstored, so the row compares like with like
+        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps.bit_neutral), ctx)
+        time_s, spread, default_t = (here.seconds, here.spread, None) if here else (None, None, None)
+    if default_t is None and runnable and winner:   # e.g. the default is not in the space
+        here = _time_here(prob, default_cfg, ctx)
+        default_t = here.seconds if here else None
     eager_t = None
     if runnable and prob.eager is not None and entry.get("winner"):
         # in the caller's grad mode: a backward op's baseline runs torch's autograd (its inputs
@@ -86,7 +112,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     unsettled = sum(res[k].get("spread", 0) > SPREAD_GOAL for k in tuned.fresh if res.get(k, {}).get("status") == "ok"
                     and not res[k].get("estimated") and "same_as" not in res[k])
     return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
-                time_s=entry.get("winner_time_s"), spread=res.get(winner, {}).get("spread"), unsettled=unsettled,
+                time_s=time_s, spread=spread, unsettled=unsettled,
                 default=dk, default_time_s=default_t, eager_time_s=eager_t,
                 estimated=bool(entry.get("estimated")), measured=tuned.measured, estimated_now=tuned.estimated,
                 reused=tuned.reused, skipped=tuned.skipped,
@@ -120,16 +146,22 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
         if op not in specs:
             raise AutotuneError(f"unknown kernel {op!r}; choose from {', '.join(specs)}")
     runnable = _runnable(tgt)
+    end = time.perf_counter() + budget if budget else None
     ctx = dict(policy=policy, runnable=runnable, spaces=spaces, fp=fingerprint_hash(tgt), out=out,
                store=DecisionStore(cache_dir), repeat=repeat, rejected=[], force=force,
-               deadline=time.perf_counter() + budget if budget else None,
+               workers=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
                # a `\r` progress line only makes sense on a terminal; in logs (CI, pipes) it is noise
                progress=progress and getattr(out, "isatty", lambda: False)())
     jobs = [(specs[op], sh) for op in ops for sh in shapes.get(op, [])]
+    sizes = [len(_space(spec, tgt, ctx)) for spec, _ in jobs]
     rows = []
     with use_target(tgt), numerics(policy):
         for ji, (spec, shape) in enumerate(jobs):
             ctx["job"] = f"{ji + 1}/{len(jobs)}"
+            # each job's share of what is left, by its number of candidates: one large space
+            # cannot spend the budget of the ops after it (time it leaves unused rolls forward)
+            ctx["deadline"] = None if end is None else (
+                time.perf_counter() + max(0.0, end - time.perf_counter()) * sizes[ji] / max(1, sum(sizes[ji:])))
             n_rej = len(ctx["rejected"])
             rows.append(_tune_one(spec, shape, tgt, ctx))
             for op, skey, ck, why in ctx["rejected"][n_rej:] if verbose else ():

@@ -74,9 +74,12 @@ def format_summary(rows: list[dict], target_name: str, verbose: bool = False) ->
     lines.append("spread = (q3 - q1) / median of the winner's timed samples (more samples are taken, up to "
                  f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). vs default = t(default config) / t(winner); "
                  "vs torch = t(torch eager) / t(winner): > 1x means the winner is faster. kind: measured or "
-                 "estimated (by the target's cost model) in this run, or reused (the winner's result is from an earlier run; --force measures again). new = configs "
-                 "checked and timed (or estimated) in this run, reused = results taken from the store, "
-                 "skipped = not measured within --budget (a rerun measures them).")
+                 "estimated (by the target's cost model) in this run, or reused: the decision of an earlier run or "
+                 "of an earlier shape with the same shape key (configs follow the key dims only), timed again "
+                 "on this shape; --force measures every candidate again. new = configs checked and timed (or "
+                 "estimated) in this run, reused = results taken from the store, skipped = not measured within "
+                 "--budget (each shape gets a share of it by its number of candidates, and its first candidate, "
+                 "the default, is measured regardless; a rerun measures the rest).")
     return "\n".join(lines + unsettled_lines(rows) + rejection_lines(rows, verbose) + store_lines(rows))
 
 

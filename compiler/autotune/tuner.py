@@ -11,6 +11,8 @@ store already holds for this key is not measured again, so adding a candidate me
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
 import dataclasses
 import math
 import statistics
@@ -120,44 +122,80 @@ def _estimate(cfg: dict, eff: dict, estimate) -> dict:
         return result(cfg, "rejected", reason=_first_line(exc), estimated=True)
 
 
+def _build_ahead(build, configs: list[dict], workers: int) -> None:
+    """Compiles `configs` (build(config) compiles without running) on `workers` threads: the C++
+    compiler runs outside the GIL, so the candidates of a batch build on every core. A build that
+    fails is left for the measurement, which rejects it with the message."""
+    if build is None or workers < 2 or len(configs) < 2:
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(configs))) as pool:
+        # each thread runs in a copy of this context: target, policy and compile-only mode
+        for f in [pool.submit(contextvars.copy_context().run, build, c) for c in configs]:
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001
+                pass
+
+
 def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=None, effective=None,
-         repeat: int = 3, deadline: float | None = None, progress=None, force: bool = False) -> Tuned:
+         repeat: int = 3, deadline: float | None = None, progress=None, force: bool = False,
+         build=None, workers: int = 1) -> Tuned:
     """Tunes `space` (a list of config dicts) for `key`; see the module docstring.
 
     effective(config) -> (config launched, why pruned or None) maps a candidate to what it runs as;
     candidates that run as the same config share one measurement. `deadline` (perf_counter time)
-    leaves the rest unmeasured ("skipped"); `progress(i, n, config_key)` is called per candidate."""
+    leaves the rest unmeasured ("skipped") once the key has a result, so the first candidate
+    (put the default first) is measured whatever the budget; `progress(i, n, config_key)` is
+    called per candidate. With `build` (compile a config without running it), each batch of
+    `workers` candidates is compiled in parallel before its members are timed one at a time."""
     known = {} if force else store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
     out = Tuned(entry={})
     new, by_effect = {}, {}
+    has_result = any(r.get("status") == "ok" for r in known.values())
+    todo = []   # (index, config, key, effective config) still to measure or estimate
     for i, cfg in enumerate(space):
         ck = config_key(cfg)
-        if progress is not None:
-            progress(i, len(space), ck)
         if ck in known:
             out.reused += 1
-            continue
-        if deadline is not None and time.perf_counter() > deadline:
-            out.skipped += 1
             continue
         eff, why = effective(cfg) if effective else (dict(cfg), None)
         if why:
             new[ck] = result(cfg, "pruned", reason=why)
             continue
-        ek = config_key(eff)
-        if ek in by_effect:   # the same launch as an earlier candidate
-            new[ck] = {**by_effect[ek], "config": dict(cfg), "effective": eff, "same_as": by_effect[ek]["key"]}
-            continue
-        if estimate is not None:
-            out.estimated += 1
-            r = _estimate(cfg, eff, estimate)
-        else:
-            out.measured += 1
-            r = _measure(cfg, eff, run, check, repeat)
-        if r["status"] == "rejected":
-            out.rejected_now.append((ck, r["reason"]))
-        by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
-        new[ck] = r
+        todo.append((i, cfg, ck, eff))
+    batch = max(1, workers if estimate is None and build is not None else 1)
+
+    def over():   # past the deadline, once the key has a result
+        return deadline is not None and has_result and time.perf_counter() > deadline
+
+    b = 0
+    while b < len(todo) and not over():
+        # a spent budget measures only the first candidate: nothing else is built ahead for it
+        late = deadline is not None and time.perf_counter() > deadline
+        group = todo[b:b + (1 if late else batch)]
+        _build_ahead(build, [eff for *_, eff in group if config_key(eff) not in by_effect], workers)
+        for i, cfg, ck, eff in group:
+            if over():
+                break
+            b += 1
+            if progress is not None:
+                progress(i, len(space), ck)
+            ek = config_key(eff)
+            if ek in by_effect:   # the same launch as an earlier candidate
+                new[ck] = {**by_effect[ek], "config": dict(cfg), "effective": eff, "same_as": by_effect[ek]["key"]}
+                continue
+            if estimate is not None:
+                out.estimated += 1
+                r = _estimate(cfg, eff, estimate)
+            else:
+                out.measured += 1
+                r = _measure(cfg, eff, run, check, repeat)
+            if r["status"] == "rejected":
+                out.rejected_now.append((ck, r["reason"]))
+            has_result = has_result or r["status"] == "ok"
+            by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
+            new[ck] = r
+    out.skipped += len(todo) - b
     out.fresh = set(new)
     space_keys = {config_key(c) for c in space}
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
