@@ -322,3 +322,32 @@ def test_fast_fp32_norms_and_attention_give_the_same_bits_with_avx2_and_avx512(t
         assert r.returncode == 0, r.stderr
         digests.append(r.stdout.split()[-1])
     assert digests[0] == digests[1]
+
+
+@kernel
+def _bf16_products(a_ptr, b_ptr, p_ptr, c_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    a = tl.load(a_ptr + offs, mask=m)
+    tl.store(p_ptr + offs, a.to(tl.bfloat16) * tl.load(b_ptr + offs, mask=m), mask=m)   # bf16 mul: rounds
+    tl.store(c_ptr + offs, a.to(tl.bfloat16), mask=m)                                  # narrowing cast
+
+
+def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits():
+    """A value the kernel has just rounded to bf16 (a narrowing cast, bf16 arithmetic) is stored
+    without a second rounding; the bits are torch's round-to-nearest-even, ties, NaN, inf and
+    subnormals included."""
+    special = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), float("nan"), float("inf"),
+                            -float("inf"), 3.4e38, 1e-39, -1e-40, 0.0, -0.0, 2 ** -133])
+    a = torch.cat([special, torch.randn(500) * torch.logspace(-30, 30, 500)])
+    b = torch.randn(a.numel()).to(torch.bfloat16)
+    p, c = torch.empty_like(b), torch.empty_like(b)
+    ck = _bf16_products[(1,)](a, b, p, c, a.numel(), BLOCK=1024)
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    assert "tj_bf16_bits(" in body and "tj_f2bf(" not in body
+    want_c = a.to(torch.bfloat16)
+    want_p = (want_c.float() * b.float()).to(torch.bfloat16)
+    for got, want in ((c, want_c), (p, want_p)):
+        num = ~want.isnan()
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.view(torch.int16)[num], want.view(torch.int16)[num])   # -0.0 too

@@ -243,7 +243,11 @@ class CDialect:
             return f"(*({ptr}) != 0)"
         return f"*({ptr})"
 
-    def store_elem(self, dt: D.dtype, ptr: str, val: str) -> str:
+    def store_elem(self, dt: D.dtype, ptr: str, val: str, exact: bool = False) -> str:
+        """`exact`: the value is known to be representable in `dt` (it was just rounded to it), so a
+        bf16 store takes its 16 high bits instead of rounding a second time."""
+        if exact and dt is D.bfloat16:
+            return f"*({ptr}) = tj_bf16_bits({val})"
         return f"*({ptr}) = {self.to_mem(dt, val)}"
 
     @staticmethod

@@ -28,6 +28,7 @@ from .masks import mask_terms
 
 _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
           "split"}
+_RECOMPUTED = ("add", "sub", "mul", "neg")   # evaluated again in each consumer nest rather than stored
 _MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
 
 
@@ -141,7 +142,10 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
             return True
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return True   # used inside a loop it is defined outside of: compute once, not per iteration
-        return len(self._roots_of_uses(v)) > 1
+        roots = len(self._roots_of_uses(v))
+        # one add/sub/mul over its operands costs less in each of a few consumer nests than a
+        # store, a pass and the loads back (layer_norm's x - mean); the same op, so the same bits
+        return roots > 1 and not (op.name in _RECOMPUTED and roots <= 3)
 
     def _load_fuses(self, v: Value) -> bool:
         """A tile load is read inside its consumer's loop nest (no buffer, no extra pass) when it
@@ -537,7 +541,10 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
     def emit_store(self, op: Op) -> None:
         ptr, val = op.operands[:2]
         mask = op.operands[2] if len(op.operands) > 2 else None
-        st = self.d.store_elem
+        exact = self._rounded_to_its_dtype(val)
+
+        def st(dt, ptr_expr, val_expr):
+            return self.d.store_elem(dt, ptr_expr, val_expr, exact)
         if ptr.type.is_scalar:
             s = st(val.dtype, self.address(op, self.ev(ptr, (), None), True), self.ev(val, (), None))
             self.emit(s + ";" if mask is None else f"if ({self.ev(mask, (), None)}) {s};")
@@ -551,6 +558,16 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
             self.close_nest(nest, [s + ";"])
 
         self._masked_or_fast(mask, fill)
+
+    def _rounded_to_its_dtype(self, v: Value) -> bool:
+        """Whether `v`'s op rounds its result to its narrow float dtype (a narrowing cast, or
+        arithmetic the dialect rounds), so storing it needs no second rounding."""
+        op = v.owner
+        if op is None or v.dtype not in self.d.round_fn:
+            return False
+        if op.name == "cast":
+            return op.operands[0].dtype is not v.dtype
+        return op.name in self.d.rounding_ops
 
     def _masked_or_fast(self, mask, fill) -> None:
         if mask is None or (mask.owner is not None and mask.owner.name == "const" and mask.owner.attrs["value"]):

@@ -40,6 +40,8 @@ static inline uint16_t tj_f2bf(float f) {
     u += 0x7fff + ((u >> 16) & 1);
     return (uint16_t)(u >> 16);
 }
+// the bf16 of a float that already holds a bf16 value (its low 16 bits are zero): the high half
+static inline uint16_t tj_bf16_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return (uint16_t)(u >> 16); }
 static inline float tj_round_fp16(float f) { return tj_h2f(tj_f2h(f)); }
 static inline float tj_round_bf16(float f) { return tj_bf2f(tj_f2bf(f)); }
 // 64 fp32 partial sums of a fast-policy reduction (the lowering's reduce_in_lanes), partial l in
@@ -330,7 +332,6 @@ static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb
 // instruction does. Every element of C takes that order whatever its row, so the bits do not
 // depend on BLOCK_M. Without the instruction: the ascending-k fma chain of every other dot.
 // N % 16 == 0 and K % 2 == 0 (the lowering's check).
-static inline uint16_t tj_bf16_bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return (uint16_t)(u >> 16); }
 // the raw layouts from a float tile of bf16 values (exact: the low 16 bits are zero)
 template <int R, int C>
 static inline void tj_pack_bf16_rows(const float* X, uint16_t* dst) {
