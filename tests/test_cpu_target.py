@@ -351,3 +351,38 @@ def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits():
         num = ~want.isnan()
         assert torch.equal(got.isnan(), want.isnan())
         assert torch.equal(got.view(torch.int16)[num], want.view(torch.int16)[num])   # -0.0 too
+
+
+@kernel
+def _few_rows_dot(a_ptr, b_ptr, idx_ptr, c_ptr, K, N, M: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr):
+    rm, rk, rn = tl.arange(0, M), tl.arange(0, BK), tl.arange(0, BN)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    rows = tl.load(idx_ptr + rk)                          # which row of B each k reads
+    b = tl.load(b_ptr + rows[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], tl.dot(a, b))
+
+
+@pytest.mark.parametrize("rows, K, N", [("ascending", 64, 64), ("every_third", 64, 64), ("permuted", 64, 64),
+                                        ("ascending", 50, 64), ("ascending", 64, 40)])
+def test_a_dot_with_few_rows_reads_b_in_place_with_the_copys_bits(rows, K, N):
+    """B of a dot with few rows of A is read where it lies when its rows are equally spaced and
+    in bounds; rows gathered in any other order, or an edge tile, take the copy. Every case gives
+    the bits of the bounds-checked target, which always copies."""
+    from compiler import use_target
+    from targets.cpu import CPUTarget
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(2, 64, generator=g)
+    b = torch.randn(200, N, generator=g)
+    idx = {"ascending": torch.arange(64), "every_third": torch.arange(64) * 3,
+           "permuted": torch.randperm(64, generator=g)}[rows].to(torch.int32)
+    outs = []
+    for tgt in (CPUTarget(), CPUTarget(bounds_check=True)):
+        c = torch.zeros(2, 64)
+        with use_target(tgt):
+            ck = _few_rows_dot[(1,)](a, b, idx, c, K, N, M=2, BK=64, BN=64)
+        outs.append((c, ck.source))
+    (fast, src), (checked, checked_src) = outs
+    assert "tj_rows_strided(" in src and "tj_rows_strided(" not in checked_src
+    assert torch.equal(fast.view(torch.int32), checked.view(torch.int32))
+    want = a[:, :K].double() @ b[idx[:K].long()][:, :N].double()
+    torch.testing.assert_close(fast[:, :N].double(), want, rtol=1e-5, atol=1e-5)

@@ -1,9 +1,10 @@
-"""The records the C-family lowering keeps while it emits a program: local buffers and loop nests."""
+"""The records the C-family lowering keeps while it emits a program (local buffers, loop nests), and
+which ops write memory (what a value read later may not be moved across)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.ir import Value
+from compiler.ir import Op, Value
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,10 @@ class Nest:
     idx: tuple[str, ...]
     stmts: list[str] = field(default_factory=list)
     memo: dict = field(default_factory=dict)
+
+
+def writes_memory(op: Op) -> bool:
+    """Whether `op`, or an op in its regions, writes memory."""
+    if op.name in ("store", "atomic_rmw", "atomic_cas"):
+        return True
+    return any(writes_memory(o) for b in op.blocks for o in b.ops)

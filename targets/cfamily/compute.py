@@ -220,7 +220,8 @@ class ReduceDotLowering:
         if bf16:
             A, B = self.bf16_operand(a, "rows"), self.bf16_operand(b, "pairs")
         else:
-            A, B = self._as_buffer(a), self._as_buffer(b)
+            A, B = self._as_buffer(a), None
+            B, ldb = self.in_place.get(id(b)) or (self._as_buffer(b), str(N))
         if self._accumulates_in_place(op):
             # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself
             C = self.name(acc)
@@ -233,7 +234,7 @@ class ReduceDotLowering:
         if bf16:
             self.emit(f"{self.d.bf16_dot.dot}<{M}, {N}, {K}>({A}, {B}, {C});")
         else:
-            self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype)
+            self.emit_dot_loops(A, B, C, M, N, K, a.dtype, r.dtype, ldb)
 
     def _accumulates_in_place(self, op: Op) -> bool:
         """True when the dot's accumulator is a carried value of the innermost loop, read only by
@@ -248,12 +249,13 @@ class ReduceDotLowering:
         yields = [u for u in self.uses.get(id(r), []) if u.name == "yield"]
         return len(yields) == 1 and yields[0].operands.index(r) == slot and yields[0].operands.count(r) == 1
 
-    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
-        """C[m][n] = fma(A[m][k], B[k][n], C[m][n]) for k = 0..K-1 in ascending order. Where the
+    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt, ldb=None) -> None:
+        """C[m][n] = fma(A[m][k], B[k * ldb + n], C[m][n]) for k = 0..K-1 in ascending order (ldb:
+        N, or the row spacing of a B read in place). Where the
         dialect has a register-blocked micro-kernel, the bulk of C runs through it; the edges run
         the same per-element order as plain loops (vectorised over n)."""
         it, rt = self.index_type, self.d.reg_type(in_dt)
-        step = self.d.dot_step
+        step, ldb = self.d.dot_step, ldb or str(N)
         kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
         if kernel:
             # the register block's height comes from the header (tj_dot_mr: what the ISA's vector
@@ -264,10 +266,10 @@ class ReduceDotLowering:
                       f"Nb = ({N} / NR) * NR, MT = {M} - Mb;")
             self.emit(f"for ({it} m0 = 0; m0 < Mb; m0 += MR)")
             self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
-            self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {N}, {C} + m0 * {N} + n0, {N}, {K});")
+            self.emit(f"        {kernel}<MR, NR>({A} + m0 * {K}, {K}, {B} + n0, {ldb}, {C} + m0 * {N} + n0, {N}, {K});")
             self.emit("if (MT > 0)")
             self.emit(f"    for ({it} n0 = 0; n0 < Nb; n0 += NR)")
-            self.emit(f"        {kernel}<(MT > 0 ? MT : 1), NR>({A} + Mb * {K}, {K}, {B} + n0, {N}, {C} + Mb * {N} + n0, "
+            self.emit(f"        {kernel}<(MT > 0 ? MT : 1), NR>({A} + Mb * {K}, {K}, {B} + n0, {ldb}, {C} + Mb * {N} + n0, "
                       f"{N}, {K});")
             edges = (("0", str(M), "Nb", str(N)),)
         else:
@@ -279,7 +281,7 @@ class ReduceDotLowering:
             if self.d.simd_pragma:
                 self.emit(f"        {self.d.simd_pragma}")
             self.emit(f"        for ({it} n = {n_lo}; n < {n_hi}; ++n)")
-            self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {N} + n]', f'{C}[m * {N} + n]', acc_dt)};")
+            self.emit(f"            {C}[m * {N} + n] = {step('a_mk', f'{B}[k * {ldb} + n]', f'{C}[m * {N} + n]', acc_dt)};")
             self.emit("    }")
         if kernel:
             self.indent -= 1

@@ -20,7 +20,8 @@ from compiler.ir.ops import OPS
 
 from .atomics import AtomicDebugLowering
 from .bf16_dot import Bf16DotLowering
-from .buffers import LocalBuffer, Nest
+from .in_place import InPlaceOperandLowering
+from .buffers import LocalBuffer, Nest, writes_memory
 from .compute import ReduceDotLowering
 from .dialect import CDialect
 from .loops import LoopLowering
@@ -35,12 +36,6 @@ _MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
 _INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
 
 
-def _writes_memory(op: Op) -> bool:
-    if op.name in ("store", "atomic_rmw", "atomic_cas"):
-        return True
-    return any(_writes_memory(o) for b in op.blocks for o in b.ops)
-
-
 def _is_cheap(op: Op) -> bool:
     if op.name in _CHEAP:
         return True
@@ -49,7 +44,7 @@ def _is_cheap(op: Op) -> bool:
     return False
 
 
-class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLowering):
+class CLowering(ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering, AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
@@ -81,6 +76,7 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
         self.roots: dict[int, set[int]] = {}
         self._decide(fn.body)
         self._raw_layouts: dict[int, str] | None = None   # bf16 dot operands filled raw (bf16_dot.py)
+        self.in_place: dict[int, tuple[str, str]] = {}   # dot operands read in place: (pointer, ld) (in_place.py)
         # an op's index in IR order names it in what a kernel reports at run time (a status's site)
         self.op_index = {id(op): i for i, op in enumerate(fn.walk())}
         for p in fn.params:
@@ -170,7 +166,7 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
         rblock, end = self.position[id(root)]
         if rblock is not block:
             return False
-        return not any(_writes_memory(o) for o in block.ops[start + 1:end])
+        return not any(writes_memory(o) for o in block.ops[start + 1:end])
 
     def _materialize(self, v: Value) -> bool:
         return id(v) in self.materialized
@@ -491,9 +487,9 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
             self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
             return
         layout = self.raw_layout(v)
-        name = self.declare_raw_buffer(v) if layout else self.declare_buffer(v)
 
         def fill(masked: bool):
+            name = self.name(v)
             if layout:
                 self.fill_raw(op, name, layout, masked)
                 return
@@ -506,6 +502,9 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, LoopLowering, AtomicDebugLow
                 val = f"({self.ev(mask, nest.idx, nest)} ? {val} : {self.ev(other, nest.idx, nest)})"
             self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {val};"])
 
+        if not layout and self.emit_in_place_load(op, fill):
+            return
+        self.declare_raw_buffer(v) if layout else self.declare_buffer(v)
         self._masked_or_fast(mask, fill)
 
     @staticmethod

@@ -296,6 +296,20 @@ constexpr int tj_dot_nr(int M, int N) {
     return nv * TJ_LANES;
 }
 
+// Whether the n row pointers of a tile are equally spaced, by a whole number of elements that fits
+// an int (then *ld is that spacing): a dot with few rows of A then reads the tile where it lies
+// (the lowering's in_place.py) rather than from a copy.
+template <class T>
+static inline bool tj_rows_strided(const T* const* rows, int n, int* ld) {
+    const intptr_t d = n > 1 ? (intptr_t)rows[1] - (intptr_t)rows[0] : 0;
+    if (d % (intptr_t)sizeof(T) != 0 || d / (intptr_t)sizeof(T) > std::numeric_limits<int>::max()
+        || d / (intptr_t)sizeof(T) < std::numeric_limits<int>::min())
+        return false;
+    for (int i = 2; i < n; ++i)
+        if ((intptr_t)rows[i] - (intptr_t)rows[i - 1] != d) return false;
+    *ld = (int)(d / (intptr_t)sizeof(T));
+    return true;
+}
 template <int MR, int NR>
 static inline void tj_dot_block(const float* A, int lda, const float* B, int ldb, float* C, int ldc, int K) {
     static_assert(NR % TJ_LANES == 0, "NR must be a multiple of the vector width");

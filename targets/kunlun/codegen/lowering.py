@@ -50,7 +50,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             return
         simd.emit_reduce(self, op, vec)
 
-    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt) -> None:
+    def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt, ldb=None) -> None:
+        # ldb is N here: no operand is read in place from GM (the dialect has no rows_strided)
         self.work += M * N * K * self.loop_weight()
         if in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:   # svmac: both policies
             self.vector_dot_work += M * N * K * self.loop_weight()
