@@ -19,6 +19,19 @@ def cache_dir():
     return os.environ["TILEJIT_CACHE_DIR"]
 
 
+@pytest.fixture
+def tcache(tmp_path, monkeypatch):
+    """An empty kernel cache and decision store of the test's own (the autotuner's tests start
+    from no stored decision), with the process's decision memo cleared around the test."""
+    from compiler.cache.decisions import clear_memo  # noqa: PLC0415 - imports torch: only when used
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(d))
+    monkeypatch.delenv("TILEJIT_CACHE_STRICT", raising=False)
+    clear_memo()
+    yield d
+    clear_memo()
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked slow (minutes: a fresh install from the package index) run only with
     TILEJIT_RUN_SLOW=1, as .ci/run sets it."""

@@ -13,23 +13,13 @@ import kernels
 from compiler import get_target
 from compiler.autotune import MEASURE_COUNT, AutotuneError, format_summary, tune_ops
 from compiler.cache import CacheError
-from compiler.cache.decisions import DecisionStore, clear_memo, fingerprint_hash, lookup
+from compiler.cache.decisions import DecisionStore, fingerprint_hash, lookup
 from kernels import OP_SPECS, configs
 from kernels.norm import rms_norm_kernel
 from targets.cpu import CPUTarget
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RMS_SHAPE = {"rms_norm": [{"rows": 4, "N": 64}]}
-
-
-@pytest.fixture
-def tcache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(d))
-    monkeypatch.delenv("TILEJIT_CACHE_STRICT", raising=False)
-    clear_memo()
-    yield d
-    clear_memo()
 
 
 def _store_doc(d, op):

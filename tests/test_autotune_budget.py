@@ -3,28 +3,17 @@ lock that allows it), the budget shared among shapes with the default always mea
 that reuse a decision timed on their own shape."""
 import threading
 
-import pytest
 import torch
 
 import compiler
 from compiler import kernel, language as tl
 from compiler.autotune import tune_ops
 from compiler.autotune.tuner import DecisionKey, tune
-from compiler.cache.decisions import DecisionStore, clear_memo
+from compiler.cache.decisions import DecisionStore
 from kernels import OP_SPECS
 from targets.cpu import CPUTarget
 
 RMS_SPACE = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]}
-
-
-@pytest.fixture
-def tcache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(d))
-    monkeypatch.delenv("TILEJIT_CACHE_STRICT", raising=False)
-    clear_memo()
-    yield d
-    clear_memo()
 
 
 @kernel

@@ -14,21 +14,11 @@ import torch
 
 from compiler import kernel, triton, use_target
 from compiler.autotune import MEASURE_COUNT
-from compiler.cache.decisions import clear_memo
 from compiler.errors import CompilationError, KernelArgumentError
 from compiler.triton import Config, language as tl
 from compiler.triton.tuning import op_name
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def tcache(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(d))
-    clear_memo()
-    yield d
-    clear_memo()
 
 
 def _scale_fn(x, y, n, BLOCK: tl.constexpr):
