@@ -220,7 +220,7 @@ class ReduceDotLowering:
         if bf16:
             A, B = self.bf16_operand(a, "rows"), self.bf16_operand(b, "pairs")
         else:
-            A, B = self._as_buffer(a), None
+            A = self._as_buffer(a)
             B, ldb = self.in_place.get(id(b)) or (self._as_buffer(b), str(N))
         if self._accumulates_in_place(op):
             # acc += dot(...) on a loop-carried accumulator: update the carried buffer itself

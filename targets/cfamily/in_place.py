@@ -15,8 +15,6 @@ from compiler import dtypes as D
 from compiler.ir import Op, Value
 from compiler.ir.analysis import index_step
 
-from .buffers import writes_memory
-
 MAX_ROWS_OF_A = 16   # above this the copy is amortised over enough row blocks of A to pay
 
 
@@ -33,11 +31,7 @@ class InPlaceOperandLowering:
         dot = uses[0]
         if dot.operands[0].shape[0] > MAX_ROWS_OF_A or dot.results[0].dtype != D.float32:
             return None
-        block, start = self.position[id(op)]
-        dblock, end = self.position[id(dot)]
-        if dblock is not block or any(writes_memory(o) for o in block.ops[start + 1:end]):
-            return None
-        return dot
+        return dot if self.read_then_used_unwritten(op, dot) else None
 
     def emit_in_place_load(self, op: Op, fill_copy) -> bool:
         """Emits load `op` for a dot that reads it in place where it can; False if it cannot.

@@ -20,10 +20,10 @@ from compiler.ir.ops import OPS
 
 from .atomics import AtomicDebugLowering
 from .bf16_dot import Bf16DotLowering
-from .in_place import InPlaceOperandLowering
 from .buffers import LocalBuffer, Nest, writes_memory
 from .compute import ReduceDotLowering
 from .dialect import CDialect
+from .in_place import InPlaceOperandLowering
 from .loops import LoopLowering
 from .masks import mask_terms
 
@@ -162,11 +162,14 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, Loop
         root = self.op_by_id.get(next(iter(roots)))
         if root is None or root.name in ("for", "while", "if") or id(root) not in self.position:
             return False
-        block, start = self.position[id(v.owner)]
-        rblock, end = self.position[id(root)]
-        if rblock is not block:
-            return False
-        return not any(writes_memory(o) for o in block.ops[start + 1:end])
+        return self.read_then_used_unwritten(v.owner, root)
+
+    def read_then_used_unwritten(self, op: Op, later: Op) -> bool:
+        """Whether `later` follows `op` in the same block with no op between them writing memory:
+        what `op` read is still what memory holds when `later` uses it."""
+        block, start = self.position[id(op)]
+        lblock, end = self.position[id(later)]
+        return lblock is block and not any(writes_memory(o) for o in block.ops[start + 1:end])
 
     def _materialize(self, v: Value) -> bool:
         return id(v) in self.materialized
@@ -504,7 +507,10 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, Loop
 
         if not layout and self.emit_in_place_load(op, fill):
             return
-        self.declare_raw_buffer(v) if layout else self.declare_buffer(v)
+        if layout:
+            self.declare_raw_buffer(v)
+        else:
+            self.declare_buffer(v)
         self._masked_or_fast(mask, fill)
 
     @staticmethod
