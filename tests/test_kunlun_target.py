@@ -440,6 +440,27 @@ def test_dots_use_the_vector_fma_in_both_policies_and_only_fast_vectorises_eleme
     assert not re.search(r"vv(add|mul|max)_float32x16|svmul_float32x16", strict)
 
 
+def test_fast_norms_accumulate_and_centre_on_the_vector_unit_with_a_scalar_tail():
+    """layer_norm's carried sums (acc += x), x - mean (a + (-b): svadd of the negated scalar) and
+    where(cols < N, x - mean, 0) (a vector nest when the chunk is in bounds, the scalar select on
+    the tail) are vector code in the fast policy; a row length that is not a multiple of BLOCK runs
+    the tail and still matches the cpu target."""
+    from compiler import render_only  # noqa: PLC0415
+    x, w, b = torch.randn(3, 300), torch.randn(300), torch.randn(300)
+    with use_target("kunlun:xpu2"), numerics("fast"), render_only() as seen:
+        KL.layer_norm(x, w, b, config={"BLOCK": 128})
+    src = seen[-1].source
+    assert re.search(r"vstore_lm_float32x16\(&(c\d+)\[i0\], vvadd_float32x16\(vload_lm_float32x16\(&\1\[i0\]\)", src)
+    assert "svadd_float32x16((-(" in src
+    share = float(re.search(r"work per program: \d+ element operations, (\d+)% on the vector unit", src).group(1))
+    assert share >= 30, share
+    with use_target("kunlun:xpu2"), numerics("fast"):
+        got = KL.layer_norm(x, w, b, config={"BLOCK": 128})
+    with use_target("cpu"), numerics("fast"):
+        want = KL.layer_norm(x, w, b, config={"BLOCK": 128})
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_inspect_shows_the_xpu_source_and_the_lm_footprint(capsys):
     from compiler.inspect import main  # noqa: PLC0415
     assert main(["examples.example_kernels:add_kernel", "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=256",

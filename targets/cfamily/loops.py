@@ -122,11 +122,7 @@ class LoopLowering:
             in_place.append(ok)
         for val, arg, ok in zip(op.operands, loop_args, in_place):
             if ok:
-                def fill(masked: bool, val=val, arg=arg):
-                    nest = self.open_nest(arg.shape)
-                    e = self.ev(val, nest.idx, nest)
-                    self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
-                self._masked_or_fast(self._fused_load_mask(val), fill)
+                self.update_in_place(arg, val)
         # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
         # carried value is overwritten while another yielded value still reads it
         staged = []
@@ -150,6 +146,15 @@ class LoopLowering:
                 self.emit(f"{dst} = {src};")
             else:
                 self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
+
+    def update_in_place(self, arg: Value, val: Value) -> None:
+        """Writes `val` element by element into the carried slot `arg`, which it reads only at the
+        element being written (acc += x)."""
+        def fill(masked: bool):
+            nest = self.open_nest(arg.shape)
+            e = self.ev(val, nest.idx, nest)
+            self.close_nest(nest, [f"{self.name(arg)}[{self.linear(nest.idx, arg.shape)}] = {e};"])
+        self._masked_or_fast(self._fused_load_mask(val), fill)
 
     def _fused_load_mask(self, v: Value) -> Value | None:
         """The mask shared by every masked load fused into `v`'s per-element expression (at the

@@ -36,12 +36,50 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         if v.type.is_scalar or not self._materialize(v):
             super().op_elementwise(op)
             return
-        vec = simd.vector_form(self, v) if self.vectorize else None
         self.allow_in_place(v)
+
+        def scalar(name):
+            nest = self.open_nest(v.shape)
+            e = self._ev_op(op, v, nest.idx, nest)
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+        if not self._vectorised(v, lambda: self.declare_buffer(v), scalar):
+            super().op_elementwise(op)
+
+    def update_in_place(self, arg, val) -> None:
+        def scalar(name):
+            nest = self.open_nest(arg.shape)
+            self.close_nest(nest, [f"{name}[{self.linear(nest.idx, arg.shape)}] = {self.ev(val, nest.idx, nest)};"])
+        if val.shape != arg.shape or not self._vectorised(val, lambda: self.name(arg), scalar):
+            super().update_in_place(arg, val)
+
+    def _vectorised(self, v, dest, scalar) -> bool:
+        """Emits `v` into the buffer `dest()` names as a vector nest when it has a vector form, or
+        else when it has one on the all-true path of the one `where` mask it reads (the tile is in
+        bounds), with `scalar(name)` on the other path; False (nothing emitted) when neither."""
+        if not self.vectorize:
+            return False
+        vec = simd.vector_form(self, v)
         if vec is not None:
-            simd.vector_nest(self, v.shape, self.declare_buffer(v), vec)
-            return
-        super().op_elementwise(op)
+            simd.vector_nest(self, v.shape, dest(), vec)
+            return True
+        mask = simd.where_mask(self, v)
+        if mask is None:
+            return False
+        self.known_true.add(id(mask))
+        vec = simd.vector_form(self, v)
+        self.known_true.discard(id(mask))
+        if vec is None:
+            return False
+        name = dest()
+
+        def fill(masked: bool):
+            if masked:
+                self.begin_group()
+                scalar(name)
+            else:
+                simd.vector_nest(self, v.shape, name, vec)
+        self._masked_or_fast(mask, fill)
+        return True
 
     def op_reduce(self, op: Op) -> None:
         vec = simd.reduction_form(self, op) if self.vectorize else None

@@ -2,11 +2,13 @@
 `vv*_float32x16`, `svmul_float32x16`).
 
 Only intrinsics that public Kunlun kernel code uses (docs/kunlun.md, Sources) are emitted: vector
-loads/stores from LM, vvadd, vvmul, vvmax, scalar-times-vector svmul and the dot's svmac (one
-rounding, so the dot is vectorised in both policies). A nest is vectorised when
-its innermost extent is a multiple of 16 and its per-element expression is built from those ops
-over fp32 LM buffers read at the nest's own index, scalars and constants; anything else stays
-scalar C. Strict elementwise nests stay scalar.
+loads/stores from LM, vvadd, vvmul, vvmax, scalar-and-vector svadd and svmul, and the dot's svmac
+(one rounding, so the dot is vectorised in both policies). `a - b` is spelled `a + (-1 * b)` (the
+same IEEE result; no public code shows a vector subtract) and `-a` as `-1 * a`. A nest is
+vectorised when its innermost extent is a multiple of 16 and its per-element expression is built
+from those ops over fp32 LM buffers read at the nest's own index, scalars and constants, with a
+`where` whose mask the code around has proven all true (the fast path of a masked nest) read as
+its true operand; anything else stays scalar C. Strict elementwise nests stay scalar.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from compiler import dtypes as D
 LANES = 16
 _VLOAD = re.compile(r"vload_lm_float32x16\(&(\w+)\[")
 _VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16", "max": "vvmax_float32x16"}
+_SV = {"add": "svadd_float32x16", "mul": "svmul_float32x16"}   # scalar op vector
+_ARITH = (*_VV, "sub", "neg")
 
 
 class VectorExpr:
@@ -45,19 +49,31 @@ class VectorExpr:
         if id(v) in low.buffers:
             return f"vload_lm_float32x16(&{low.name(v)}[{low.linear(idx, self.shape)}])"
         op = v.owner
-        if op is None or op.name not in _VV:
+        if op is not None and op.name == "where" and id(op.operands[0]) in low.known_true:
+            return self._build(op.operands[1], idx)   # the fast path of a where split on its mask
+        if op is None or op.name not in _ARITH:
             return None
-        a, b = (self._build(o, idx) for o in op.operands)
-        if a is None or b is None:
-            return None
-        if a.startswith("#") and b.startswith("#"):
-            return None   # scalar op: not a vector nest (the C lowering handles it)
+        ops = [self._build(o, idx) for o in op.operands]
+        if any(e is None for e in ops) or all(e.startswith("#") for e in ops):
+            return None   # no vector form, or a scalar op (the C lowering handles it)
+        if op.name == "neg":
+            return _negated(ops[0])
+        a, b = ops
+        if op.name == "sub":   # a - b is a + (-b) exactly; the negation is a multiply by -1
+            op_name, b = "add", _negated(b)
+        else:
+            op_name = op.name
         if a.startswith("#") or b.startswith("#"):
-            if op.name != "mul":
-                return None   # only scalar * vector has a named intrinsic
+            if op_name not in _SV:
+                return None   # max has no scalar-vector intrinsic
             sc, vec = (a[1:], b) if a.startswith("#") else (b[1:], a)
-            return f"svmul_float32x16({sc}, {vec})"
-        return f"{_VV[op.name]}({a}, {b})"
+            return f"{_SV[op_name]}({sc}, {vec})"
+        return f"{_VV[op_name]}({a}, {b})"
+
+
+def _negated(e: str) -> str:
+    """-e for a vector expression or a '#'-prefixed scalar one (a sign flip: exact)."""
+    return f"#(-({e[1:]}))" if e.startswith("#") else f"svmul_float32x16(-1.0f, {e})"
 
 
 def vector_form(lowering, v) -> str | None:
@@ -68,6 +84,23 @@ def vector_form(lowering, v) -> str | None:
         return None
     e = VectorExpr(lowering, shape)._build(v, tuple(f"i{k}" for k in range(len(shape))))
     return None if e is None or e.startswith("#") else e
+
+
+def where_mask(lowering, v):
+    """The tile mask of the one `where` (or of every `where`, when they share it) that evaluating
+    `v` element by element reads, or None."""
+    masks, stack, seen = {}, [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or x.type.is_scalar or id(x) in lowering.buffers or x.owner is None:
+            continue
+        seen.add(id(x))
+        op = x.owner
+        if op.name == "where" and not op.operands[0].type.is_scalar:
+            masks[id(op.operands[0])] = op.operands[0]
+        if op.name in _ARITH or op.name == "where":
+            stack.extend(op.operands[1:] if op.name == "where" else op.operands)
+    return next(iter(masks.values())) if len(masks) == 1 else None
 
 
 def vector_nest(lowering, shape: tuple[int, ...], dest: str, expr: str) -> None:

@@ -154,6 +154,9 @@ static inline float32x16_t vfp162float_h(float16x32_t x) {
 static inline float32x16_t svmul_float32x16(float s, float32x16_t b) {
     float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = s * b.v[i]; return r;
 }
+static inline float32x16_t svadd_float32x16(float s, float32x16_t b) {
+    float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = s + b.v[i]; return r;
+}
 // s * b + c with one rounding per lane (the SIMD multiply-accumulate)
 static inline float32x16_t svmac_float32x16(float s, float32x16_t b, float32x16_t c) {
     float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = __builtin_fmaf(s, b.v[i], c.v[i]); return r;
