@@ -350,19 +350,25 @@ def _by_head_dim(small: dict, large: dict):
     return lambda dims: small if npow2(dims["head_dim"]) <= 64 else large
 
 
-# BLOCK_DK / BLOCK_DO (head_dim chunks, default BLOCK_D) change no bits; a scratchpad target needs
-# them to fit ~7 KB of LM per core (this is the best fitting config by the cost model's estimate)
-_SCRATCH = {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}
+def _scratch(dims: dict) -> dict:
+    """A scratchpad target's default: the Kunlun cost model's cheapest candidate of the space for
+    prefill and for decode (one query row), the memory plan's re-reads priced in (xpu2, fp32,
+    head_dim 128). BLOCK_N, the one parameter that changes fast-policy bits, is the same for both."""
+    decode = dims.get("seq_q") == 1
+    return {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 64 if decode else 32}
+
+
 SPEC = OpSpec(
     name="attention",
     # head_dim exact (it fixes BLOCK_D); seq_k as a power of two: the KV length changes every decode
     # step and a power-of-two bucket bounds the number of decisions to log2(seq_k)
     key_dims={"head_dim": "exact", "seq_k": "pow2"},
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)),
-    spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": 32}
-                                for bm in (1, 2, 4, 8) for bn in (8, 16, 32) for dk in (16, 32))},
+    spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": do}
+                                for bm in (1, 4, 8, 16) for bn in (8, 16, 32) for dk in (16, 32)
+                                for do in (32, 64))},
     defaults={"cache": _by_head_dim({"BLOCK_M": 32, "BLOCK_N": 64}, {"BLOCK_M": 32, "BLOCK_N": 32}),
-              "scratchpad": _SCRATCH,
+              "scratchpad": _scratch,
               "simt": _by_head_dim({"BLOCK_M": 128, "BLOCK_N": 64}, {"BLOCK_M": 64, "BLOCK_N": 64})},
     clamp=_clamp,
     dims_of=lambda s: {"head_dim": s["head_dim"], "seq_k": s["seq_k"], "seq_q": s["seq_q"]},

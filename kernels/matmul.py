@@ -230,6 +230,21 @@ def _clamp(cfg: dict, dims: dict) -> dict:
     return cfg
 
 
+def _scratch(dims: dict) -> dict:
+    """A scratchpad target's default: the Kunlun cost model's cheapest candidate of the space (the
+    memory plan's re-reads priced in; xpu2, fp32, K = N = 4096) for decode (M <= 16: more row
+    blocks fill the cores), prefill (M >= 256: wide tiles, cut by the plan) and the sizes between."""
+    m = dims.get("M")
+    if m is not None and m <= 16:
+        return {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 32}
+    if m is not None and m >= 256:
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 8}
+    return dict(SCRATCH_MID)
+
+
+SCRATCH_MID = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32}   # fits Kunlun LM as written (no cut)
+
+
 def _problem(s: dict) -> Problem:
     g = torch.Generator().manual_seed(0)
     a = torch.randn(s["M"], s["K"], generator=g)
@@ -260,10 +275,10 @@ SPEC = OpSpec(
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
                 for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64, 128)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-                                for bm in (4, 8, 16) for bn in (16, 32) for bk in (16, 32))},
+                                for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32))},
     defaults={
         "cache": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128},       # measured best of 5 on 1024^3, 256x4096x4096
-        "scratchpad": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32},    # fits ~7 KB of Kunlun LM per core
+        "scratchpad": _scratch,
         "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
     },
     clamp=_clamp,
@@ -290,4 +305,4 @@ TORCH_OP = define("matmul", "Tensor a, Tensor b, Tensor? bias, str? activation, 
                   ("out",), shapes=_shapes, launch=_launch,
                   reference=lambda a, b, bias, act, out_dtype, cfg: (matmul_ref(a, b, bias, act, torch.float64),))
 
-__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "TORCH_OP", "ACTIVATIONS", "GATED", "FLOAT_DTYPES"]
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "SCRATCH_MID", "TORCH_OP", "ACTIVATIONS", "GATED", "FLOAT_DTYPES"]

@@ -87,7 +87,7 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
-                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total)
+                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma)
 
 
 __all__ = ["MemoryPlan", "plan_memory", "record"]

@@ -94,10 +94,24 @@ class MemoryPlan:
     # how many of them the 16-lane vector unit does: set by the renderer after emission
     element_ops: float = 0.0
     vector_ops: float = 0.0
+    # the DMA sites of the kernel as written, before strip-mining (the same as `dma` when no cut)
+    written_dma: list[DMA] = dataclasses.field(default_factory=list)
 
     @property
     def vector_share(self) -> float:
         return self.vector_ops / self.element_ops if self.element_ops else 0.0
+
+    @property
+    def dma_growth(self) -> tuple[float, float]:
+        """(bytes, transfers) the plan moves per program over what the kernel as written names:
+        a strip-mined pass that re-reads a tile per chunk of another axis moves more than once."""
+        def total(sites, per):
+            return sum(getattr(d, per)(NOMINAL_TRIPS) for d in sites)
+        out = []
+        for per in ("bytes_per_run", "count_per_run"):
+            written = total(self.written_dma, per)
+            out.append(total(self.dma, per) / written if written else 1.0)
+        return out[0], out[1]
 
     @property
     def peak_live_bytes(self) -> int:
@@ -128,6 +142,10 @@ class MemoryPlan:
         if self.element_ops:
             lines.append(f"  work per program: {self.element_ops:.0f} element operations, "
                          f"{100 * self.vector_share:.0f}% on the vector unit")
+        if self.steps:
+            nbytes, transfers = self.dma_growth
+            lines.append(f"  DMA per program: {nbytes:.2f}x the bytes and {transfers:.2f}x the transfers of "
+                         f"the kernel as written (re-reads of the cut passes)")
         return "\n".join(lines)
 
 

@@ -59,20 +59,21 @@ class Fit:
     rec: object
     dims: Dims | None = None                          # of `ir`, when the search gave up
     refused: dict = dataclasses.field(default_factory=dict)   # dimension -> why it cannot be cut
+    written: object = None                            # the record of the IR as written (no cuts)
 
 
 def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
     """The IR to emit, the strip-mining steps taken and its record; the record may still be over
     the budget when no rewrite helps (then `dims` and `refused` say why, for the error)."""
-    rec = record(fn)
+    written = rec = record(fn)
     if rec.total <= arch.lm_budget:
-        return Fit(fn, [], rec)
+        return Fit(fn, [], rec, written=written)
     ir, steps = split_shared(fn), []
     rec = record(ir)
     refused: dict = {}
     for _ in range(MAX_STEPS):
         if rec.total <= arch.lm_budget:
-            return Fit(ir, steps, rec)
+            return Fit(ir, steps, rec, written=written)
         refused = {}
         cands = candidates(ir, arch, policy, record, refused)
         if not cands:
@@ -89,7 +90,7 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
                                                c.rec.total))
         ir, rec = best.ir, best.rec
         steps.append(best.step)
-    return Fit(ir, steps, rec, Dims(ir), refused)
+    return Fit(ir, steps, rec, Dims(ir), refused, written)
 
 
 def _largest_fitting(sizes: list[int], at, budget: int) -> None:

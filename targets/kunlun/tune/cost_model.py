@@ -2,8 +2,10 @@
 rank configs where no device is present. The op says what one call does (`OpSpec.work`: programs,
 and per program the elements moved, the contiguous segments they come in, the flops); this model
 prices it: DMA bytes over memory bandwidth, a fixed setup per segment (one GM2LM/LM2GM each, as
-the renderer emits them), the flops at the vector unit's rate for the share of the emitted code
-that is vectorised and at one lane for the rest (the renderer counts both), launch overhead.
+the renderer emits them), both scaled by what the memory plan adds (a strip-mined pass re-reads a
+tile once per chunk of another axis: `Profile.dma_bytes`), the flops at the vector unit's rate for
+the share of the emitted code that is vectorised and at one lane for the rest (the renderer counts
+both), launch overhead.
 Whether a config fits LM is not estimated: the renderer's own check answers it (footprint.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
@@ -28,17 +30,19 @@ F32 = 4
 def estimate(target, spec, config: dict, shape: dict, policy: str = "fast") -> float:
     """Estimated seconds for one call of `spec`'s op with `config` on `shape` (a shapes-file entry)
     on a kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
-    _lm, vector_share = profile(target, spec, config, shape, policy)
+    p = profile(target, spec, config, shape, policy)
     return estimate_time(target.arch, spec.work(spec.launched(config, spec.dims_of(shape), policy), shape),
-                         vector_share)
+                         p.vector_share, p.dma_bytes, p.dma_transfers)
 
 
-def estimate_time(arch: Arch, work: Work, vector_share: float = 1.0) -> float:
+def estimate_time(arch: Arch, work: Work, vector_share: float = 1.0, dma_bytes: float = 1.0,
+                  dma_transfers: float = 1.0) -> float:
     """The time part of `estimate`, for a config known to fit; `vector_share` of the work runs on
-    the vector unit, the rest one lane at a time."""
+    the vector unit, the rest one lane at a time; the memory plan moves `dma_bytes` times the bytes
+    and `dma_transfers` times the transfers the op's work names (its re-reads after strip-mining)."""
     bw = arch.mem_bandwidth or FALLBACK_BANDWIDTH
     core_flops = arch.fp32_lanes * 2 * ASSUMED_CLOCK_HZ / (vector_share + (1 - vector_share) * arch.fp32_lanes)
     waves = cdiv(work.programs, arch.cores)
-    per_program = work.flops / core_flops + work.segments * ASSUMED_DMA_SETUP_S
-    memory = work.programs * work.elements * F32 / bw
+    per_program = work.flops / core_flops + work.segments * dma_transfers * ASSUMED_DMA_SETUP_S
+    memory = work.programs * work.elements * dma_bytes * F32 / bw
     return ASSUMED_LAUNCH_S + max(memory, waves * per_program)

@@ -9,19 +9,37 @@ config, dtype, head dim and policy, not on the problem size, so answers are memo
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from compiler import numerics, render_only, use_target
 from compiler.opspec import op_spec
 
+from ..plan.model import NOMINAL_TRIPS
+
+
+class Profile(NamedTuple):
+    """What the renderer's plans say about one config of an op (all its kernels together)."""
+
+    lm_bytes: int          # the largest LM arena of its kernels
+    vector_share: float    # of the emitted element operations, the share on the vector unit
+    dma_bytes: float       # DMA bytes the plans move over what the kernels as written name
+    dma_transfers: float   # the same for the number of transfers
+
 
 @functools.lru_cache(maxsize=4096)
-def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> tuple[int, float]:
+def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> Profile:
     spec = op_spec(op)
     with use_target(target), numerics(policy), render_only() as seen:
         spec.probe(dict(cfg_items), dict(probe_items))
     plans = [target.plan_of(r.source) for r in seen]
     ops = sum(p.element_ops for p in plans)
-    return max(p.lm_bytes for p in plans), (sum(p.vector_ops for p in plans) / ops if ops else 0.0)
+
+    def growth(per: str) -> float:
+        planned = sum(getattr(d, per)(NOMINAL_TRIPS) for p in plans for d in p.dma)
+        written = sum(getattr(d, per)(NOMINAL_TRIPS) for p in plans for d in p.written_dma)
+        return planned / written if written else 1.0
+    return Profile(max(p.lm_bytes for p in plans), sum(p.vector_ops for p in plans) / ops if ops else 0.0,
+                   growth("bytes_per_run"), growth("count_per_run"))
 
 
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
@@ -32,8 +50,8 @@ def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: 
     return profile(target, spec, config, shape, policy)[0]
 
 
-def profile(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> tuple[int, float]:
-    """(lm_footprint, the share of the emitted element operations on the 16-lane vector unit)."""
+def profile(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> Profile:
+    """The LM footprint, vector share and DMA growth of `spec`'s op with `config` (see Profile)."""
     shape = shape or {}
     spec = op_spec(spec) if isinstance(spec, str) else spec
     exact = [k for k, how in spec.key_dims.items() if how == "exact"]

@@ -1,0 +1,77 @@
+"""The Kunlun cost model prices what the memory plan emits: a config whose tiles only fit after
+strip-mining re-reads tiles from GM once per chunk of another axis, and its estimate carries that
+traffic (tune/cost_model.py, plan/model.py `dma_growth`)."""
+from __future__ import annotations
+
+import pytest
+
+import kernels
+from compiler import get_target, numerics
+from targets.kunlun.tune import cost_model, footprint
+
+PREFILL = dict(batch=1, heads=32, seq_q=512, seq_k=512, head_dim=128, causal=True)
+# q [32, 128] fp32 alone is 16 KB, twice xpu2's LM: the plan cuts rows, keys and head_dim
+CUT = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_DK": 32, "BLOCK_DO": 128}
+
+
+@pytest.fixture(scope="module")
+def xpu2():
+    return get_target("kunlun:xpu2")
+
+
+def _priced(tgt, cfg, shape):
+    spec = kernels.OP_SPECS["attention"]
+    with numerics("fast"):
+        prof = footprint.profile(tgt, spec, cfg, shape, "fast")
+        est = cost_model.estimate(tgt, spec, cfg, shape, "fast")
+        work = spec.work(spec.launched(cfg, spec.dims_of(shape), "fast"), shape)
+    return prof, est, work
+
+
+def test_a_strip_mined_config_is_priced_with_its_re_reads(xpu2):
+    prof, est, work = _priced(xpu2, CUT, PREFILL)
+    assert prof.dma_bytes > 4 and prof.dma_transfers > 1, prof
+    op_level = cost_model.estimate_time(xpu2.arch, work, prof.vector_share)
+    assert est == pytest.approx(cost_model.estimate_time(xpu2.arch, work, prof.vector_share, prof.dma_bytes,
+                                                         prof.dma_transfers))
+    assert est > 3 * op_level, (est, op_level)
+
+
+def test_a_config_that_fits_as_written_moves_what_the_kernel_names(xpu2):
+    prof, est, work = _priced(xpu2, {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}, PREFILL)
+    assert (prof.dma_bytes, prof.dma_transfers) == (1.0, 1.0)
+    assert est == pytest.approx(cost_model.estimate_time(xpu2.arch, work, prof.vector_share))
+
+
+def test_the_plan_listing_says_how_much_more_a_cut_plan_moves(xpu2):
+    from compiler import render_only, use_target  # noqa: PLC0415
+    import torch  # noqa: PLC0415
+    q = torch.randn(1, 1, 64, 128)
+    with use_target(xpu2), numerics("fast"), render_only() as seen:
+        kernels.attention(q, q, q, causal=True, config=CUT)
+    src = seen[0].source
+    assert "//   strip-mined: " in src
+    assert "//   DMA per program: " in src and "the kernel as written (re-reads of the cut passes)" in src
+
+
+DECODE = dict(batch=8, heads=32, seq_q=1, seq_k=2048, head_dim=128)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op,shape", [
+    ("matmul", dict(M=16, N=4096, K=4096)), ("matmul", dict(M=512, N=4096, K=4096)),
+    ("matmul", dict(M=128, N=1024, K=4096)), ("attention", {**PREFILL, "causal": False}), ("attention", DECODE)],
+    ids=["matmul-decode", "matmul-prefill", "matmul-mid", "attention-prefill", "attention-decode"])
+def test_the_scratchpad_defaults_are_the_cost_models_choice(xpu2, op, shape):
+    """kernels/matmul.py and kernels/attention.py state their Kunlun defaults as the cost model's
+    cheapest candidate of the scratchpad space; this holds them to it (within 5%) when the model or
+    the memory plan changes."""
+    spec = kernels.OP_SPECS[op]
+    dims = spec.dims_of(shape)
+    with numerics("fast"):
+        default = kernels.config_for(op, xpu2, **dims)
+        priced = {tuple(sorted(c.items())): cost_model.estimate(xpu2, spec, c, shape, "fast")
+                  for c in spec.spaces["scratchpad"]}
+        mine = cost_model.estimate(xpu2, spec, default, shape, "fast")
+    best = min(priced, key=priced.get)
+    assert mine <= 1.05 * priced[best], (default, mine, dict(best), priced[best])
