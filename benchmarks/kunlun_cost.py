@@ -7,7 +7,8 @@ memory bandwidth, flops / the arch's published fp16 peak), and `roof_simd` with 
 the generated code can reach at most (cores x 16 lanes x 2 flops x the model's assumed clock).
 `est/roof_simd` says how far the emitted code is from streaming at full bandwidth; `vec %` is the
 share of its element operations the renderer emitted for the 16-lane vector unit (the model prices
-the rest at one lane)."""
+the rest at one lane); `dma x` is how many times the bytes its kernel names the memory plan moves
+(re-reads of strip-mined passes, which the model charges)."""
 from __future__ import annotations
 
 import os
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="xpu2,xpu3")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"))
     args = ap.parse_args(argv)
-    print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'vec %':>5} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
+    print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'vec %':>5} {'dma x':>5} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
           f"{'est/roof_simd':>13}")
     for arch in args.arch.split(","):
         tgt = get_target(f"kunlun:{arch}")
@@ -61,12 +62,12 @@ def main(argv=None) -> int:
             with numerics(args.policy):
                 cfg = kernels.config_for(op, tgt, **spec.dims_of(shape))
                 est = cost_model.estimate(tgt, spec, cfg, shape, args.policy)
-                vec = footprint.profile(tgt, spec, cfg, shape, args.policy)[1]
+                prof = footprint.profile(tgt, spec, cfg, shape, args.policy)
             nbytes, flops = work(op, shape)
             roof = max(nbytes / bw, flops / a.peak_fp16_flops)
             roof_simd = max(nbytes / bw, flops / simd_peak)
             cfg_s = ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
-            print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {100 * vec:5.0f} {est * 1e3:9.3f} {roof * 1e3:9.3f} "
+            print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {100 * prof.vector_share:5.0f} {prof.dma_bytes:5.2f} {est * 1e3:9.3f} {roof * 1e3:9.3f} "
                   f"{roof_simd * 1e3:12.3f} {est / roof_simd:13.1f}")
     print("\nest: the cost model's estimate (an estimate, not a measurement; assumed figures at the top of "
           "targets/kunlun/tune/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")

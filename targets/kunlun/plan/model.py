@@ -101,17 +101,19 @@ class MemoryPlan:
     def vector_share(self) -> float:
         return self.vector_ops / self.element_ops if self.element_ops else 0.0
 
+    def dma_totals(self) -> tuple[float, float, float, float]:
+        """Per program, run-time loops at NOMINAL_TRIPS: the bytes and transfers the plan moves,
+        then those the kernel as written names."""
+        return (sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.dma),
+                sum(d.count_per_run(NOMINAL_TRIPS) for d in self.dma),
+                sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.written_dma),
+                sum(d.count_per_run(NOMINAL_TRIPS) for d in self.written_dma))
+
     @property
     def dma_growth(self) -> tuple[float, float]:
-        """(bytes, transfers) the plan moves per program over what the kernel as written names:
-        a strip-mined pass that re-reads a tile per chunk of another axis moves more than once."""
-        def total(sites, per):
-            return sum(getattr(d, per)(NOMINAL_TRIPS) for d in sites)
-        out = []
-        for per in ("bytes_per_run", "count_per_run"):
-            written = total(self.written_dma, per)
-            out.append(total(self.dma, per) / written if written else 1.0)
-        return out[0], out[1]
+        """(bytes, transfers) the plan moves over what the kernel as written names: a strip-mined
+        pass that re-reads a tile once per chunk of another axis moves it more than once."""
+        return dma_growth([self.dma_totals()])
 
     @property
     def peak_live_bytes(self) -> int:
@@ -147,6 +149,12 @@ class MemoryPlan:
             lines.append(f"  DMA per program: {nbytes:.2f}x the bytes and {transfers:.2f}x the transfers of "
                          f"the kernel as written (re-reads of the cut passes)")
         return "\n".join(lines)
+
+
+def dma_growth(totals) -> tuple[float, float]:
+    """`MemoryPlan.dma_growth` of several programs' `dma_totals()` together."""
+    planned_b, planned_n, written_b, written_n = (sum(t[i] for t in totals) for i in range(4))
+    return (planned_b / written_b if written_b else 1.0), (planned_n / written_n if written_n else 1.0)
 
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?:[-+*/]?=)(?!=)")

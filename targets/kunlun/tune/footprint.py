@@ -14,7 +14,7 @@ from typing import NamedTuple
 from compiler import numerics, render_only, use_target
 from compiler.opspec import op_spec
 
-from ..plan.model import NOMINAL_TRIPS
+from ..plan.model import dma_growth
 
 
 class Profile(NamedTuple):
@@ -33,13 +33,8 @@ def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str)
         spec.probe(dict(cfg_items), dict(probe_items))
     plans = [target.plan_of(r.source) for r in seen]
     ops = sum(p.element_ops for p in plans)
-
-    def growth(per: str) -> float:
-        planned = sum(getattr(d, per)(NOMINAL_TRIPS) for p in plans for d in p.dma)
-        written = sum(getattr(d, per)(NOMINAL_TRIPS) for p in plans for d in p.written_dma)
-        return planned / written if written else 1.0
     return Profile(max(p.lm_bytes for p in plans), sum(p.vector_ops for p in plans) / ops if ops else 0.0,
-                   growth("bytes_per_run"), growth("count_per_run"))
+                   *dma_growth([p.dma_totals() for p in plans]))
 
 
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
