@@ -32,6 +32,10 @@ SHAPES = [
     ("layer_norm", dict(rows=512, N=4096), "512x4096"),
     ("attention", dict(batch=1, heads=32, seq_q=512, seq_k=512, head_dim=128), "prefill b1 h32 s512 d128"),
     ("attention", dict(batch=8, heads=32, seq_q=1, seq_k=2048, head_dim=128), "decode b8 h32 kv2048 d128"),
+    ("serving_attention", dict(batch=8, heads=32, kv_heads=8, seq_q=1, seq_k=1024, head_dim=128),
+     "decode 8 req h32/8 kv1024 d128"),
+    ("serving_attention", dict(batch=1, heads=32, kv_heads=8, seq_q=256, seq_k=256, head_dim=128),
+     "prefill 1 req h32/8 q256 d128"),
 ]
 
 
@@ -42,7 +46,7 @@ def work(op: str, s: dict) -> tuple[float, float]:
     if op in ("rms_norm", "layer_norm"):
         return 3 * s["rows"] * s["N"] * F32, 8.0 * s["rows"] * s["N"]
     b, h, sq, sk, d = s["batch"], s["heads"], s["seq_q"], s["seq_k"], s["head_dim"]
-    return (2 * b * h * sq * d + 2 * b * h * sk * d) * F32, 4.0 * b * h * sq * sk * d
+    return (2 * b * h * sq * d + 2 * b * s.get("kv_heads", h) * sk * d) * F32, 4.0 * b * h * sq * sk * d
 
 
 def main(argv=None) -> int:

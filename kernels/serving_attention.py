@@ -496,9 +496,11 @@ SPEC = OpSpec(
     key_dims={"head_dim": "exact"},   # never the batch, the request count, the query count or the KV length
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64) for bn in (16, 32, 64)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": 32}
-                                for bm in (1, 2, 4) for bn in (8, 16) for dk in (16, 32))},
+                                for bm in (1, 2, 4, 8, 16) for bn in (8, 16) for dk in (16, 32))},
+    # scratchpad: the Kunlun cost model's cheapest candidate at both tune shapes (BLOCK_M follows
+    # the rows a request has, so decode runs 4-row blocks of the GQA group)
     defaults={"cache": {"BLOCK_M": 32, "BLOCK_N": 32},
-              "scratchpad": {"BLOCK_M": 4, "BLOCK_N": 8, "BLOCK_DK": 16, "BLOCK_DO": 32},
+              "scratchpad": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32},
               "simt": {"BLOCK_M": 64, "BLOCK_N": 64}},
     clamp=_clamp,
     dims_of=lambda s: {"head_dim": s["head_dim"], "rows": s.get("seq_q", 1) * s["heads"] // s["kv_heads"]},

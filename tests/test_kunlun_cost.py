@@ -60,12 +60,14 @@ DECODE = dict(batch=8, heads=32, seq_q=1, seq_k=2048, head_dim=128)
 @pytest.mark.slow
 @pytest.mark.parametrize("op,shape", [
     ("matmul", dict(M=16, N=4096, K=4096)), ("matmul", dict(M=512, N=4096, K=4096)),
-    ("matmul", dict(M=128, N=1024, K=4096)), ("attention", {**PREFILL, "causal": False}), ("attention", DECODE)],
-    ids=["matmul-decode", "matmul-prefill", "matmul-mid", "attention-prefill", "attention-decode"])
+    ("matmul", dict(M=128, N=1024, K=4096)), ("attention", {**PREFILL, "causal": False}), ("attention", DECODE),
+    *(("serving_attention", s) for s in kernels.OP_SPECS["serving_attention"].tune_shapes)],
+    ids=["matmul-decode", "matmul-prefill", "matmul-mid", "attention-prefill", "attention-decode",
+         "serving-decode", "serving-prefill"])
 def test_the_scratchpad_defaults_are_the_cost_models_choice(xpu2, op, shape):
-    """kernels/matmul.py and kernels/attention.py state their Kunlun defaults as the cost model's
-    cheapest candidate of the scratchpad space; this holds them to it (within 5%) when the model or
-    the memory plan changes."""
+    """kernels/matmul.py, attention.py and serving_attention.py state their Kunlun defaults as the
+    cost model's cheapest candidate of the scratchpad space; this holds them to it (within 5%) when
+    the model or the memory plan changes."""
     spec = kernels.OP_SPECS[op]
     dims = spec.dims_of(shape)
     with numerics("fast"):
@@ -75,3 +77,14 @@ def test_the_scratchpad_defaults_are_the_cost_models_choice(xpu2, op, shape):
         mine = cost_model.estimate(xpu2, spec, default, shape, "fast")
     best = min(priced, key=priced.get)
     assert mine <= 1.05 * priced[best], (default, mine, dict(best), priced[best])
+
+
+def test_a_config_is_priced_as_it_runs_on_the_shape(xpu2):
+    """BLOCK_M is clamped to the rows a request has (4 in GQA decode); a larger BLOCK_M launches the
+    same kernel there and must get the same price (its plan, not the unclamped one's)."""
+    spec = kernels.OP_SPECS["serving_attention"]
+    decode = next(s for s in spec.tune_shapes if s["label"] == "decode")
+    with numerics("fast"):
+        wide, launched = (cost_model.estimate(xpu2, spec, {"BLOCK_M": bm, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32},
+                                              decode, "fast") for bm in (16, 4))
+    assert wide == pytest.approx(launched)

@@ -30,9 +30,9 @@ F32 = 4
 def estimate(target, spec, config: dict, shape: dict, policy: str = "fast") -> float:
     """Estimated seconds for one call of `spec`'s op with `config` on `shape` (a shapes-file entry)
     on a kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
-    p = profile(target, spec, config, shape, policy)
-    return estimate_time(target.arch, spec.work(spec.launched(config, spec.dims_of(shape), policy), shape),
-                         p.vector_share, p.dma_bytes, p.dma_transfers)
+    launched = spec.launched(config, spec.dims_of(shape), policy)   # what runs on this shape (clamped)
+    p = profile(target, spec, launched, shape, policy)
+    return estimate_time(target.arch, spec.work(launched, shape), p.vector_share, p.dma_bytes, p.dma_transfers)
 
 
 def estimate_time(arch: Arch, work: Work, vector_share: float = 1.0, dma_bytes: float = 1.0,
