@@ -81,7 +81,8 @@ class OpSpec:
                   ({"N": "align32", "K": "align32"}); nothing else may influence a config
     space         autotune candidates; `spaces` may replace them per tile class (Caps.tile_class)
     defaults      tile class -> the default config, or a function of the dims returning it ("cache"
-                  is the fallback for any other class)
+                  is the fallback for any other class); a batch dim (one outside key_dims) may
+                  choose only the params that cannot change a bit on the target (`free_params`)
     clamp         (config, dims) -> the config launched for those dims (block sizes shrunk to the
                   problem); the single definition config_for and the autotuner both apply
     dims_of       a shapes-file entry -> the dims config_for reads
@@ -98,9 +99,8 @@ class OpSpec:
     follows       {param: batch dim}: a param that may follow a batch-like dim (shrink to its next
                   power of two) on targets that declare it bit-neutral (`Caps.bit_neutral`): there
                   it cannot change a bit, so small batches need not run large blocks
-    small_batch   (batch dim, largest size, params): the default for a call whose batch dim is at
-                  most that size takes these params, on targets whose dot chains across tiles
-                  (`Caps.dot_chains_across_tiles`, where they cannot change a bit)
+    dot_tiles     params that only cut a dot's K into tiles and its N into programs: bit-neutral
+                  on targets whose dot chains across tiles (`Caps.dot_chains_across_tiles`)
     """
 
     name: str
@@ -119,7 +119,7 @@ class OpSpec:
     bit_neutral: frozenset = frozenset()
     spaces: dict = dataclasses.field(default_factory=dict)
     follows: dict = dataclasses.field(default_factory=dict)
-    small_batch: tuple = ()
+    dot_tiles: frozenset = frozenset()
 
     # -- keys -------------------------------------------------------------------------------------
     def key_of(self, **dims) -> dict:
@@ -168,16 +168,21 @@ class OpSpec:
         return [dict(c) for c in self.spaces.get(caps.tile_class, self.space)]
 
     def default_config(self, caps, dims: dict) -> dict:
-        """The default for the target's tile class ("cache" for a class the op does not list); a
-        default may be a function of the key dims (e.g. of the head dim); a small batch takes
-        `small_batch` where the target allows it."""
+        """The default for the target's tile class ("cache" for a class the op does not list). A
+        default that is a function of the dims sees the batch dims too, but what they choose is
+        kept only for `free_params` on this target: everything else is the default of the key
+        dims alone, so the batch never changes a result bit."""
         d = self.defaults.get(caps.tile_class, self.defaults["cache"])
-        cfg = dict(d(dims) if callable(d) else d)
-        if self.small_batch and caps.dot_chains_across_tiles:
-            dim, largest, params = self.small_batch
-            if dims.get(dim) is not None and dims[dim] <= largest:
-                cfg.update(params)
-        return cfg
+        if not callable(d):
+            return dict(d)
+        cfg, keyed = dict(d(dims)), d({k: v for k, v in dims.items() if k in self.key_dims})
+        free = self.free_params(caps)
+        return {k: (v if k in free else keyed[k]) for k, v in cfg.items()}
+
+    def free_params(self, caps) -> frozenset:
+        """The params that never change a result bit on a target with these caps: the op's own
+        bit-neutral ones, the target's, and the dot's tiles where the dot chains across tiles."""
+        return self.bit_neutral | caps.bit_neutral | (self.dot_tiles if caps.dot_chains_across_tiles else frozenset())
 
     def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> dict:
         """The config a call launches: strict's fixed order parameters, then the clamps, then the

@@ -230,10 +230,24 @@ def _clamp(cfg: dict, dims: dict) -> dict:
     return cfg
 
 
+def _cache(dims: dict) -> dict:
+    """A cache target's default. Decode (M <= 16) is bound by reading the weight: 64 columns x 512
+    k per tile stream it ~2x faster than the 128 x 128 tiles of larger M (fp32 x @ w.t(), 4096 x
+    1024, 1 and 16 rows); where the dot does not chain across tiles every M runs the latter."""
+    m = dims.get("M")
+    if m is not None and m <= 16:
+        return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 512}
+    return dict(CACHE_DEFAULT)
+
+
+CACHE_DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}   # measured best of 5 on 1024^3, 256x4096x4096
+
+
 def _scratch(dims: dict) -> dict:
     """A scratchpad target's default: the Kunlun cost model's cheapest candidate of the space (the
     memory plan's re-reads priced in; xpu2, fp32, K = N = 4096) for decode (M <= 16: more row
-    blocks fill the cores), prefill (M >= 256: wide tiles, cut by the plan) and the sizes between."""
+    blocks fill the cores), prefill (M >= 256: wide tiles, cut by the plan) and the sizes between
+    (also the default of the key dims alone, the one a target without bit-neutral tiles runs)."""
     m = dims.get("M")
     if m is not None and m <= 16:
         return {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 32}
@@ -277,7 +291,7 @@ SPEC = OpSpec(
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
                                 for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32))},
     defaults={
-        "cache": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128},       # measured best of 5 on 1024^3, 256x4096x4096
+        "cache": _cache,
         "scratchpad": _scratch,
         "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
     },
@@ -294,9 +308,9 @@ SPEC = OpSpec(
     # where a target declares BLOCK_M bit-neutral (cpu: every element of C is one ascending-k fma
     # chain whatever BLOCK_M is), a small M runs small row blocks
     follows={"BLOCK_M": "M"},
-    # decode (M <= 16) is bound by reading the weight: 64 columns x 512 k per tile stream it ~2x
-    # faster than the 128 x 128 tiles of larger M (fp32 x @ w.t(), 4096 x 1024, 1 and 16 rows)
-    small_batch=("M", 16, {"BLOCK_N": 64, "BLOCK_K": 512}),
+    # each element of C is one fma chain over k: where the target's dot continues it across tiles,
+    # BLOCK_N and BLOCK_K may follow M too (the decode tiles of _cache and _scratch)
+    dot_tiles=frozenset({"BLOCK_N", "BLOCK_K"}),
 )
 SPECS = (SPEC,)
 
@@ -305,4 +319,4 @@ TORCH_OP = define("matmul", "Tensor a, Tensor b, Tensor? bias, str? activation, 
                   ("out",), shapes=_shapes, launch=_launch,
                   reference=lambda a, b, bias, act, out_dtype, cfg: (matmul_ref(a, b, bias, act, torch.float64),))
 
-__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "SCRATCH_MID", "TORCH_OP", "ACTIVATIONS", "GATED", "FLOAT_DTYPES"]
+__all__ = ["matmul", "matmul_ref", "matmul_kernel", "SPEC", "SPECS", "CACHE_DEFAULT", "SCRATCH_MID", "TORCH_OP", "ACTIVATIONS", "GATED", "FLOAT_DTYPES"]

@@ -23,7 +23,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import cdiv, check_device
 from .configs import select
-from .matmul import ACTIVATIONS, SCRATCH_MID, SPEC as MATMUL_SPEC, _batch_view, _clamp as _mm_clamp, _shapes as _fwd_shapes, matmul_kernel
+from .matmul import ACTIVATIONS, CACHE_DEFAULT, SCRATCH_MID, SPEC as MATMUL_SPEC, _batch_view, _clamp as _mm_clamp, _shapes as _fwd_shapes, matmul_kernel
 from .norm_backward import STRICT_BLOCK_R, norm_weight_grad_kernel
 from .torch_ops import decode_config, define, encode_config, set_backward
 
@@ -236,7 +236,7 @@ MATMUL_BACKWARD = OpSpec(
     space=tuple({**c, "BLOCK_R": 16, "BLOCK_C": 128} for c in MATMUL_SPEC.space),
     spaces={"scratchpad": tuple({**c, "BLOCK_R": STRICT_BLOCK_R, "BLOCK_C": 32}
                                 for c in MATMUL_SPEC.spaces["scratchpad"])},
-    defaults={"cache": {**MATMUL_SPEC.defaults["cache"], "BLOCK_R": 16, "BLOCK_C": 128},
+    defaults={"cache": {**CACHE_DEFAULT, "BLOCK_R": 16, "BLOCK_C": 128},
               "scratchpad": {**SCRATCH_MID, "BLOCK_R": STRICT_BLOCK_R, "BLOCK_C": 32},
               "simt": {**MATMUL_SPEC.defaults["simt"], "BLOCK_R": 16, "BLOCK_C": 64}},
     clamp=_clamp,

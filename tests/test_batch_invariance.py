@@ -57,48 +57,74 @@ def test_matmul_rows_of_a(policy, dtype, bias, activation):
     assert_rows_invariant(lambda a: matmul(a, B, bias=b, activation=activation), A)
 
 
+# targets that declare matmul's tiles bit-neutral, with the row blocks each proves it for (the
+# Kunlun host emulation builds more slowly: fewer blocks, among them ones its memory plan cuts)
+CHAINING = {"cpu": (1, 2, 4, 8, 16, 32, 64, 128), "kunlun:xpu2": (1, 8, 64)}
+
+
+@pytest.mark.parametrize("target", CHAINING)
 @pytest.mark.parametrize("dtype,bias,activation", [(F32, False, None), (BF16, True, "gelu")], ids=str)
-def test_cpu_declares_block_m_bit_neutral_and_proves_it(policy, dtype, bias, activation):
-    """The cpu target's Caps declare matmul's BLOCK_M bit-neutral (each element of C is one
-    ascending-k fma chain whatever the row block), so BLOCK_M may follow M there: every BLOCK_M
-    gives the same bits, and config_for shrinks it for small M on cpu only."""
+def test_target_declares_block_m_bit_neutral_and_proves_it(policy, target, dtype, bias, activation):
+    """cpu and kunlun declare matmul's BLOCK_M bit-neutral (each element of C is one ascending-k
+    fma chain whatever the row block), so BLOCK_M may follow M there: every BLOCK_M gives the same
+    bits, and config_for shrinks it for small M there only."""
     import kernels
-    from compiler import get_target
+    from compiler import get_target, use_target
     M, K, N = 37, 129, 100
     A, B = randn(M, K, dtype=dtype, seed=4), randn(K, N, dtype=dtype, seed=5)
     b = randn(N, dtype=dtype, seed=6) if bias else None
-    base = kernels.config_for("matmul", "cpu", N=N, K=K)
-    outs = [matmul(A, B, bias=b, activation=activation, config={**base, "BLOCK_M": bm})
-            for bm in (1, 2, 4, 8, 16, 32, 64, 128)]
+    base = kernels.config_for("matmul", target, N=N, K=K)
+    with use_target(target):
+        outs = [matmul(A, B, bias=b, activation=activation, config={**base, "BLOCK_M": bm})
+                for bm in CHAINING[target]]
     assert all(torch.equal(outs[0], o) for o in outs[1:])
-    assert "BLOCK_M" in get_target("cpu").caps.bit_neutral
-    assert kernels.config_for("matmul", "cpu", M=2, N=N, K=K)["BLOCK_M"] == 2
-    assert kernels.config_for("matmul", "cpu", M=1000, N=N, K=K)["BLOCK_M"] == base["BLOCK_M"]
-    for other in ("gpu:sm_90", "kunlun:xpu2"):   # no such declaration: BLOCK_M stays put
-        assert kernels.config_for("matmul", other, M=2, N=N, K=K) == kernels.config_for("matmul", other, N=N, K=K)
+    assert "BLOCK_M" in get_target(target).caps.bit_neutral
+    assert kernels.config_for("matmul", target, M=2, N=N, K=K)["BLOCK_M"] == 2
+    # gpu: no such declaration (tl.dot's order may follow the tile shape), so BLOCK_M stays put
+    assert "BLOCK_M" not in get_target("gpu:sm_90").caps.bit_neutral
+    assert kernels.config_for("matmul", "gpu:sm_90", M=2, N=N, K=K) == kernels.config_for("matmul", "gpu:sm_90", N=N, K=K)
 
 
+@pytest.mark.parametrize("target", CHAINING)
 @pytest.mark.parametrize("dtype,transposed", [(F32, False), (F32, True), (BF16, True)], ids=str)
-def test_cpu_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, dtype, transposed):
-    """On cpu a dot is one ascending-k fma chain per output element that continues across K tiles
-    (Caps.dot_chains_across_tiles): every BLOCK_N and BLOCK_K gives the same bits, so a decode
-    call (M <= 16) takes matmul's small_batch tiles there, and only there."""
+def test_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, target, dtype, transposed):
+    """On cpu and kunlun a dot is one ascending-k fma chain per output element that continues
+    across K tiles (Caps.dot_chains_across_tiles): every BLOCK_N and BLOCK_K gives the same bits, so
+    a decode call (M <= 16) may take its own tiles (matmul's dot_tiles) there, and only there."""
     import kernels
-    from compiler import get_target
+    from compiler import get_target, use_target
     M, K, N = 5, 1000, 200
     A = randn(M, K, dtype=dtype, seed=7)
     B = randn(N, K, dtype=dtype, seed=8).t() if transposed else randn(K, N, dtype=dtype, seed=8)
-    outs = [matmul(A, B, config={"BLOCK_M": 8, "BLOCK_N": bn, "BLOCK_K": bk})
-            for bn, bk in ((16, 16), (64, 512), (128, 128), (32, 1024))]
+    tiles = ((16, 16), (64, 512), (128, 128), (32, 1024)) if target == "cpu" else ((16, 32), (64, 8), (32, 16))
+    with use_target(target):
+        outs = [matmul(A, B, config={"BLOCK_M": 8, "BLOCK_N": bn, "BLOCK_K": bk}) for bn, bk in tiles]
     assert all(torch.equal(outs[0], o) for o in outs[1:])
-    assert get_target("cpu").caps.dot_chains_across_tiles
-    small = kernels.config_for("matmul", "cpu", M=1, N=4096, K=4096)
-    assert (small["BLOCK_N"], small["BLOCK_K"]) == (64, 512)
-    assert kernels.config_for("matmul", "cpu", M=1000, N=4096, K=4096)["BLOCK_K"] == 128
-    for other in ("gpu:sm_90", "kunlun:xpu2"):
-        assert not get_target(other).caps.dot_chains_across_tiles
-        one, many = (kernels.config_for("matmul", other, M=m, N=4096, K=4096) for m in (1, 1000))
-        assert (one["BLOCK_N"], one["BLOCK_K"]) == (many["BLOCK_N"], many["BLOCK_K"])
+    assert get_target(target).caps.dot_chains_across_tiles
+    one, many = (kernels.config_for("matmul", target, M=m, N=4096, K=4096) for m in (1, 1000))
+    assert (one["BLOCK_N"], one["BLOCK_K"]) != (many["BLOCK_N"], many["BLOCK_K"])   # decode's own tiles
+    if target == "cpu":
+        assert (one["BLOCK_N"], one["BLOCK_K"], many["BLOCK_K"]) == (64, 512, 128)
+    assert not get_target("gpu:sm_90").caps.dot_chains_across_tiles
+    one, many = (kernels.config_for("matmul", "gpu:sm_90", M=m, N=4096, K=4096) for m in (1, 1000))
+    assert one == many
+
+
+def test_batch_dims_choose_only_free_params():
+    """A default that reads a batch dim keeps what it chose only for the params that cannot change
+    a bit on the target; the rest is the default of the key dims alone."""
+    import dataclasses
+    from compiler import get_target
+    from kernels.matmul import SPEC
+    spec = dataclasses.replace(SPEC, defaults={"cache": lambda d: {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 8}
+                                               if d.get("M") == 1 else {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}})
+    cpu = get_target("cpu").caps
+    dims = {"M": 1, "N": 64, "K": 64}
+    assert spec.default_config(cpu, dims) == {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 8}
+    no_dot = dataclasses.replace(cpu, dot_chains_across_tiles=False)
+    assert spec.default_config(no_dot, dims) == {"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 64}
+    neither = dataclasses.replace(no_dot, bit_neutral=frozenset())
+    assert spec.default_config(neither, dims) == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}
 
 
 def test_matmul_batched_3d_slices(policy):

@@ -372,7 +372,7 @@ def test_attention_errors():
 # =============================================================================================
 def test_config_for_ignores_batch_like_dims():
     # only params a target declares bit-neutral may follow a batch dim (cpu: matmul's BLOCK_M,
-    # and its small_batch tiles, since a cpu dot chains across tiles; see test_batch_invariance)
+    # and its dot_tiles, since a cpu dot chains across tiles; see test_batch_invariance)
     def no_m(c):
         return {k: v for k, v in c.items() if k != "BLOCK_M"}
     assert no_m(config_for("matmul", "cpu", M=17, N=1000, K=129)) == no_m(config_for("matmul", "cpu", M=4096, N=1000, K=129))

@@ -57,7 +57,7 @@ class Caps:
                         those an op declares itself (see docs/numerics.md, batch invariance)
     dot_chains_across_tiles  `tl.dot(a, b, acc)` is one ascending-k fma chain per output element
                         that continues `acc`: how K is cut into tiles, or N into programs, never
-                        changes a bit (an op's `small_batch` default may then pick them)
+                        changes a bit (an op's default may then pick its `dot_tiles` by the batch)
     """
 
     local_memory_bytes: int | None = None

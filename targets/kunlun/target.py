@@ -27,9 +27,12 @@ class KunlunTarget(Target):
     def __init__(self, arch: str | None = None):
         self.arch = get_arch(arch)
         self.name = f"kunlun:{self.arch.name}"
-        # 32-bit program ids and indices; tiles in the LM budget; emulated timings mean nothing
+        # 32-bit program ids and indices; tiles in the LM budget; emulated timings mean nothing. A
+        # dot is one ascending-k fma chain per output element (scalar fmaf or svmac lanes), also
+        # when the memory plan cuts it, so row blocks and dot tiles change no bit
+        # (tests/test_batch_invariance.py proves it in both policies)
         self.caps = Caps(local_memory_bytes=self.arch.lm_budget, index_bits=32, measurable=False,
-                         max_programs=INT32_MAX)
+                         max_programs=INT32_MAX, bit_neutral=frozenset({"BLOCK_M"}), dot_chains_across_tiles=True)
         self.renderer = KunlunRenderer(self.arch)
         self._fingerprint = None
         # source -> memory plan, for what was rendered lately (render_only probes read it back)
