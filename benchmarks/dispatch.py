@@ -73,24 +73,41 @@ def _raw(launcher, grid, args):
     return lambda: entry(st, g0, g1, g2, *values)
 
 
+def add_vs_torch(calls: int, repeat: int) -> tuple[float, float]:
+    """(us per warm `add[(1,)](...)` of 16 elements, us per `torch.add(x, y, out=o)`)."""
+    x, y, o = torch.randn(16), torch.randn(16), torch.empty(16)
+    add[(1,)](x, y, o, 16, BLOCK=16)
+    t_torch, t_add = _interleaved([lambda: torch.add(x, y, out=o), lambda: add[(1,)](x, y, o, 16, BLOCK=16)],
+                                  calls, repeat)
+    return t_add, t_torch
+
+
+def library_call(calls: int, repeat: int) -> tuple[float, float]:
+    """(us per `kernels.rms_norm` on [1, 64], us per raw launch of the kernel it runs)."""
+    xr, w, yr = torch.randn(1, 64), torch.randn(64), torch.empty(1, 64)
+    cfg = kernels.config_for("rms_norm", N=64)
+    lib, raw = _interleaved([
+        lambda: kernels.rms_norm(xr, w),
+        lambda: rms_norm_kernel[(1,)](xr, None, w, yr, None, 64, 64, 1, 0, 0, 64, 1e-6, HAS_R=False, HAS_W=True,
+                                      **cfg)], calls, repeat)
+    return lib, raw
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--calls", type=int, default=5000, help="calls per sample (default 5000)")
     ap.add_argument("--repeat", type=int, default=9, help="samples per row; the median is reported (default 9)")
     a = ap.parse_args(argv)
 
-    x, y, o = torch.randn(16), torch.randn(16), torch.empty(16)
-    ck_add = add[(1,)](x, y, o, 16, BLOCK=16)
+    x = torch.randn(16)
     ck = noop[(1,)](x, 1000)   # n: not 1 and not a multiple of 16, an ordinary runtime int
     mode = "compiled (C)" if fastpath.fast_module() is not None else f"Python ({fastpath.why()})"
     print(f"launch path: {mode}; median of {a.repeat} x {a.calls} calls, interleaved")
 
-    t_torch, t_add = _interleaved([lambda: torch.add(x, y, out=o), lambda: add[(1,)](x, y, o, 16, BLOCK=16)],
-                                  a.calls, a.repeat)
+    t_add, t_torch = add_vs_torch(a.calls, a.repeat)
     print(f"{'torch.add(x, y, out=o), 16 elements':<44} {t_torch:8.2f} us")
     print(f"{'add[(1,)](x, y, o, 16, BLOCK=16)':<44} {t_add:8.2f} us   {t_add / t_torch:.2f}x torch.add "
           f"(goal <= {ADD_GOAL:.0f}x: {'met' if t_add <= ADD_GOAL * t_torch else 'NOT met'})")
-    del ck_add
 
     grid, fargs, launcher = (1,), (x, 1000), ck.launcher
     rows = [("noop entry, converted values", _raw(launcher, grid, fargs)),
@@ -102,12 +119,7 @@ def main(argv=None) -> None:
     for (name, _), us in zip(rows, times):
         print(f"{name:<44} {us:8.2f}  {us - times[0]:10.2f}")
 
-    xr, w, yr = torch.randn(1, 64), torch.randn(64), torch.empty(1, 64)
-    cfg = kernels.config_for("rms_norm", N=64)
-    lib, raw = _interleaved([
-        lambda: kernels.rms_norm(xr, w),
-        lambda: rms_norm_kernel[(1,)](xr, None, w, yr, None, 64, 64, 1, 0, 0, 64, 1e-6, HAS_R=False, HAS_W=True,
-                                      **cfg)], a.calls // 2, a.repeat)
+    lib, raw = library_call(a.calls // 2, a.repeat)
     print(f"{'kernels.rms_norm([1, 64])':<44} {lib:8.2f} us")
     print(f"{'rms_norm_kernel[(1,)](...) (the same launch)':<44} {raw:8.2f} us   library overhead "
           f"{lib - raw:.2f} us (goal <= {LIB_GOAL_US:.0f} us: {'met' if lib - raw <= LIB_GOAL_US else 'NOT met'})")

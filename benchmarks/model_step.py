@@ -109,7 +109,7 @@ def run(a) -> list[tuple]:
     return rows
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     from examples.llama import add_model_args  # noqa: PLC0415
     ap = argparse.ArgumentParser(description=description(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(ap)
@@ -120,6 +120,11 @@ def main(argv=None) -> None:
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence (the decode step's context)")
     ap.add_argument("--repeat", type=int, default=5, help="samples per measurement (median reported)")
     ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = parser()
     a = ap.parse_args(argv)
     for d in a.dtypes.split(","):
         if d not in DTYPES:
