@@ -12,6 +12,7 @@ it every result bit, is the same whatever the batch: see docs/numerics.md (batch
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from importlib import metadata
 from typing import Callable
@@ -137,6 +138,11 @@ class OpSpec:
     def config_keys(self) -> tuple[frozenset, frozenset]:
         """(the parameters every config has, the parameters a config may have): from the candidate
         spaces, the static defaults, the strict-fixed parameters and what the clamps add."""
+        return self._config_keys
+
+    @functools.cached_property
+    def _config_keys(self) -> tuple[frozenset, frozenset]:
+        # computed once per spec: every call with an explicit config= checks against it
         cands = [c for sp in (self.space, *self.spaces.values()) for c in sp]
         cands += [d for d in self.defaults.values() if isinstance(d, dict)]
         required = frozenset.intersection(*(frozenset(c) for c in cands)) if cands else frozenset()

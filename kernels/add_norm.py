@@ -99,10 +99,12 @@ def _probe(cfg: dict, shape: dict) -> None:
 # LM tiles per pass than layer_norm, and 128-wide tiles would not fit Kunlun's LM
 STRICT_BLOCK = 64
 
-# layer_norm's space, defaults, clamp and strict BLOCK: the same passes over the row
+# layer_norm's space, defaults (but on cache targets) and clamp: the same passes over the row
 SPEC = OpSpec(
     name="add_layer_norm", key_dims=LAYER_NORM.key_dims, space=LAYER_NORM.space, spaces=LAYER_NORM.spaces,
-    defaults=LAYER_NORM.defaults, clamp=LAYER_NORM.clamp, dims_of=LAYER_NORM.dims_of, problem=_problem,
+    # 1024-wide chunks on cache targets at every row length: one chunk of a long row is 10-20%
+    # slower here, since each pass recomputes s = x + r (2048-8192 columns, 2 AVX2 cores)
+    defaults={**LAYER_NORM.defaults, "cache": {"BLOCK": 1024}}, clamp=LAYER_NORM.clamp, dims_of=LAYER_NORM.dims_of, problem=_problem,
     describe=LAYER_NORM.describe, probe=_probe, work=LAYER_NORM.work,
     tune_shapes=({"label": "decode", "rows": 16, "N": 4096},),
     quick_shapes=({"label": "tiny", "rows": 4, "N": 64},),
