@@ -9,7 +9,7 @@ class, clamps, tuning problems; see compiler.opspec). Every module of this packa
 batch-invariant.
 
     from kernels import matmul, rms_norm, attention, config_for
-    config_for("matmul", "cpu", M=4096, N=1024, K=512)   # M is ignored
+    config_for("matmul", "cpu", M=4096, N=1024, K=512)   # M chooses only bit-neutral params
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def config_for(op: str, target=None, **dims) -> dict:
     """The block sizes `op` launches on `target` (a name such as "cpu", a target object, or None for
     the current target) for a problem of these dims; only the op's key dims are read:
 
-    - matmul: N, K (M is ignored);
+    - matmul: N, K (M only sizes the params that cannot change a bit on the target: BLOCK_M,
+      and BLOCK_N / BLOCK_K where the dot chains across tiles, as on cpu and kunlun);
     - layer_norm / rms_norm / add_rms_norm: N, the row length (the number of rows is ignored);
     - attention: head_dim, seq_k (seq_q only sizes BLOCK_M, which does not affect results;
       batch and heads are ignored);

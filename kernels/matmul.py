@@ -14,9 +14,10 @@
 
 Numerics: one program owns a BLOCK_M x BLOCK_N tile of C and walks K in ascending BLOCK_K chunks
 (no split-K); `tl.dot(a, b, acc)` adds each product to the fp32 accumulator in ascending k, so
-every element of C is one ascending fused-multiply-add chain over k. The config depends only on
-N and K (never on M or the batch: `SPEC.key_dims`), so a row of C is bitwise the same alone or
-inside any batch.
+every element of C is one ascending fused-multiply-add chain over k. The config is keyed by N and
+K (`SPEC.key_dims`); M may choose only the params that cannot change a bit on the target
+(`OpSpec.free_params`: the row block and dot tiles on cpu and kunlun, none on gpu), so a row of C
+is bitwise the same alone or inside any batch.
 """
 from __future__ import annotations
 
