@@ -15,8 +15,8 @@ A ratio is t_torch / t_tilejit (> 1: tilejit is faster), except the two host-ove
 are the overhead in us and the launch's time over torch.add's. Samples of the compared callables
 are taken in turn (benchmarks.speed, benchmarks.dispatch, benchmarks.model_step time them; their
 docstrings say how), so load from other processes falls on both sides; the load average printed
-at the start and the end says how quiet the machine was. About 3 minutes on 2 cores with the
-kernels cached (torch.compile's first compiles of layer_norm add ~30 s).
+at the start and the end says how quiet the machine was. About 2 minutes on 2 cores with the
+kernels cached (124 s measured, torch.compile's first compiles of layer_norm included).
 """
 from __future__ import annotations
 
@@ -39,10 +39,10 @@ F32, BF16 = torch.float32, torch.bfloat16
 
 def _kernel_rows():
     """(row label, speed.Case, dtype, goal vs eager, goal vs torch.compile or None)."""
-    mm = {c.label.split()[0]: c for c in speed._matmul_cases([
+    mm = {c.label.split()[0]: c for c in speed.matmul_cases([
         ("1024^3", (1024, 1024, 1024)), ("prefill", (512, 4096, 4096)), ("decode", (16, 4096, 4096))])}
-    ln = speed._norm_cases([4096, 32], 4096)[0::2]   # the layer_norm cases
-    att = speed._attention_cases([("causal", (1, 16, 16, 1024, 1024, 64, True)),
+    ln = speed.norm_cases([4096, 32], 4096)[0::2]   # the layer_norm cases
+    att = speed.attention_cases([("causal", (1, 16, 16, 1024, 1024, 64, True)),
                                   ("decode", (8, 32, 32, 1, 2048, 128, False))])
     rows = [("matmul fp32 1024^3", mm["1024^3"], F32, 0.9, None),
             ("matmul fp32 512x4096x4096", mm["prefill"], F32, 0.9, None),

@@ -89,7 +89,7 @@ class Case:
         return "byte", float(sum(t.numel() * t.element_size() for t in (*inputs, out)))
 
 
-def _norm_cases(rows_list, N):
+def norm_cases(rows_list, N):
     out = []
     for rows in rows_list:
         def make_ln(dt, rows=rows):
@@ -108,7 +108,7 @@ def _norm_cases(rows_list, N):
     return out
 
 
-def _matmul_cases(shapes):
+def matmul_cases(shapes):
     out = []
     for name, (M, N, Kd) in shapes:
         def make(dt, M=M, N=N, Kd=Kd):
@@ -119,7 +119,7 @@ def _matmul_cases(shapes):
     return out
 
 
-def _attention_cases(shapes):
+def attention_cases(shapes):
     out = []
     for name, (B, Hq, Hkv, Sq, Sk, D, causal) in shapes:
         def make(dt, B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, causal=causal):
@@ -135,16 +135,16 @@ def _attention_cases(shapes):
 
 def build_cases(quick: bool):
     if quick:
-        return (_norm_cases([1024, 32], 1024)
-                + _matmul_cases([("decode", (16, 1024, 1024)), ("prefill", (128, 1024, 1024)),
+        return (norm_cases([1024, 32], 1024)
+                + matmul_cases([("decode", (16, 1024, 1024)), ("prefill", (128, 1024, 1024)),
                                  ("square", (512, 512, 512))])
-                + _attention_cases([("prefill", (1, 8, 8, 256, 256, 64, True)),
+                + attention_cases([("prefill", (1, 8, 8, 256, 256, 64, True)),
                                     ("gqa", (2, 8, 2, 256, 256, 64, True)),
                                     ("decode", (4, 8, 8, 1, 512, 64, False))]))
-    return (_norm_cases([4096, 32], 4096)
-            + _matmul_cases([("decode", (16, 4096, 4096)), ("prefill", (512, 4096, 4096)),
+    return (norm_cases([4096, 32], 4096)
+            + matmul_cases([("decode", (16, 4096, 4096)), ("prefill", (512, 4096, 4096)),
                              ("square", (1024, 1024, 1024))])
-            + _attention_cases([("prefill", (1, 32, 32, 512, 512, 128, True)),
+            + attention_cases([("prefill", (1, 32, 32, 512, 512, 128, True)),
                                 ("gqa", (4, 32, 8, 512, 512, 128, True)),
                                 ("decode", (8, 32, 32, 1, 2048, 128, False))]))
 
