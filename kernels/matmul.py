@@ -191,7 +191,7 @@ def _launch(a, b, bias, activation, out_dtype, config, out):
         out.copy_(_epilogue(torch.zeros(*out.shape[:-1], cols, dtype=torch.float64, device=a.device), bias, activation))
         return
     _, szc, _, _, scm, scn = _batch_view(out)
-    cfg = decode_config(config) or select(SPEC, None, N=N, K=K, M=M)
+    cfg = decode_config(config) or select(SPEC, None, N=N, K=K, M=M, b_row_major=sbn == 1)
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     matmul_kernel[(cdiv(M, bm), cdiv(N, bn), Z)](
         a, b, out, bias, M, N, K, sza, sam, sak, szb, sbk, sbn, szc, scm, scn,
@@ -232,11 +232,16 @@ def _clamp(cfg: dict, dims: dict) -> dict:
 
 
 def _cache(dims: dict) -> dict:
-    """A cache target's default. Decode (M <= 16) is bound by reading the weight: 64 columns x 512
-    k per tile stream it ~2x faster than the 128 x 128 tiles of larger M (fp32 x @ w.t(), 4096 x
-    1024, 1 and 16 rows); where the dot does not chain across tiles every M runs the latter."""
+    """A cache target's default. Decode (M <= 16) is bound by reading the weight, and how it streams
+    depends on B's layout (`b_row_major`, absent = row-major, the layout the autotuner measures):
+    rows of B contiguous ([K, N], as TilejitLinear stores a weight) stream best 256 columns x 64 k
+    per tile; B read down its columns (x @ w.t() of an nn.Linear [N, K] weight) 64 columns x 512 k
+    (fp32, M = 1: 1.0-2.1x torch vs 0.2-0.8x the other way round, at K, N of 1024 to 4096). Larger
+    M runs 128 x 128 tiles. Where the dot does not chain across tiles every M runs the latter."""
     m = dims.get("M")
     if m is not None and m <= 16:
+        if dims.get("b_row_major", True):
+            return {**CACHE_DEFAULT, "BLOCK_N": 256, "BLOCK_K": 64}
         return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 512}
     return dict(CACHE_DEFAULT)
 

@@ -60,6 +60,29 @@ def test_apply_swaps_every_module_of_the_model_and_only_that_model(models):
     assert set(tiled.state_dict()) == set(ref.state_dict())            # the same parameters, the same keys
 
 
+def test_linear_weights_are_stored_transposed_with_the_same_bits_and_checkpoint():
+    """apply(linear=True) stores each unshared nn.Linear weight column-major (its transpose, which
+    the matmul reads, row-major), keeps a tied lm_head's layout, gives the same logits bit for bit
+    as the weights left as they were, and state_dict() still holds them contiguous and unchanged."""
+    ref = make("llama", tie_word_embeddings=True)
+    tiled = tj_hf.apply(copy.deepcopy(ref), linear=True)
+    q = tiled.model.layers[0].self_attn.q_proj
+    assert isinstance(q, tj_hf.TilejitLinear) and q.weight.t().is_contiguous() and not q.weight.is_contiguous()
+    assert tiled.lm_head.weight is tiled.model.embed_tokens.weight and tiled.lm_head.weight.is_contiguous()
+    as_was = copy.deepcopy(tiled)
+    for m in as_was.modules():
+        if isinstance(m, tj_hf.TilejitLinear):
+            m.weight.data = m.weight.data.contiguous()
+    ids, am = padded_batch()
+    with torch.no_grad():
+        for step in (ids, ids[:, -1:]):   # prefill rows and one decode row take different tiles
+            assert torch.equal(tiled(step).logits, as_was(step).logits)
+    sd, want = tiled.state_dict(), ref.state_dict()
+    assert all(v.is_contiguous() and torch.equal(v, want[k]) for k, v in sd.items())
+    tiled.load_state_dict(want)
+    assert q.weight.t().is_contiguous()   # loading copies into the Parameter: its layout stays
+
+
 @pytest.mark.parametrize("left", [True, False], ids=["left-padded", "right-padded"])
 def test_padded_batch_equals_eager_transformers(models, left):
     _, ref, tiled = models

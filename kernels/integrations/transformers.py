@@ -23,13 +23,14 @@ functions, so other models in the process stay eager transformers):
   `apply_rotary_pos_emb` bound to tilejit's rope (kernels.integrations._ops.rope).
 - MLP act(gate) * up -> one fused act-and-mul kernel (`TilejitMLP`, same projections).
 - linear=True: every nn.Linear (projections, lm_head) -> `TilejitLinear` (kernels.matmul on the
-  same weight, read transposed in place).
+  same weight Parameter, stored column-major unless another module shares it: see TilejitLinear).
 
 Everything runs as torch operators (tilejit::*), so the model still works with torch.compile
 (fullgraph=True), torch.export (use_cache=False) and autograd.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import importlib
@@ -129,13 +130,27 @@ class TilejitMLP(nn.Module):
 
 
 class TilejitLinear(nn.Module):
-    """nn.Linear on kernels.matmul (x @ weight^T + bias, the weight read transposed in place)."""
+    """nn.Linear on kernels.matmul (x @ weight^T + bias) with the same weight Parameter.
+
+    `store_transposed()` (apply() calls it for weights no other module shares) keeps that
+    Parameter's values and shape [out, in] but stores them column-major, so that weight^T is a
+    row-major [in, out] matrix: the dot then reads whole rows of it, which streams the weight at
+    decode about twice as fast as reading it down its columns (kernels/matmul.py, `_cache`). The
+    bits are the same either way (each output element is one ascending-k chain); state_dict()
+    returns the weight contiguous, as nn.Linear's, so checkpoints do not change."""
 
     def __init__(self, orig: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = orig.in_features, orig.out_features
         self.weight = orig.weight
         self.bias = orig.bias
+        # public since torch 2.5; the private hook before it takes the same arguments
+        (getattr(self, "register_state_dict_post_hook", None) or self._register_state_dict_hook)(_contiguous_weight)
+
+    def store_transposed(self) -> None:
+        w = self.weight
+        if not w.t().is_contiguous():
+            w.data = w.data.t().contiguous().t()
 
     def forward(self, x):
         y = tj_matmul(x.reshape(-1, self.in_features), self.weight.t(), self.bias)
@@ -143,6 +158,13 @@ class TilejitLinear(nn.Module):
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _contiguous_weight(module, state_dict, prefix, local_metadata) -> None:
+    key = prefix + "weight"
+    w = state_dict.get(key)
+    if w is not None and not isinstance(w, nn.Parameter) and not w.is_contiguous():   # keep_vars=True: the Parameter
+        state_dict[key] = w.contiguous()
 
 
 def _rope_for(original):
@@ -248,6 +270,11 @@ def apply(model, *, attention: bool = True, rms_norm: bool = True, rope: bool = 
             done.mlp = _replace(model, getattr(modeling, f"{prefix}MLP"), lambda m: TilejitMLP(m, act))
     if linear:
         done.linear = _replace(model, nn.Linear, TilejitLinear)
+        # a weight tied to another module (an lm_head sharing the embedding) keeps its layout
+        uses = collections.Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+        for m in model.modules():
+            if isinstance(m, TilejitLinear) and uses[id(m.weight)] == 1:
+                m.store_transposed()
     model.tilejit_applied = done
     return model
 
