@@ -19,10 +19,10 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import OP_DTYPES, cdiv, check_device, check_out, check_tensor, checked_config
+from .checks import OP_DTYPES, cdiv, check_device, check_out, check_tensor, config_text
 from .configs import select
 from .op_plans import MISS
-from .torch_ops import decode_config, define, encode_config, require_no_grad
+from .torch_ops import decode_config, define, require_no_grad
 
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu_erf": 2}
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
@@ -58,14 +58,14 @@ def act_and_mul(x: torch.Tensor, activation: str = "silu", *, out: torch.Tensor 
     """act(x[..., :d]) * x[..., d:] for x = [..., 2d]; activation: "silu", "gelu_tanh" or "gelu_erf".
     Runs as the torch operator tilejit::act_and_mul (tilejit::act_and_mul_out with `out`); no gradient
     (for training: kernels.integrations._ops.act_and_mul on gate and up)."""
+    op = f"{activation}_and_mul" if activation in ACTS else "act_and_mul"
+    config = config_text(op, SPEC, config)   # a dict hit for a config seen before
     if out is None:
         y = ACT_AND_MUL_OP.replayed(x, activation, config)   # a seen signature: its checks passed
         if y is not MISS:
             return y
-    op = f"{activation}_and_mul" if activation in ACTS else "act_and_mul"
     check_tensor(op, "x", x)
     shape = _shape(op, x, activation)[0][0]
-    config = encode_config(checked_config(op, SPEC, config) if config else None)
     if out is None:
         return ACT_AND_MUL_OP(x, activation, config)
     check_tensor(op, "out", out)

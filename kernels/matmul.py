@@ -27,10 +27,10 @@ from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import (FLOAT_DTYPES, OP_DTYPES, cdiv, check_device, check_out, check_tensor,
-                     checked_config)
+                     config_text)
 from .configs import select
 from .op_plans import MISS
-from .torch_ops import decode_config, define, encode_config, require_no_grad
+from .torch_ops import decode_config, define, require_no_grad
 
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3, "silu_and_mul": 4, "gelu_and_mul": 5}
 GATED = ("silu_and_mul", "gelu_and_mul")   # b = [gate | up] ([K, 2N]): act(a @ gate + bias) * (a @ up + bias)
@@ -114,16 +114,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
 
     Runs as the torch operator tilejit::matmul (tilejit::matmul_out with `out`): traceable by
     torch.compile / torch.export, differentiable without `out` (kernels/matmul_backward.py)."""
+    op = "matmul"
+    config = config_text(op, SPEC, config)   # a dict hit for a config seen before
     if out is None:
         c = TORCH_OP.replayed(a, b, bias, activation, out_dtype, config)   # a seen signature: its checks passed
         if c is not MISS:
             return c
-    op = "matmul"
     check_tensor(op, "a", a, dims=(2, 3))
     check_tensor(op, "b", b, dims=(2, 3))
     if bias is not None:
         check_tensor(op, "bias", bias, dims=1)
-    config = encode_config(checked_config(op, SPEC, config) if config else None)
     if activation in GATED and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b, bias)):
         raise TypeError(f"{op}: activation {activation!r} has no gradient; for training use matmul, then "
                         f"activation.act_and_mul or torch")

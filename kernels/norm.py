@@ -20,10 +20,10 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
-from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, checked_config
+from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, config_text
 from .configs import shared
 from .op_plans import MISS
-from .torch_ops import decode_config, define, encode_config
+from .torch_ops import decode_config, define
 
 # strict: BLOCK fixes the order of the row sums, so it is one value on every target (the largest
 # that fits Kunlun's LM), and strict outputs of all targets are bitwise equal (docs/numerics.md)
@@ -164,11 +164,6 @@ def _wrapper_checks(op, eps, **tensors):
     return _check_eps(op, eps)
 
 
-def _config_arg(op, spec, config) -> str | None:
-    """A caller's explicit `config=`, checked (ValueError naming why it cannot run), as the op's string."""
-    return encode_config(checked_config(op, spec, config) if config else None)
-
-
 def _config(spec, config, N) -> dict:
     return decode_config(config) or shared(spec, None, {"N": N})
 
@@ -177,11 +172,12 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
                eps: float = 1e-5, *, config: dict | None = None) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (weight/bias optional).
     Runs as the torch operator tilejit::layer_norm (differentiable: kernels/norm_backward.py)."""
+    config = config_text("layer_norm", LAYER_NORM, config)   # a dict hit for a config seen before
     out = LAYER_NORM_OP.replayed(x, weight, bias, eps, config)   # a seen signature: its checks passed
     if out is not MISS:
         return out
     eps = _wrapper_checks("layer_norm", eps, x=x, weight=weight, bias=bias)
-    return LAYER_NORM_OP(x, weight, bias, eps, _config_arg("layer_norm", LAYER_NORM, config))
+    return LAYER_NORM_OP(x, weight, bias, eps, config)
 
 
 def _layer_norm_shapes(x, weight, bias, eps, config):
@@ -238,24 +234,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
              config: dict | None = None) -> torch.Tensor:
     """x * rsqrt(mean(x^2) + eps) * weight over the last dim (weight optional).
     Runs as the torch operator tilejit::rms_norm (differentiable: kernels/norm_backward.py)."""
+    config = config_text("rms_norm", RMS_NORM, config)
     out = RMS_NORM_OP.replayed(x, weight, eps, config)
     if out is not MISS:
         return out
     eps = _wrapper_checks("rms_norm", eps, x=x, weight=weight)
-    return RMS_NORM_OP(x, weight, eps, _config_arg("rms_norm", RMS_NORM, config))
+    return RMS_NORM_OP(x, weight, eps, config)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
                  *, config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised.
     Runs as the torch operator tilejit::add_rms_norm (differentiable: kernels/norm_backward.py)."""
+    config = config_text("add_rms_norm", ADD_RMS_NORM, config)
     out = ADD_RMS_NORM_OP.replayed(x, residual, weight, eps, config)
     if out is not MISS:
         return out
     if residual is None:
         raise TypeError("add_rms_norm: argument 'residual' must be a torch.Tensor, got None")
     eps = _wrapper_checks("add_rms_norm", eps, x=x, residual=residual, weight=weight)
-    return ADD_RMS_NORM_OP(x, residual, weight, eps, _config_arg("add_rms_norm", ADD_RMS_NORM, config))
+    return ADD_RMS_NORM_OP(x, residual, weight, eps, config)
 
 
 # ---------------------------------------------------------------------------------------------

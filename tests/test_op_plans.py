@@ -88,6 +88,23 @@ def test_an_explicit_config_is_replayed_as_that_config():
     assert isinstance(_plan_of(kernels.norm.RMS_NORM_OP, (x, w, 1e-6, "BLOCK=16")), op_plans.Plan)
 
 
+def test_an_explicit_config_is_checked_once_per_config_and_types_count():
+    """The wrappers turn config= into the op's string once per (op, items, value types): a seen
+    config replays like a call without one, and a config equal to a seen one but for a value's type
+    (True == 1, 16.0 == 16) or for the op is still checked and refused."""
+    from kernels.checks import config_text
+    x, w = randn(2, 512, seed=7), randn(512, seed=8)
+    assert config_text("rms_norm", kernels.norm.RMS_NORM, {"BLOCK": 1}) == "BLOCK=1"
+    assert config_text("rms_norm", kernels.norm.RMS_NORM, None) is None
+    assert torch.equal(kernels.rms_norm(x, w, config={"BLOCK": 16}), kernels.rms_norm(x, w, config={"BLOCK": 16}))
+    for bad, why in (({"BLOCK": True}, "BLOCK=True is not an int"), ({"BLOCK": 16.0}, "BLOCK=16.0 is not an int"),
+                     ({"BLOCK": [16]}, "is not an int"), ({"BLOCK_M": 16}, "lacks BLOCK")):
+        with pytest.raises(ValueError, match=why):
+            kernels.rms_norm(x, w, config=bad)
+    with pytest.raises(ValueError, match="matmul: config .* lacks"):   # seen for rms_norm, not for matmul
+        kernels.matmul(x, randn(512, 4), config={"BLOCK": 16})
+
+
 # --- what the signature does not pin goes through the body ------------------------------------
 @kernel
 def _scale_kernel(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr):
