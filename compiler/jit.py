@@ -240,6 +240,8 @@ class KernelFunction:
     def __getitem__(self, grid):
         if recording_launches() is not None:   # compiler.launch_record: the Python path records
             return lambda *args, **kwargs: self.run(grid, args, kwargs)
+        if torch.autograd._profiler_enabled():   # torch.profiler: each launch is a record of its own
+            return lambda *args, **kwargs: self._profiled_run(grid, args, kwargs)
         dispatch = self._dispatch or self._make_dispatch()
         return functools.partial(dispatch, grid)
 
@@ -258,6 +260,10 @@ class KernelFunction:
     def __call__(self, *args, **kwargs):
         raise TypeError(f"kernel '{self.__name__}' is launched with a grid: {self.__name__}[grid](...); "
                         "helpers called from another kernel are inlined automatically")
+
+    def _profiled_run(self, grid, args, kwargs):
+        with torch.profiler.record_function(f"tilejit.kernel:{self.__name__}"):
+            return self.run(grid, args, kwargs)
 
     def run(self, grid, args, kwargs):
         # the Python launch path, which the compiled warm path (compiler.fastpath) mirrors and

@@ -49,9 +49,11 @@ MAX_PLANS = 512   # per op; the memo is dropped when full (a model has a few sha
 
 
 # each is falsy in plain eager mode: torch.compile/export, jit tracing, a dispatch mode
-# (FakeTensorMode, FlopCounterMode, ...), a function mode, a functorch transform (vmap, grad)
+# (FakeTensorMode, FlopCounterMode, ...), a function mode, a functorch transform (vmap, grad),
+# and torch.profiler running (through the operator, each call is recorded as tilejit::<op>)
 _NOT_PLAIN = (torch.compiler.is_compiling, torch._C._is_tracing, torch._C._len_torch_dispatch_stack,
-              torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack)
+              torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack,
+              torch.autograd._profiler_enabled)
 
 
 def signature_py(args) -> tuple | None:

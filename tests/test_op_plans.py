@@ -210,6 +210,25 @@ def test_grad_mode_and_tensor_subclasses_take_the_operator():
     assert op_plans.signature((torch.empty(2, 64, device="meta"), w, 1e-6, None)) is None
 
 
+def test_under_torch_profiler_each_op_and_kernel_launch_is_a_record():
+    """A replayed call never enters the dispatcher, so torch.profiler would not see it: while the
+    profiler runs, library ops take the operator (one record, tilejit::<op>) and every kernel
+    launch, a library op's or a user's, is a record named after the kernel; the bits stay."""
+    x, w = randn(3, 64, seed=30), randn(64, seed=31)
+    want = kernels.rms_norm(x, w)
+    assert isinstance(_plan_of(kernels.norm.RMS_NORM_OP, (x, w, 1e-6, None)), op_plans.Plan)
+    o = torch.empty(3 * 64)
+    _scale_kernel[(3,)](x.reshape(-1), o, x.numel(), 2.0, BLOCK=64)
+    with torch.profiler.profile() as prof:
+        got = kernels.rms_norm(x, w)
+        _scale_kernel[(3,)](x.reshape(-1), o, x.numel(), 2.0, BLOCK=64)
+        assert op_plans.signature((x, w, 1e-6, None)) is None
+    names = {e.key for e in prof.key_averages()}
+    assert {"tilejit::rms_norm", "tilejit.kernel:rms_norm_kernel", "tilejit.kernel:_scale_kernel"} <= names
+    assert torch.equal(got, want) and torch.equal(o, x.reshape(-1) * 2.0 + OFFSET)
+    assert op_plans.signature((x, w, 1e-6, None)) is not None   # plain again once it stops
+
+
 def test_an_unhashable_argument_runs_the_body():
     a, b = randn(16, 32, seed=20), randn(32, 48, seed=27)
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
