@@ -134,8 +134,8 @@ class TilejitLinear(nn.Module):
 
     `store_transposed()` (apply() calls it for weights no other module shares) keeps that
     Parameter's values and shape [out, in] but stores them column-major, so that weight^T is a
-    row-major [in, out] matrix: the dot then reads whole rows of it, which streams the weight at
-    decode about twice as fast as reading it down its columns (kernels/matmul.py, `_cache`). The
+    row-major [in, out] matrix: the dot then reads it along its rows, which streams the weight at
+    decode faster than reading it down its columns (figures: kernels/matmul.py, `_cache`). The
     bits are the same either way (each output element is one ascending-k chain); state_dict()
     returns the weight contiguous, as nn.Linear's, so checkpoints do not change."""
 
