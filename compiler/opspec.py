@@ -71,6 +71,7 @@ class Work:
     elements: int
     segments: int
     flops: int
+    axis0: int = 1     # programs along grid axis 0: those that may share tiles (Kunlun's SM staging)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -253,15 +253,14 @@ CACHE_DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}   # measured bes
 
 def _scratch(dims: dict) -> dict:
     """A scratchpad target's default: the Kunlun cost model's cheapest candidate of the space (the
-    memory plan's re-reads priced in; xpu2, fp32, K = N = 4096) for decode (M <= 16: more row
-    blocks fill the cores), prefill (M >= 256: wide tiles, cut by the plan) and the sizes between
-    (also the default of the key dims alone, the one a target without bit-neutral tiles runs)."""
+    memory plan's re-reads and SM staging priced in; xpu2, fp32, K = N = 4096) for decode (M <= 16:
+    row blocks of 4 make teams that share each B tile) and for every larger M (8 x 32 x 32 fits LM
+    as written; also the default of the key dims alone, the one a target without bit-neutral tiles
+    runs)."""
     m = dims.get("M")
     if m is not None and m <= 16:
-        return {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 32}
-    if m is not None and m >= 256:
-        return {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 8}
-    return dict(SCRATCH_MID)
+        return {"BLOCK_M": 4, "BLOCK_N": 32, "BLOCK_K": 32}
+    return {"BLOCK_M": 8, "BLOCK_N": 32, "BLOCK_K": 32}
 
 
 SCRATCH_MID = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32}   # fits Kunlun LM as written (no cut)
@@ -287,7 +286,7 @@ def _work(cfg: dict, s: dict) -> Work:
     return Work(programs=cdiv(s["M"], bm) * cdiv(s["N"], bn) * s.get("batch", 1),
                 elements=steps * (bm * bk + bk * bn) + bm * bn,    # A and B tiles per k step, then C
                 segments=steps * (bm + bk) + bm,                   # one per tile row
-                flops=2 * bm * bn * bk * steps)
+                flops=2 * bm * bn * bk * steps, axis0=cdiv(s["M"], bm))
 
 
 SPEC = OpSpec(

@@ -338,7 +338,7 @@ def _work(op: str):
         n = s["N"]
         elements = passes * n + n + (n if op != "rms_norm" else 0)   # row reads, output, weight/bias/residual
         return Work(programs=s["rows"], elements=elements, segments=cdiv(elements, cfg["BLOCK"]),
-                    flops=8 * passes * n)
+                    flops=8 * passes * n, axis0=s["rows"])
     return work
 
 

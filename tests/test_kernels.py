@@ -382,6 +382,6 @@ def test_config_for_ignores_batch_like_dims():
     b = config_for("attention", "cpu", head_dim=80, seq_k=1000, seq_q=1000, batch=64)
     assert a["BLOCK_N"] == b["BLOCK_N"] and a["BLOCK_D"] == b["BLOCK_D"] == 128
     assert config_for("matmul", "cpu", N=4096, K=4096) == {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}
-    assert config_for("matmul", "kunlun:xpu2", N=4096, K=4096) == {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32}
+    assert config_for("matmul", "kunlun:xpu2", N=4096, K=4096) == {"BLOCK_M": 8, "BLOCK_N": 32, "BLOCK_K": 32}
     with pytest.raises(ValueError, match="unknown op"):
         config_for("conv", "cpu")

@@ -44,6 +44,7 @@ BREAKS = {
     "stride-loop": lambda s: s.replace("p += cluster_num() * core_num()", "++p"),
     "launch-status": lambda s: s.replace("    return tj_rc;", "    return 0;"),
     "lm-accounted": lambda s: s.replace(" TJ_LM_USE(tj_lm);", ""),
+    "cluster-barrier": lambda s: _program_line(s, "sync_cluster();"),   # a kernel without teams
 }
 
 

@@ -57,11 +57,16 @@ class LoopLowering:
             self.emit(self.d.zero_step_check.format(step=st, site=self.op_index[id(op)]))
         tt = self.d.trip_count_type or ivt   # a count wider than the index: an int32 span can exceed int32
         self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
+        trip = self.loop_trip_count(op, trip, tt)
         self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
         iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
         self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
         self._in_region("loop", body.args[1:], body)
         self.flow_close("}")
+
+    def loop_trip_count(self, op: Op, trip: str, ctype: str) -> str:
+        """The C name of the trip count a `for` runs (kunlun's shadowed loops run longer)."""
+        return trip
 
     def op_while(self, op: Op) -> None:
         """`while (true) { condition block; if (!c) break; body; copy into the carried slots }`;

@@ -43,7 +43,8 @@ def fingerprint(arch: Arch) -> dict:
 
 def _emulation_defines(arch: Arch) -> list[str]:
     # the LM budget the emulation checks, and the arch macro XTDK defines for --xpu-arch
-    return [f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}", f"-D__arch_{arch.name}__"]
+    return [f"-DTJ_EMU_LM_BUDGET={arch.lm_budget}", f"-DTJ_EMU_SM_BYTES={arch.sm_bytes_per_cluster}",
+            f"-D__arch_{arch.name}__"]
 
 
 def emulation_command(arch: Arch, source: str, out: str) -> list[str]:

@@ -40,6 +40,9 @@ RULES = {r.name: r for r in (
     Rule("device-functions", "every function the device header defines, member functions included, is "
          "__device__ (device code may call only device functions)",
          "the guide, function qualifiers; the emulation defines __device__ away, so only this rule sees it"),
+    Rule("cluster-barrier", "sync_cluster() appears only as `if (tj_team > 1) sync_cluster();` in a kernel "
+         "that maps programs to teams (tj_team_size): every core of the cluster must reach each barrier",
+         "tilejit's SM staging contract (targets/kunlun/plan/staging.py); the emulation checks the counts at run time"),
     Rule("include-order", "host headers before the XPU ones, and xpu/runtime.h (XPUStream) among them",
          "the guide: the other order redefines symbols"),
 )}
@@ -90,6 +93,11 @@ def lint(source: str) -> list[tuple[str, str]]:
         out.append(("stride-loop", kernel_fn.strip()[:80]))
     if not re.search(r"int tj_rc = \w+<<<\d+, \d+, \(XPUStream\)stream>>>.*\n\s*return tj_rc;", code):
         out.append(("launch-status", "no checked launch"))
+    barriers = re.findall(r"[^\n;{}]*\bsync_cluster\(\);", program)
+    if any(b.strip() != "if (tj_team > 1) sync_cluster();" for b in barriers) or \
+            (barriers and "tj_team_size(" not in kernel_fn):
+        out.append(("cluster-barrier", next((b.strip() for b in barriers
+                                             if b.strip() != "if (tj_team > 1) sync_cluster();"), barriers[0].strip())))
     for decl in re.findall(r"__local__ .*", program + kernel_fn):
         if not re.search(r"__local__ \w+ (\w+)\[\d+\]; TJ_LM_USE\(\1\)", decl):
             out.append(("lm-accounted", decl.strip()))

@@ -5,10 +5,12 @@ policy computes 16 lanes at a time (simd.py)."""
 from __future__ import annotations
 
 from compiler import dtypes as D
-from compiler.ir import Function, Op
-from compiler.ir.analysis import index_step
+from compiler.ir import Function, Op, walk_block
+from compiler.ir.analysis import const_value, index_step
 from targets.cfamily.lowering import CLowering, Nest
 
+from ..plan.model import align
+from ..plan.staging import shadow_slice, stageable
 from . import simd
 from .access import FencedAccess
 from .memory import PlannedMemory
@@ -25,6 +27,11 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         super().__init__(fn, dialect, policy)
         self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
         self.vector_f16 = vector_f16   # the arch widens fp16 with vector loads (float16x32_t)
+        staging = stageable(fn)        # loads a cluster's cores share through SM (plan/staging.py)
+        self.staged, self.shadowed = staging.loads, staging.shadowed
+        self.sm_slots: list[tuple[str, int, int]] = []   # (LM buffer, SM offset, bytes) per staged load
+        self._slot_of: dict[int, tuple[int, int]] = {}   # staged load op -> (SM offset, bytes)
+        self._shadow_of: dict[int, Op] = {}   # body block of a shadowed loop -> the loop
         self.init_memory(placement)
 
     def _load_fuses(self, v) -> bool:
@@ -241,6 +248,128 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 self.emit(f"if ({self.ev(mask, (), None)}) {copy} else {name} = {self.ev(other, (), None)};")
             return
         name = self.declare_buffer(v)
+        if id(op) in self.staged:
+            self._staged_load(op, name)
+        else:
+            self._load_into(op, name)
+
+    @property
+    def sm_bytes(self) -> int:
+        return sum(n for _, _, n in self.sm_slots)
+
+    def _staged_load(self, op: Op, name: str) -> None:
+        """A tile every program of a team reads (plan/staging.py): when the kernel runs in teams
+        (`tj_team` > 1), the leader loads it as usual and copies it into the team's SM slot, the
+        others copy it from there between two cluster barriers (the first keeps the slot until its
+        previous readers are done). Every core reaches both barriers, whatever its role."""
+        if id(op) not in self._slot_of:
+            self._slot_of[id(op)] = (self.sm_bytes, align(self.requests[-1].nbytes))
+            self.sm_slots.append((name, *self._slot_of[id(op)]))
+        slot, nbytes = self._slot_of[id(op)]
+
+        def lead():
+            self._load_into(op, name)
+            self.begin_group({name: ("V", False)})
+            self.emit(f"if (tj_team > 1) tj_lm2sm({name}, tj_sm + {slot}, {nbytes});")
+
+        self.emit("if (tj_team > 1) sync_cluster();")
+        self._guarded("tj_leader", lead, shared=True)
+        self.emit("if (tj_team > 1) sync_cluster();")
+
+        def take():
+            self.begin_group({name: ("V", True)})
+            self.emit(f"tj_sm2lm(tj_sm + {slot}, {name}, {nbytes});")
+        if not self._shadowing:   # a shadow iteration's tile is for the others only
+            self._guarded("!tj_leader", take)
+
+    # -- shadowed loops (plan/staging.py): run to the cluster's longest trip count ------------------
+    def loop_trip_count(self, op: Op, trip: str, ctype: str) -> str:
+        if id(op) not in self.shadowed:
+            return trip
+        n = self.fresh("n")
+        self.emit(f"const {ctype} {n} = tj_team > 1 ? tj_cluster_max({trip}, tj_votes) : {trip};")
+        self._shadow_of[id(op.blocks[0])] = op
+        return n
+
+    def lower_block(self, block) -> None:
+        loop = self._shadow_of.get(id(block))
+        if loop is None:
+            super().lower_block(block)
+            return
+        # iteration iv is this program's own while iv < ub (a positive step): the body as written;
+        # past it, the shadow: the staged loads' barriers, and the leader's load for its team
+        self.flow_open("branch", f"if ({self.name(block.args[0])} < {self.ev(loop.operands[1], (), None)}) {{")
+        self._scoped(lambda: super(KunlunLowering, self).lower_block(block))
+        self.flow_next_branch("} else {")
+        need = set().union(*(shadow_slice(block, o) for o in walk_block(block) if id(o) in self.staged))
+        self._scoped(lambda: self._shadow(block, need))
+        self.flow_close("}")
+
+    def _scoped(self, body) -> None:
+        self.indent += 1
+        self.flag_scopes.append({})
+        try:
+            body()
+        finally:
+            self.flag_scopes.pop()
+            self.indent -= 1
+
+    def _shadow(self, block, need: set[int]) -> None:
+        """`block` of a shadowed loop's body with only its staged loads, the ops their operands
+        `need`, and the loops around them."""
+        was, self._shadowing = self._shadowing, True
+        try:
+            for op in block.ops:
+                if id(op) in self.staged:
+                    self.lower_op(op)
+                elif op.name == "for" and any(id(o) in self.staged for o in walk_block(op.blocks[0])):
+                    self._shadow_loop(op, need)
+                elif id(op) in need:
+                    self.lower_op(op)
+        finally:
+            self._shadowing = was
+
+    def _shadow_loop(self, op: Op, need: set[int]) -> None:
+        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
+        iv = op.blocks[0].args[0]
+        ivt = self.d.reg_type(iv.dtype)
+        tt = self.d.trip_count_type or ivt
+        trip, k = self.fresh("n"), self.fresh("k")
+        self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
+        self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
+        iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
+        self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
+        static = const_value(op.operands[1]), const_value(op.operands[0]), const_value(op.operands[2])
+        self.loop_trips.append(None if None in static else max(0, -(-(static[0] - static[1]) // static[2])))
+        try:
+            self._scoped(lambda: self._shadow(op.blocks[0], need))
+        finally:
+            self.loop_trips.pop()
+        self.flow_close("}")
+
+    def declare_buffer(self, v, name=None) -> str:
+        if self._shadowing and id(v) in self.buffers:   # the body's buffer: free in a shadow iteration
+            return self.redeclare(self.names[id(v)])
+        return super().declare_buffer(v, name)
+
+    def _guarded(self, cond: str, body, shared: bool = False) -> None:
+        """`if (cond) { body() }`, its all-true flags scoped to the branch; DMA recorded in it is
+        `shared` (moved once per team)."""
+        self.flow_open("branch", f"if ({cond}) {{")
+        self.indent += 1
+        self.flag_scopes.append({})
+        was, self._sharing = self._sharing, shared or self._sharing
+        try:
+            body()
+        finally:
+            self._sharing = was
+            self.flag_scopes.pop()
+            self.indent -= 1
+        self.flow_close("}")
+
+    def _load_into(self, op: Op, name: str) -> None:
+        v = op.results[0]
+        ptr, mask, other = (op.operands + [None, None])[:3]
         axis = self._row_axis(ptr, transposed_ok=True)
         if axis is not None:
             zero = self.d.literal(0, v.dtype)
@@ -283,6 +412,12 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         self._masked_or_fast(mask, fill)
 
     def emit_store(self, op: Op) -> None:
+        if self.staged:   # a team's ghost programs (tj_live false) store nothing
+            self._guarded("tj_live", lambda: self._store(op))
+        else:
+            self._store(op)
+
+    def _store(self, op: Op) -> None:
         ptr, val = op.operands[:2]
         mask = op.operands[2] if len(op.operands) > 2 else None
         if ptr.type.is_scalar:

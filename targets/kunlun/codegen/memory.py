@@ -33,6 +33,8 @@ class PlannedMemory:
         self.vector_dot_work = 0.0    # the part of `work` that vector dots do
         self._declaring = None
         self._inplace: tuple[str, ...] = ()
+        self._sharing = False   # emitting a staged load's leader branch: its DMA serves the team
+        self._shadowing = False  # emitting a shadow iteration (lowering.py): no DMA site of its own
         self.init_access()
 
     # -- buffers -----------------------------------------------------------------------------------
@@ -48,6 +50,15 @@ class PlannedMemory:
         else:
             self.note_buffer(name, self.placement[buf.index], buf.nbytes)
             self.emit_declaration(f"{ctype}* const {name} = ({ctype}*)(tj_lm + {self.placement[buf.index]});")
+        return name
+
+    def redeclare(self, name: str) -> str:
+        """A buffer declared before, named again in another scope (a shadow iteration's branch)."""
+        buf = next(b for b in reversed(self.requests) if b.name == name)
+        if self.placement is None:
+            self.emit(f"{buf.ctype} {name}[{buf.numel}];")
+        else:
+            self.emit_declaration(f"{buf.ctype}* const {name} = ({buf.ctype}*)(tj_lm + {self.placement[buf.index]});")
         return name
 
     def declare_buffer(self, v, name=None) -> str:
@@ -104,8 +115,11 @@ class PlannedMemory:
 
     def record_dma(self, kind: str, buffer: str, elem_bytes: int, elems: int, transfers: int,
                    shared: bool = False) -> None:
+        if self._shadowing:   # a shadow iteration repeats a load the body's site already counts
+            return
         static = 1
         for t in self.loop_trips:
             static *= t if t is not None else 1
         self.dma_sites.append(DMA(kind, buffer, elem_bytes, elems, transfers, static,
-                                  sum(t is None for t in self.loop_trips), self.cur_time, shared))
+                                  sum(t is None for t in self.loop_trips), self.cur_time,
+                                  shared or self._sharing))

@@ -13,6 +13,7 @@ from compiler.ir import Function
 
 from ..arch import Arch
 from ..plan import MemoryPlan, plan_memory
+from ..plan.staging import votes_bytes
 from .dialect import KunlunDialect
 from .lowering import KunlunLowering
 
@@ -46,7 +47,11 @@ class KunlunRenderer:
         plan.vector_ops = low.vector_nest_work + low.vector_dot_work
         listing = plan.listing().splitlines() + [f"  fences: {len(low.fences.placed)}"] + \
             [f"    {f}" for f in low.fences.placed]
+        # SM per team for its staged tiles (0: nothing staged); the arena holds teams of two or more
+        slot = max(low.sm_bytes, 64) if low.staged else 0
+        votes = votes_bytes(self.arch.cores_per_cluster)
         src = _ENV.get_template("kernel.xpu.j2").render(
             name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm,
-            arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in listing))
+            arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in listing), sm_slot=slot, votes=votes,
+            sm_arena=min(self.arch.sm_bytes_per_cluster, votes + slot * max(1, self.arch.cores_per_cluster // 2)))
         return src, plan

@@ -376,6 +376,45 @@ TJ_DEV void tj_gm2lm_f16_vector(__global_ptr__ const uint16_t* src, float* dst, 
         for (int j = 0; j < n; ++j) dst[j] = tj_h2f(raw[j]);
 }
 
+// ---- SM staging (targets/kunlun/plan/staging.py) -------------------------------------------
+// The programs of one team: a power of two no larger than the cluster, enough to cover g0 programs
+// along axis 0 where the cluster's SM holds a slot per team; 1 (no staging) for a single program.
+// (The cost model's team_size in plan/staging.py follows the same rule.)
+TJ_DEV int tj_team_size(int g0, int cores, int slot_bytes, int sm_bytes) {
+    if (g0 < 2 || slot_bytes <= 0) return 1;
+    int t = 2;
+    while (t < g0 && t < cores) t *= 2;
+    while (t < cores && (cores / t) * slot_bytes > sm_bytes) t *= 2;
+    return (t <= cores && cores % t == 0 && (cores / t) * slot_bytes <= sm_bytes) ? t : 1;
+}
+// A staged tile between a core's LM and its team's SM slot, 16 lanes of 32 bits at a time (both
+// sides 64-byte aligned, `bytes` a multiple of 64); the slot is fenced before the cluster barrier.
+TJ_DEV void tj_lm2sm(const void* lm, __shared_ptr__ char* sm, int bytes) {
+    for (int i = 0; i < bytes / 4; i += 16)
+        vstore_sm_int32x16((__shared_ptr__ int*)sm + i, vload_lm_int32x16((int*)lm + i));
+    mfence_sm();
+}
+TJ_DEV void tj_sm2lm(__shared_ptr__ char* sm, void* lm, int bytes) {
+    for (int i = 0; i < bytes / 4; i += 16)
+        vstore_lm_int32x16((int*)lm + i, vload_sm_int32x16((__shared_ptr__ int*)sm + i));
+}
+// The largest `v` among the cluster's cores (a shadowed loop's trip count): each core posts its
+// word of `votes` in SM, then reads them all; the first barrier keeps the previous vote's readers.
+TJ_DEV int tj_cluster_max(int v, __shared_ptr__ int* votes) {
+    sync_cluster();
+    REG2SM_atomic(votes + core_id(), v);
+    sync_cluster();
+    int m = v;
+    for (int i = 0; i < core_num(); ++i) {
+        const int w = SM2REG_atomic(votes + i);
+        m = w > m ? w : m;
+    }
+    return m;
+}
+#ifndef TJ_SM_ARENA
+#define TJ_SM_ARENA(name, bytes) __shared__ char name##_space[bytes]; __shared_ptr__ char* const name = name##_space
+#endif
+
 #ifdef TJ_XPU_EMULATION
 // What the device compiler has no definition for fails the emulation's build too: the C99 libm
 // names and <math.h>'s macros (device math is exp/sqrt/... on floats or __builtin_*f)

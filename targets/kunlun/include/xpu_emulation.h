@@ -5,7 +5,10 @@
 //  - GM2LM/LM2GM (and GM2SM/SM2GM) are memcpy with a bounds check against the tensors the
 //    launcher registered: a copy outside them is skipped and sets an error the launcher raises;
 //  - TJ_LM_USE(buf) accounts each live __local__ buffer per core against TJ_EMU_LM_BUDGET bytes;
-//  - tj_emu_launch runs clusters x cores programs in parallel (OpenMP over the flat core id).
+//  - tj_emu_launch runs clusters x cores programs in parallel (OpenMP over the flat core id); a
+//    kernel with SM staging runs the cores of each cluster as coroutines instead, sharing that
+//    cluster's SM, with sync_cluster() a real barrier that fails (never hangs) when the cores do
+//    not all reach it equally often.
 #pragma once
 #define TJ_XPU_EMULATION 1
 #include <stdint.h>
@@ -13,14 +16,20 @@
 #include <string.h>
 #include <atomic>
 #include <functional>
+#include <vector>
+#include <ucontext.h>
 
 #define __global__
 #define __device__
 #define __global_ptr__
 #define __local__
-#define __shared__ static thread_local   /* per-cluster in hardware; never emitted by this slice */
+#define __shared_ptr__
+#define TJ_SM_ARENA(name, bytes) char* const name = tj_emu_sm(bytes)   /* this cluster's SM */
 #define __simd__ alignas(64)
 
+#ifndef TJ_EMU_SM_BYTES
+#define TJ_EMU_SM_BYTES (256 * 1024)   // SM per cluster (the arch's figure)
+#endif
 #ifndef TJ_EMU_LM_BUDGET
 #define TJ_EMU_LM_BUDGET 7168
 #endif
@@ -31,7 +40,6 @@ static inline int cluster_id() { return tj_emu_cluster_id; }
 static inline int core_id() { return tj_emu_core_id; }
 static inline int cluster_num() { return tj_emu_cluster_num; }
 static inline int core_num() { return tj_emu_core_num; }
-static inline void sync_cluster() {}   // this slice emits no cluster-level sync
 
 // ---- error flag: the first error wins, the launcher turns it into a Python exception ---------
 static std::atomic<int> tj_emu_err(0);
@@ -41,6 +49,11 @@ static void tj_emu_fail(const char* fmt, const char* what, uint64_t a, uint64_t 
     if (tj_emu_err.compare_exchange_strong(expected, 1))
         snprintf(tj_emu_msg, sizeof tj_emu_msg, fmt, what, (unsigned long long)a, (unsigned long long)b,
                  tj_emu_cluster_id, tj_emu_core_id);
+}
+static void tj_emu_fail_text(const char* text) {
+    int expected = 0;
+    if (tj_emu_err.compare_exchange_strong(expected, 1))
+        snprintf(tj_emu_msg, sizeof tj_emu_msg, "%s (cluster %d, core %d)", text, tj_emu_cluster_id, tj_emu_core_id);
 }
 
 // ---- global-memory regions registered by the launcher ---------------------------------------
@@ -137,6 +150,31 @@ static inline void vstore_lm_float32x16(float* p, float32x16_t x) {
 TJ_EMU_VV(vvadd_float32x16, a.v[i] + b.v[i])
 TJ_EMU_VV(vvmul_float32x16, a.v[i] * b.v[i])
 TJ_EMU_VV(vvmax_float32x16, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
+// 16 lanes of 32 bits, moved between LM and SM unchanged (SM staging's copies); SM is not checked
+// against the LM fence rules (it is ordered by mfence_sm and the cluster barrier)
+struct int32x16_t { int v[16]; };
+static inline int32x16_t vload_lm_int32x16(const int* p) {
+    tj_emu_check_simd(p, "vload_lm_int32x16");
+    tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, "vload_lm_int32x16 of LM scalar code touched");
+    int32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
+}
+static inline void vstore_lm_int32x16(int* p, int32x16_t x) {
+    tj_emu_check_simd(p, "vstore_lm_int32x16");
+    tj_emu_order(p, 64, TJ_PS, TJ_PV_W | TJ_PV_W_DMA, "vstore_lm_int32x16 over LM scalar code touched");
+    memcpy(p, x.v, sizeof x.v);
+}
+static inline int32x16_t vload_sm_int32x16(const int* p) {
+    tj_emu_check_simd(p, "vload_sm_int32x16");
+    int32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
+}
+static inline void vstore_sm_int32x16(int* p, int32x16_t x) {
+    tj_emu_check_simd(p, "vstore_sm_int32x16");
+    memcpy(p, x.v, sizeof x.v);
+}
+// 32-bit words of SM through registers (the guide's SM2REG_atomic / REG2SM_atomic, Kunlun 2)
+static inline int SM2REG_atomic(const int* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static inline int REG2SM_atomic(int* p, int v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); return 0; }
+static inline void mfence_sm() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // 32 fp16 lanes (xpu3): loaded from 64-byte aligned LM, widened as the low and the high 16
 struct float16x32_t { uint16_t v[32]; };
 static inline float tj_h2f(uint16_t h);   // tilejit_xpu.h's exact conversion
@@ -175,10 +213,117 @@ struct tj_emu_lm_guard {
 };
 #define TJ_LM_USE(buf) tj_emu_lm_guard tj_lm_guard_##buf((int)sizeof(buf), #buf)
 
+// ---- a cluster of a staged launch: its SM, and its cores as coroutines on one host thread ------
+// The cores take turns: each runs until it reaches sync_cluster() or finishes; when every core that
+// has not finished waits, the barrier opens. A core that finishes while others wait (or a barrier
+// reached by fewer than all) is an error, reported, never a hang. The per-core emulation state
+// (ids, LM accounting, pending fence state) is swapped with the running core.
+enum { TJ_CORE_RUN, TJ_CORE_WAIT, TJ_CORE_DONE };
+struct tj_emu_core {
+    ucontext_t ctx;
+    int state, lm_live, arena_bytes;
+    const char* arena;
+    uint8_t pend[TJ_EMU_GRANULES];
+};
+struct tj_emu_cluster {
+    ucontext_t scheduler;
+    tj_emu_core* cores;
+    int current;
+    char* sm;
+    const std::function<void()>* kernel;
+};
+static thread_local tj_emu_cluster* tj_emu_here = 0;
+static inline char* tj_emu_sm(int bytes) {
+    if (!tj_emu_here || bytes > TJ_EMU_SM_BYTES) {
+        tj_emu_fail("%s: %llu bytes of SM asked for, %llu available (cluster %d, core %d)", "TJ_SM_ARENA",
+                    (uint64_t)bytes, (uint64_t)(tj_emu_here ? TJ_EMU_SM_BYTES : 0));
+        static thread_local std::vector<char> none;
+        none.assign((bytes > 0 ? bytes : 0) + 128, 0);
+        return (char*)(((uintptr_t)none.data() + 63) & ~(uintptr_t)63);
+    }
+    return tj_emu_here->sm;
+}
+static inline void sync_cluster() {
+    tj_emu_cluster* c = tj_emu_here;
+    if (!c) {
+        tj_emu_fail_text("sync_cluster: called by a kernel launched without SM staging");
+        return;
+    }
+    tj_emu_core* me = &c->cores[c->current];
+    me->state = TJ_CORE_WAIT;
+    swapcontext(&me->ctx, &c->scheduler);
+}
+static void tj_emu_core_main() {
+    tj_emu_cluster* c = tj_emu_here;
+    (*c->kernel)();
+    c->cores[c->current].state = TJ_CORE_DONE;   // returns to the scheduler (uc_link)
+}
+static void tj_emu_run_cluster(int cluster, int cores, const std::function<void()>& kernel) {
+    const size_t stack_bytes = 256 * 1024;
+    static thread_local std::vector<char> stacks, sm;
+    static thread_local std::vector<tj_emu_core> state;
+    stacks.resize(stack_bytes * cores);
+    sm.assign(TJ_EMU_SM_BYTES + 64, 0);
+    state.resize(cores);
+    tj_emu_cluster c;
+    c.cores = state.data();
+    c.kernel = &kernel;
+    c.sm = (char*)(((uintptr_t)sm.data() + 63) & ~(uintptr_t)63);
+    tj_emu_here = &c;
+    tj_emu_cluster_id = cluster;
+    for (int i = 0; i < cores; ++i) {
+        tj_emu_core& k = state[i];
+        k.state = TJ_CORE_RUN;
+        k.lm_live = 0;
+        k.arena = 0;
+        k.arena_bytes = 0;
+        memset(k.pend, 0, sizeof k.pend);
+        getcontext(&k.ctx);
+        k.ctx.uc_stack.ss_sp = stacks.data() + stack_bytes * i;
+        k.ctx.uc_stack.ss_size = stack_bytes;
+        k.ctx.uc_link = &c.scheduler;
+        makecontext(&k.ctx, tj_emu_core_main, 0);
+    }
+    for (;;) {
+        int waiting = 0, done = 0;
+        for (int i = 0; i < cores; ++i) {
+            tj_emu_core& k = state[i];
+            if (k.state == TJ_CORE_RUN) {
+                c.current = i;
+                tj_emu_core_id = i;
+                tj_emu_lm_live = k.lm_live;
+                tj_emu_arena = k.arena;
+                tj_emu_arena_bytes = k.arena_bytes;
+                memcpy(tj_emu_pend, k.pend, sizeof k.pend);
+                swapcontext(&c.scheduler, &k.ctx);
+                k.lm_live = tj_emu_lm_live;
+                k.arena = tj_emu_arena;
+                k.arena_bytes = tj_emu_arena_bytes;
+                memcpy(k.pend, tj_emu_pend, sizeof k.pend);
+            }
+            waiting += k.state == TJ_CORE_WAIT;
+            done += k.state == TJ_CORE_DONE;
+        }
+        if (waiting == 0) break;
+        if (done > 0)
+            tj_emu_fail_text("sync_cluster: some cores of this cluster finished their kernel while others wait at "
+                             "the barrier: the cores do not reach it equally often");
+        for (int i = 0; i < cores; ++i)
+            if (state[i].state == TJ_CORE_WAIT) state[i].state = TJ_CORE_RUN;
+    }
+    tj_emu_here = 0;
+}
+
 // ---- launch -----------------------------------------------------------------------------------
-static int tj_emu_launch(int clusters, int cores, const std::function<void()>& kernel) {
+static int tj_emu_launch(int clusters, int cores, bool staged, const std::function<void()>& kernel) {
     tj_emu_cluster_num = clusters;
     tj_emu_core_num = cores;
+    if (staged) {   // the clusters in parallel, the cores of each as coroutines (above)
+#pragma omp parallel for schedule(dynamic)
+        for (int cl = 0; cl < clusters; ++cl)
+            if (!tj_emu_err.load(std::memory_order_relaxed)) tj_emu_run_cluster(cl, cores, kernel);
+        return tj_emu_err.load() ? -1 : 0;
+    }
     const int total = clusters * cores;
 #pragma omp parallel for schedule(static)
     for (int flat = 0; flat < total; ++flat) {
@@ -188,6 +333,10 @@ static int tj_emu_launch(int clusters, int cores, const std::function<void()>& k
         if (!tj_emu_err.load(std::memory_order_relaxed)) kernel();
     }
     return tj_emu_err.load() ? -1 : 0;
+}
+
+static int tj_emu_launch(int clusters, int cores, const std::function<void()>& kernel) {
+    return tj_emu_launch(clusters, cores, false, kernel);
 }
 
 extern "C" void tj_emu_set_regions(int n, const uint64_t* lo, const uint64_t* hi) {

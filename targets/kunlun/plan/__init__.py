@@ -22,7 +22,7 @@ from compiler.ir import Function, verify, walk_block
 from ..arch import Arch
 from .layout import place
 from .liveness import live_range
-from .model import DMA, GMTensor, LMBuffer, MemoryPlan
+from .model import DMA, GMTensor, LMBuffer, MemoryPlan, SMBuffer
 from .induction import scalarize
 from .narrow import narrow
 from .explain import unplannable
@@ -37,6 +37,7 @@ class Record:
     dma: list[DMA]
     total: int
     work: float
+    sm: list[SMBuffer] = dataclasses.field(default_factory=list)
 
     @property
     def live(self) -> int:
@@ -51,7 +52,9 @@ def record(ir: Function, dialect, policy: str) -> Record:
     low.lower()
     for b in low.requests:
         b.start, b.end = live_range(low.refs[b.name], low.ranges)
-    return Record(low.requests, low.dma_sites, place(low.requests), low.work)
+    sm = [SMBuffer(f"slot of {name}", nbytes, f"a staged tile at offset {at} of each team's slot")
+          for name, at, nbytes in low.sm_slots]
+    return Record(low.requests, low.dma_sites, place(low.requests), low.work, sm)
 
 
 def gm_tensors(fn: Function) -> list[GMTensor]:
@@ -86,7 +89,7 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
         raise unplannable(fn.name, found, arch)
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
-    return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=[],
+    return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=rec.sm,
                       dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma)
 
 

@@ -101,11 +101,11 @@ class MemoryPlan:
     def vector_share(self) -> float:
         return self.vector_ops / self.element_ops if self.element_ops else 0.0
 
-    def dma_totals(self) -> tuple[float, float, float, float]:
-        """Per program, run-time loops at NOMINAL_TRIPS: the bytes and transfers the plan moves,
-        then those the kernel as written names."""
-        return (sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.dma),
-                sum(d.count_per_run(NOMINAL_TRIPS) for d in self.dma),
+    def dma_totals(self, team: int = 1) -> tuple[float, float, float, float]:
+        """Per program, run-time loops at NOMINAL_TRIPS: the bytes and transfers the plan moves
+        (a staged site's once per `team` programs), then those the kernel as written names."""
+        return (sum(d.bytes_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),
+                sum(d.count_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),
                 sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.written_dma),
                 sum(d.count_per_run(NOMINAL_TRIPS) for d in self.written_dma))
 
@@ -114,6 +114,11 @@ class MemoryPlan:
         """(bytes, transfers) the plan moves over what the kernel as written names: a strip-mined
         pass that re-reads a tile once per chunk of another axis moves it more than once."""
         return dma_growth([self.dma_totals()])
+
+    @property
+    def sm_slot(self) -> int:
+        """SM bytes one team's staged tiles take (0: nothing staged)."""
+        return sum(s.nbytes for s in self.sm)
 
     @property
     def peak_live_bytes(self) -> int:

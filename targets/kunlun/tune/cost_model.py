@@ -5,7 +5,8 @@ prices it: DMA bytes over memory bandwidth, a fixed setup per segment (one GM2LM
 the renderer emits them), both scaled by what the memory plan adds (a strip-mined pass re-reads a
 tile once per chunk of another axis: `Profile.dma_bytes`), the flops at the vector unit's rate for
 the share of the emitted code that is vectorised and at one lane for the rest (the renderer counts
-both), launch overhead.
+both), launch overhead. Loads staged in SM (plan/staging.py) move their bytes once per team of
+programs along grid axis 0 (`Work.axis0`); the SM copies and the cluster barriers are not priced.
 Whether a config fits LM is not estimated: the renderer's own check answers it (footprint.py).
 
 Assumed figures (not from a vendor document; change them here): the SIMD clock, the per-transfer
@@ -18,6 +19,7 @@ from compiler import cdiv
 from compiler.opspec import Work
 
 from ..arch import Arch
+from ..plan.staging import team_size, votes_bytes
 from .footprint import profile
 
 ASSUMED_CLOCK_HZ = 1.0e9          # SIMD issue rate per core (assumed)
@@ -32,7 +34,10 @@ def estimate(target, spec, config: dict, shape: dict, policy: str = "fast") -> f
     on a kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
     launched = spec.launched(config, spec.dims_of(shape), policy)   # what runs on this shape (clamped)
     p = profile(target, spec, launched, shape, policy)
-    return estimate_time(target.arch, spec.work(launched, shape), p.vector_share, p.dma_bytes, p.dma_transfers)
+    work, arch = spec.work(launched, shape), target.arch
+    team = team_size(work.axis0, arch.cores_per_cluster, p.sm_slot,
+                     arch.sm_bytes_per_cluster - votes_bytes(arch.cores_per_cluster))
+    return estimate_time(arch, work, p.vector_share, *p.dma_growth(team))
 
 
 def estimate_time(arch: Arch, work: Work, vector_share: float = 1.0, dma_bytes: float = 1.0,

@@ -24,6 +24,14 @@ class Profile(NamedTuple):
     vector_share: float    # of the emitted element operations, the share on the vector unit
     dma_bytes: float       # DMA bytes the plans move over what the kernels as written name
     dma_transfers: float   # the same for the number of transfers
+    shared_bytes: float = 0.0      # the part of dma_bytes that staged loads move (once per team)
+    shared_transfers: float = 0.0  # the same for dma_transfers
+    sm_slot: int = 0               # SM bytes of one team's staged tiles (the largest of its kernels)
+
+    def dma_growth(self, team: int) -> tuple[float, float]:
+        """(dma_bytes, dma_transfers) when teams of `team` programs share the staged loads."""
+        keep = 1 - 1 / team
+        return self.dma_bytes - self.shared_bytes * keep, self.dma_transfers - self.shared_transfers * keep
 
 
 @functools.lru_cache(maxsize=4096)
@@ -33,8 +41,11 @@ def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str)
         spec.probe(dict(cfg_items), dict(probe_items))
     plans = [target.plan_of(r.source) for r in seen]
     ops = sum(p.element_ops for p in plans)
+    totals = [p.dma_totals() for p in plans]
+    growth = dma_growth(totals)
+    unshared = dma_growth([p.dma_totals(team=10 ** 9) for p in plans])   # staged sites priced at ~0
     return Profile(max(p.lm_bytes for p in plans), sum(p.vector_ops for p in plans) / ops if ops else 0.0,
-                   *dma_growth([p.dma_totals() for p in plans]))
+                   *growth, growth[0] - unshared[0], growth[1] - unshared[1], max(p.sm_slot for p in plans))
 
 
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
