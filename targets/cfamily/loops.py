@@ -46,10 +46,16 @@ class LoopLowering:
     def op_for(self, op: Op) -> None:
         self.has_loops = True
         body = op.blocks[0]
-        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
-        iv = body.args[0]
-        ivt = self.d.reg_type(iv.dtype)
+        bounds = tuple(self.ev(v, (), None) for v in op.operands[:3])
         self._carried_slots(body.args[1:], op.operands[3:], op.results)
+        self.open_for(op, *bounds)
+        self._in_region("loop", body.args[1:], body)
+        self.flow_close("}")
+
+    def open_for(self, op: Op, lb: str, ub: str, st: str) -> None:
+        """The C `for` over a `for` op's trip count, up to its body's first line (the iv)."""
+        iv = op.blocks[0].args[0]
+        ivt = self.d.reg_type(iv.dtype)
         trip = self.fresh("n")
         k = self.fresh("k")
         step_op = op.operands[2].owner
@@ -61,8 +67,6 @@ class LoopLowering:
         self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
         iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
         self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
-        self._in_region("loop", body.args[1:], body)
-        self.flow_close("}")
 
     def loop_trip_count(self, op: Op, trip: str, ctype: str) -> str:
         """The C name of the trip count a `for` runs (kunlun's shadowed loops run longer)."""

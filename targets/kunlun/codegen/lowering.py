@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from compiler import dtypes as D
 from compiler.ir import Function, Op, walk_block
-from compiler.ir.analysis import const_value, index_step
+from compiler.ir.analysis import index_step
 from targets.cfamily.lowering import CLowering, Nest
 
 from ..plan.model import align
@@ -330,17 +330,9 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self._shadowing = was
 
     def _shadow_loop(self, op: Op, need: set[int]) -> None:
-        lb, ub, st = (self.ev(v, (), None) for v in op.operands[:3])
-        iv = op.blocks[0].args[0]
-        ivt = self.d.reg_type(iv.dtype)
-        tt = self.d.trip_count_type or ivt
-        trip, k = self.fresh("n"), self.fresh("k")
-        self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
-        self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
-        iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
-        self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
-        static = const_value(op.operands[1]), const_value(op.operands[0]), const_value(op.operands[2])
-        self.loop_trips.append(None if None in static else max(0, -(-(static[0] - static[1]) // static[2])))
+        """A loop of the body around staged loads, without its carried values."""
+        self.open_for(op, *(self.ev(v, (), None) for v in op.operands[:3]))
+        self.loop_trips.append(self.static_trips(op))
         try:
             self._scoped(lambda: self._shadow(op.blocks[0], need))
         finally:
@@ -356,15 +348,11 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         """`if (cond) { body() }`, its all-true flags scoped to the branch; DMA recorded in it is
         `shared` (moved once per team)."""
         self.flow_open("branch", f"if ({cond}) {{")
-        self.indent += 1
-        self.flag_scopes.append({})
         was, self._sharing = self._sharing, shared or self._sharing
         try:
-            body()
+            self._scoped(body)
         finally:
             self._sharing = was
-            self.flag_scopes.pop()
-            self.indent -= 1
         self.flow_close("}")
 
     def _load_into(self, op: Op, name: str) -> None:

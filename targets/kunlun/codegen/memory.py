@@ -88,12 +88,16 @@ class PlannedMemory:
         self.begin_group()
         super().lower_op(op)
 
-    def op_for(self, op: Op) -> None:
+    @staticmethod
+    def static_trips(op: Op) -> int | None:
+        """A `for` op's trip count when it is known at compile time (tj_trip_count's rule)."""
         lb, ub, st = (const_value(v) for v in op.operands[:3])
-        trip = None
-        if None not in (lb, ub, st) and st != 0:   # tj_trip_count's rule
-            trip = max(0, (ub - lb + st - 1) // st if st > 0 else (lb - ub - st - 1) // -st)
-        self.loop_trips.append(trip)
+        if None in (lb, ub, st) or st == 0:
+            return None
+        return max(0, (ub - lb + st - 1) // st if st > 0 else (lb - ub - st - 1) // -st)
+
+    def op_for(self, op: Op) -> None:
+        self.loop_trips.append(self.static_trips(op))
         try:
             super().op_for(op)
         finally:

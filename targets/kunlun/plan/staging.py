@@ -38,87 +38,71 @@ LOOPS = ("for", "while")
 
 
 
+class _Taint:
+    """The values that depend on the program ids in `axes` or on `seeds`: data flow, and the loops'
+    carried values (a fixpoint over the back edges)."""
+
+    def __init__(self, axes: tuple[int, ...], seeds=()):
+        self.axes = axes
+        self.bad: set[int] = {id(v) for v in seeds}
+
+    def mark(self, values) -> bool:
+        new = [v for v in values if id(v) not in self.bad]
+        self.bad.update(id(v) for v in new)
+        return bool(new)
+
+    def block(self, b: Block) -> bool:
+        return any([self.op(op) for op in b.ops])   # a list: every op is visited
+
+    @staticmethod
+    def yielded(b: Block) -> list:
+        return b.ops[-1].operands if b.ops and b.ops[-1].name == "yield" else []
+
+    def op(self, op: Op) -> bool:
+        hit = any(id(v) in self.bad for v in op.operands) or \
+            (op.name == "program_id" and op.attrs["axis"] in self.axes)
+        if op.name in ("for", "while", "if"):
+            return getattr(self, "_" + op.name)(op, hit)
+        changed = any([self.block(b) for b in op.blocks])
+        return self.mark(op.results if hit else ()) or changed
+
+    def _for(self, op: Op, hit: bool) -> bool:
+        body = op.blocks[0]
+        lb, ub, st = op.operands[:3]
+        changed = self.mark(body.args[:1] if id(lb) in self.bad or id(st) in self.bad else ())
+        changed |= self.mark([a for a, init in zip(body.args[1:], op.operands[3:]) if id(init) in self.bad])
+        while True:
+            changed |= self.block(body)
+            if not self.mark([a for a, y in zip(body.args[1:], self.yielded(body)) if id(y) in self.bad]):
+                break
+            changed = True
+        return self.mark([r for r, a in zip(op.results, body.args[1:])
+                          if id(a) in self.bad or id(ub) in self.bad]) or changed
+
+    def _while(self, op: Op, hit: bool) -> bool:
+        args = [a for b in op.blocks for a in b.args]
+        changed = self.mark([a for b in op.blocks for a, init in zip(b.args, op.operands) if id(init) in self.bad])
+        while True:
+            changed |= self.block(op.blocks[0]) | self.block(op.blocks[1])
+            back = any(id(y) in self.bad for b in op.blocks for y in self.yielded(b))
+            if not (back and self.mark(args)):   # the condition, or a value carried round
+                break
+            changed = True
+        return self.mark(op.results if any(id(a) in self.bad for a in op.blocks[0].args) else ()) or changed
+
+    def _if(self, op: Op, hit: bool) -> bool:
+        changed = any([self.block(b) for b in op.blocks])
+        return self.mark([r for i, r in enumerate(op.results)
+                          if hit or any(id(self.yielded(b)[i]) in self.bad for b in op.blocks)]) or changed
+
+
 def _tainted(fn: Function, axes: tuple[int, ...], seeds=()) -> set[int]:
     """Ids of the values that depend on `program_id(a)` for an `a` in `axes`, or on a value of
-    `seeds` (data and the loops' carried values; a fixpoint over loop back edges)."""
-    bad: set[int] = {id(v) for v in seeds}
-
-    def block(b: Block) -> bool:
-        changed = False
-        for op in b.ops:
-            changed |= one(op)
-        return changed
-
-    def mark(v) -> bool:
-        if id(v) in bad:
-            return False
-        bad.add(id(v))
-        return True
-
-    def one(op: Op) -> bool:
-        changed = False
-        hit = any(id(v) in bad for v in op.operands) or (op.name == "program_id" and op.attrs["axis"] in axes)
-        if op.name == "for":
-            body = op.blocks[0]
-            lb, st = op.operands[0], op.operands[2]
-            if id(lb) in bad or id(st) in bad:
-                changed |= mark(body.args[0])
-            for arg, init in zip(body.args[1:], op.operands[3:]):
-                if id(init) in bad:
-                    changed |= mark(arg)
-            while True:
-                inner = block(body)
-                ys = body.ops[-1].operands if body.ops and body.ops[-1].name == "yield" else []
-                back = False
-                for arg, y in zip(body.args[1:], ys):
-                    if id(y) in bad:
-                        back |= mark(arg)
-                changed |= inner or back
-                if not back:
-                    break
-            for res, arg in zip(op.results, body.args[1:]):
-                if id(arg) in bad or id(op.operands[1]) in bad:
-                    changed |= mark(res)
-            return changed
-        if op.name == "while":
-            for b in op.blocks:
-                for arg, init in zip(b.args, op.operands):
-                    if id(init) in bad:
-                        changed |= mark(arg)
-            while True:
-                inner = block(op.blocks[0]) | block(op.blocks[1])
-                back = False
-                for b in op.blocks:
-                    ys = b.ops[-1].operands if b.ops and b.ops[-1].name == "yield" else []
-                    for y in ys:
-                        if id(y) in bad:   # the condition, or a value carried round: taints them all
-                            for bb in op.blocks:
-                                for arg in bb.args:
-                                    back |= mark(arg)
-                changed |= inner or back
-                if not back:
-                    break
-            if any(id(a) in bad for a in op.blocks[0].args):
-                for r in op.results:
-                    changed |= mark(r)
-            return changed
-        if op.name == "if":
-            for b in op.blocks:
-                changed |= block(b)
-            for i, r in enumerate(op.results):
-                if hit or any(id(b.ops[-1].operands[i]) in bad for b in op.blocks):
-                    changed |= mark(r)
-            return changed
-        for b in op.blocks:
-            changed |= block(b)
-        if hit:
-            for r in op.results:
-                changed |= mark(r)
-        return changed
-
-    while block(fn.body):
+    `seeds`."""
+    t = _Taint(axes, seeds)
+    while t.block(fn.body):
         pass
-    return bad
+    return t.bad
 
 
 def _uniform(op: Op, by_pid: set[int]) -> bool:
