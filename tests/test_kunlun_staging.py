@@ -26,9 +26,10 @@ def _sources(fn, arch="xpu2", policy="fast"):
 
 
 @kernel
-def _weighted_rows(x_ptr, w_ptr, lens_ptr, out_ptr, N, MODE: tl.constexpr, BLOCK: tl.constexpr):
+def _weighted_rows(x_ptr, w_ptr, lens_ptr, starts_ptr, out_ptr, N, MODE: tl.constexpr, BLOCK: tl.constexpr):
     """out[b, r] = sum_c x[b, r, c] * w[c] over c < N (MODE 0) or c < lens[b] (MODE 1: the loop's
-    trip count depends on program_id(1); MODE 2: w read through a pointer the loop carries)."""
+    trip count depends on program_id(1); MODE 2: w read through a pointer the loop carries; MODE 3:
+    request b's w packed at starts[b], read without a mask)."""
     r = tl.program_id(0)
     b = tl.program_id(1)
     n = N
@@ -42,6 +43,8 @@ def _weighted_rows(x_ptr, w_ptr, lens_ptr, out_ptr, N, MODE: tl.constexpr, BLOCK
         if MODE == 2:
             w = tl.load(w_at + tl.arange(0, BLOCK), mask=m, other=0.0)
             w_at += BLOCK
+        elif MODE == 3:
+            w = tl.load(w_ptr + tl.load(starts_ptr + b) + cols)
         else:
             w = tl.load(w_ptr + cols, mask=m, other=0.0)
         x = tl.load(x_ptr + (b * tl.num_programs(0) + r) * N + cols, mask=m, other=0.0)
@@ -52,13 +55,16 @@ def _weighted_rows(x_ptr, w_ptr, lens_ptr, out_ptr, N, MODE: tl.constexpr, BLOCK
 def _weighted(x, w, lens, mode):
     B, R, N = x.shape
     out = torch.empty(B, R)
-    _weighted_rows[(R, B)](x, w, lens, out, N, MODE=mode, BLOCK=16)
+    starts = torch.cumsum(lens, 0, dtype=torch.int32) - lens
+    _weighted_rows[(R, B)](x, w, lens, starts, out, N, MODE=mode, BLOCK=16)
     return out
 
 
 def _inputs():
     g = torch.Generator().manual_seed(3)
-    return torch.randn(2, 3, 40, generator=g), torch.randn(40, generator=g), torch.tensor([40, 17], dtype=torch.int32)
+    # w holds the requests' weights packed end to end: 48 + 16, nothing after the last one, so a
+    # load past request 1's own rows would leave the tensor
+    return torch.randn(2, 3, 48, generator=g), torch.randn(64, generator=g), torch.tensor([48, 16], dtype=torch.int32)
 
 
 def test_only_loads_every_program_of_a_team_reads_are_staged():
@@ -79,19 +85,22 @@ def test_only_loads_every_program_of_a_team_reads_are_staged():
     same = _sources(lambda: _weighted(x, w, lens, 0))[0]
     assert len(re.findall(r"^//   SM slot of", same, re.M)) == 1   # w; x depends on program_id(0)
     assert "tj_cluster_max(" not in same
-    varlen = _sources(lambda: _weighted(x, w, lens, 1))[0]   # a trip count per program_id(1): shadowed
-    assert len(re.findall(r"^//   SM slot of", varlen, re.M)) == 1 and "tj_cluster_max(" in varlen
+    for mode in (1, 3):   # a trip count per program_id(1): shadowed
+        varlen = _sources(lambda: _weighted(x, w, lens, mode))[0]
+        assert len(re.findall(r"^//   SM slot of", varlen, re.M)) == 1 and "tj_cluster_max(" in varlen
     carried = _sources(lambda: _weighted(x, w, lens, 2))[0]   # the extra iterations would not advance w_at
     assert "sync_cluster();" not in carried
 
 
 @pytest.mark.parametrize("arch", ["xpu2", "xpu3"])
-@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
 def test_staged_kernel_with_ghost_programs_matches_cpu(arch, mode):
-    # 3 programs along axis 0 run as a team of 4: one ghost per team, whose stores must not land
+    # 3 programs along axis 0 run as a team of 4: one ghost per team, whose stores must not land;
+    # modes 1 to 3 run request 1's loop in shadow past its 16 columns, to request 0's 48
     x, w, lens = _inputs()
-    ref = torch.stack([(x[b, :, :int(lens[b]) if mode else 40] * w[:int(lens[b]) if mode else 40]).sum(-1)
-                       for b in range(2)])
+    n = [int(lens[b]) if mode else 48 for b in range(2)]
+    at = [0, 48] if mode == 3 else [0, 0]
+    ref = torch.stack([(x[b, :, :n[b]] * w[at[b]:at[b] + n[b]]).sum(-1) for b in range(2)])
     assert team_size(3, ARCHS[arch].cores_per_cluster, 64, ARCHS[arch].sm_bytes_per_cluster) == 4
     with use_target(f"kunlun:{arch}"), numerics("strict"):
         out = _weighted(x, w, lens, mode)

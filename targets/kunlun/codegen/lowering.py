@@ -31,7 +31,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         self.staged, self.shadowed = staging.loads, staging.shadowed
         self.sm_slots: list[tuple[str, int, int]] = []   # (LM buffer, SM offset, bytes) per staged load
         self._slot_of: dict[int, tuple[int, int]] = {}   # staged load op -> (SM offset, bytes)
-        self._shadow_of: dict[int, Op] = {}   # body block of a shadowed loop -> the loop
+        self._shadow_of: dict[int, tuple] = {}   # body of a shadowed loop -> (the loop, its team's trips)
+        self._team_iteration = ""   # in a shadow iteration: whether a program of the team runs it
         self.init_memory(placement)
 
     def _load_fuses(self, v) -> bool:
@@ -273,7 +274,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self.emit(f"if (tj_team > 1) tj_lm2sm({name}, tj_sm + {slot}, {nbytes});")
 
         self.emit("if (tj_team > 1) sync_cluster();")
-        self._guarded("tj_leader", lead, shared=True)
+        self._guarded(f"tj_leader && {self._team_iteration}" if self._shadowing else "tj_leader", lead, shared=True)
         self.emit("if (tj_team > 1) sync_cluster();")
 
         def take():
@@ -286,23 +287,31 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
     def loop_trip_count(self, op: Op, trip: str, ctype: str) -> str:
         if id(op) not in self.shadowed:
             return trip
-        n = self.fresh("n")
-        self.emit(f"const {ctype} {n} = tj_team > 1 ? tj_cluster_max({trip}, tj_votes) : {trip};")
-        self._shadow_of[id(op.blocks[0])] = op
+        n, team = self.fresh("n"), self.fresh("team_trips")
+        self.emit(f"int {team} = {trip};   // the longest of this team: its leader loads no further")
+        self.emit(f"const {ctype} {n} = tj_team > 1 ? tj_cluster_max({trip}, tj_votes, tj_team, &{team}) : {trip};")
+        self._shadow_of[id(op.blocks[0])] = (op, team)
         return n
 
     def lower_block(self, block) -> None:
-        loop = self._shadow_of.get(id(block))
-        if loop is None:
+        shadowed = self._shadow_of.get(id(block))
+        if shadowed is None:
             super().lower_block(block)
             return
+        loop, team = shadowed
+        iv, (lb, ub, st) = self.name(block.args[0]), (self.ev(v, (), None) for v in loop.operands[:3])
         # iteration iv is this program's own while iv < ub (a positive step): the body as written;
-        # past it, the shadow: the staged loads' barriers, and the leader's load for its team
-        self.flow_open("branch", f"if ({self.name(block.args[0])} < {self.ev(loop.operands[1], (), None)}) {{")
+        # past it, the shadow: the staged loads' barriers, and the leader's loads while a program
+        # of its team still runs (beyond, another team's trip count: a tile nobody here reads)
+        self.flow_open("branch", f"if ({iv} < {ub}) {{")
         self._scoped(lambda: super(KunlunLowering, self).lower_block(block))
         self.flow_next_branch("} else {")
         need = set().union(*(shadow_slice(block, o) for o in walk_block(block) if id(o) in self.staged))
-        self._scoped(lambda: self._shadow(block, need))
+        was, self._team_iteration = self._team_iteration, f"{iv} < {lb} + {team} * {st}"
+        try:
+            self._scoped(lambda: self._shadow(block, need))
+        finally:
+            self._team_iteration = was
         self.flow_close("}")
 
     def _scoped(self, body) -> None:

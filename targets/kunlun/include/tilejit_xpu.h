@@ -398,17 +398,21 @@ TJ_DEV void tj_sm2lm(__shared_ptr__ char* sm, void* lm, int bytes) {
     for (int i = 0; i < bytes / 4; i += 16)
         vstore_lm_int32x16((int*)lm + i, vload_sm_int32x16((__shared_ptr__ int*)sm + i));
 }
-// The largest `v` among the cluster's cores (a shadowed loop's trip count): each core posts its
-// word of `votes` in SM, then reads them all; the first barrier keeps the previous vote's readers.
-TJ_DEV int tj_cluster_max(int v, __shared_ptr__ int* votes) {
+// The largest `v` among the cluster's cores (a shadowed loop's trip count), and in `team_max`
+// the largest among the `team` cores of this core's team: each core posts its word of `votes` in
+// SM, then reads them all; the first barrier keeps the previous vote's readers.
+TJ_DEV int tj_cluster_max(int v, __shared_ptr__ int* votes, int team, int* team_max) {
     sync_cluster();
     REG2SM_atomic(votes + core_id(), v);
     sync_cluster();
-    int m = v;
+    const int first = core_id() / team * team;
+    int m = v, t = v;
     for (int i = 0; i < core_num(); ++i) {
         const int w = SM2REG_atomic(votes + i);
         m = w > m ? w : m;
+        if (i >= first && i < first + team) t = w > t ? w : t;
     }
+    *team_max = t;
     return m;
 }
 #ifndef TJ_SM_ARENA

@@ -16,9 +16,10 @@ A load is staged when
     program (causal attention's key loop ends at the query block's diagonal) is *shadowed*: it
     runs to the longest trip count among the cluster's cores (`tj_cluster_max`), the program's
     own iterations run the body, and the others only the staged loads with their barriers (the
-    leader still loads for its team). The start and a positive constant step are the same on
-    every core, so iteration k loads the same tile everywhere; a load that reads a value the loop
-    carries is not staged there, since the extra iterations do not update it.
+    leader still loads while a program of its team runs that iteration). The start and a positive
+    constant step are the same on every core, so iteration k loads the same tile in a team; a load
+    that reads a value the loop carries is not staged there, since the extra iterations do not
+    update it.
 Kernels with atomics are not staged: a team runs ghost programs (a repeat of its last real one,
 stores switched off) to keep the barrier counts equal, and an atomic cannot be switched off by a
 guard as cheaply as a store.
