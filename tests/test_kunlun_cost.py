@@ -7,6 +7,7 @@ import pytest
 
 import kernels
 from compiler import get_target, numerics
+from targets.kunlun.plan.staging import team_size, votes_bytes
 from targets.kunlun.tune import cost_model, footprint
 
 PREFILL = dict(batch=1, heads=32, seq_q=512, seq_k=512, head_dim=128, causal=True)
@@ -40,7 +41,14 @@ def test_a_strip_mined_config_is_priced_with_its_re_reads(xpu2):
 def test_a_config_that_fits_as_written_moves_what_the_kernel_names(xpu2):
     prof, est, work = _priced(xpu2, {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}, PREFILL)
     assert (prof.dma_bytes, prof.dma_transfers) == (1.0, 1.0)
-    assert est == pytest.approx(cost_model.estimate_time(xpu2.arch, work, prof.vector_share))
+    # K and V are staged in SM (causal: its key loop is shadowed), read once per team of the 128
+    # query blocks of a head: what the estimate prices on top of the kernel as written
+    arch = xpu2.arch
+    team = team_size(work.axis0, arch.cores_per_cluster, prof.sm_slot,
+                     arch.sm_bytes_per_cluster - votes_bytes(arch.cores_per_cluster))
+    assert (work.axis0, team) == (128, 64) and prof.shared_bytes > 0.5
+    assert est == pytest.approx(cost_model.estimate_time(arch, work, prof.vector_share, *prof.dma_growth(team)))
+    assert est < cost_model.estimate_time(arch, work, prof.vector_share)
 
 
 def test_the_plan_listing_says_how_much_more_a_cut_plan_moves(xpu2):
