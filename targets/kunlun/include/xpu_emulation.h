@@ -134,16 +134,17 @@ static inline void tj_emu_check_simd(const void* p, const char* what) {
     if ((uintptr_t)p & 63) tj_emu_fail("%s: LM address 0x%llx is not 64-byte aligned (offset %llu; cluster %d, core %d)", what,
                                        (uint64_t)(uintptr_t)p, (uint64_t)((uintptr_t)p & 63));
 }
-static inline float32x16_t vload_lm_float32x16(const float* p) {
-    tj_emu_check_simd(p, "vload_lm_float32x16");
-    tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, "vload_lm_float32x16 of LM scalar code touched");
-    float32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
-}
-static inline void vstore_lm_float32x16(float* p, float32x16_t x) {
-    tj_emu_check_simd(p, "vstore_lm_float32x16");
-    tj_emu_order(p, 64, TJ_PS, TJ_PV_W | TJ_PV_W_DMA, "vstore_lm_float32x16 over LM scalar code touched");
-    memcpy(p, x.v, sizeof x.v);
-}
+// a 16-lane vector type's LM load and store: aligned, and checked against the fence rules
+#define TJ_EMU_LM_VECTOR(T, VT, LOAD, STORE) \
+    static inline VT LOAD(const T* p) { \
+        tj_emu_check_simd(p, #LOAD); \
+        tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, #LOAD " of LM scalar code touched"); \
+        VT r; memcpy(r.v, p, sizeof r.v); return r; } \
+    static inline void STORE(T* p, VT x) { \
+        tj_emu_check_simd(p, #STORE); \
+        tj_emu_order(p, 64, TJ_PS, TJ_PV_W | TJ_PV_W_DMA, #STORE " over LM scalar code touched"); \
+        memcpy(p, x.v, sizeof x.v); }
+TJ_EMU_LM_VECTOR(float, float32x16_t, vload_lm_float32x16, vstore_lm_float32x16)
 #define TJ_EMU_VV(NAME, EXPR) \
     static inline float32x16_t NAME(float32x16_t a, float32x16_t b) { \
         float32x16_t r; for (int i = 0; i < 16; ++i) r.v[i] = (EXPR); return r; }
@@ -153,16 +154,7 @@ TJ_EMU_VV(vvmax_float32x16, a.v[i] > b.v[i] ? a.v[i] : b.v[i])
 // 16 lanes of 32 bits, moved between LM and SM unchanged (SM staging's copies); SM is not checked
 // against the LM fence rules (it is ordered by mfence_sm and the cluster barrier)
 struct int32x16_t { int v[16]; };
-static inline int32x16_t vload_lm_int32x16(const int* p) {
-    tj_emu_check_simd(p, "vload_lm_int32x16");
-    tj_emu_order(p, 64, TJ_PS, TJ_PV_R | TJ_PV_R_DMA, "vload_lm_int32x16 of LM scalar code touched");
-    int32x16_t r; memcpy(r.v, p, sizeof r.v); return r;
-}
-static inline void vstore_lm_int32x16(int* p, int32x16_t x) {
-    tj_emu_check_simd(p, "vstore_lm_int32x16");
-    tj_emu_order(p, 64, TJ_PS, TJ_PV_W | TJ_PV_W_DMA, "vstore_lm_int32x16 over LM scalar code touched");
-    memcpy(p, x.v, sizeof x.v);
-}
+TJ_EMU_LM_VECTOR(int, int32x16_t, vload_lm_int32x16, vstore_lm_int32x16)
 static inline int32x16_t vload_sm_int32x16(const int* p) {
     tj_emu_check_simd(p, "vload_sm_int32x16");
     int32x16_t r; memcpy(r.v, p, sizeof r.v); return r;

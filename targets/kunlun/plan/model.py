@@ -101,7 +101,7 @@ class MemoryPlan:
     def vector_share(self) -> float:
         return self.vector_ops / self.element_ops if self.element_ops else 0.0
 
-    def dma_totals(self, team: int = 1) -> tuple[float, float, float, float]:
+    def dma_totals(self, team: float = 1) -> tuple[float, float, float, float]:
         """Per program, run-time loops at NOMINAL_TRIPS: the bytes and transfers the plan moves
         (a staged site's once per `team` programs), then those the kernel as written names."""
         return (sum(d.bytes_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),

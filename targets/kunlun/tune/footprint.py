@@ -43,7 +43,7 @@ def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str)
     ops = sum(p.element_ops for p in plans)
     totals = [p.dma_totals() for p in plans]
     growth = dma_growth(totals)
-    unshared = dma_growth([p.dma_totals(team=10 ** 9) for p in plans])   # staged sites priced at ~0
+    unshared = dma_growth([p.dma_totals(team=float("inf")) for p in plans])   # staged sites priced at 0
     return Profile(max(p.lm_bytes for p in plans), sum(p.vector_ops for p in plans) / ops if ops else 0.0,
                    *growth, growth[0] - unshared[0], growth[1] - unshared[1], max(p.sm_slot for p in plans))
 
