@@ -5,9 +5,12 @@ import tempfile
 
 import pytest
 
-if not os.environ.get("TILEJIT_TEST_KEEP_CACHE"):
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("TILEJIT_TEST_SESSION_CACHE"):
+    # a worker of `pytest -n N`: the session's cache is the one the controller made (inherited)
+    os.environ["TILEJIT_CACHE_DIR"] = os.environ["TILEJIT_TEST_SESSION_CACHE"]
+elif not os.environ.get("TILEJIT_TEST_KEEP_CACHE"):
     _session_cache = tempfile.mkdtemp(prefix="tilejit-test-cache-")
-    os.environ["TILEJIT_CACHE_DIR"] = _session_cache
+    os.environ["TILEJIT_CACHE_DIR"] = os.environ["TILEJIT_TEST_SESSION_CACHE"] = _session_cache
     # the compiled launch path is built once per session, also for the subprocesses of tests that
     # start from an empty cache of their own
     os.environ.setdefault("TILEJIT_FASTPATH_DIR", _session_cache)
