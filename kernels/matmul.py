@@ -253,13 +253,16 @@ CACHE_DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}   # measured bes
 
 def _scratch(dims: dict) -> dict:
     """A scratchpad target's default: the Kunlun cost model's cheapest candidate of the space (the
-    memory plan's re-reads and SM staging priced in; xpu2, fp32, K = N = 4096) for decode (M <= 16:
-    row blocks of 4 make teams that share each B tile) and for every larger M (8 x 32 x 32 fits LM
-    as written; also the default of the key dims alone, the one a target without bit-neutral tiles
-    runs)."""
-    m = dims.get("M")
+    memory plan's re-reads, SM staging and asynchronous row batches priced in; xpu2, fp32, K = 4096)
+    for decode (M <= 16: row blocks of 4 make teams that share each B tile), for outputs whose
+    16 x 32 blocks fill xpu2's 512 cores (16 x 32 x 16: M=64 and M=512 with N=4096), and for the
+    rest (8 x 32 x 32, e.g. 128 x 1024; also the default of the key dims alone, the one a target
+    without bit-neutral tiles runs). All of them fit LM as written."""
+    m, n = dims.get("M"), dims.get("N")
     if m is not None and m <= 16:
         return {"BLOCK_M": 4, "BLOCK_N": 32, "BLOCK_K": 32}
+    if m is not None and n is not None and cdiv(m, 16) * cdiv(n, 32) >= 512:
+        return {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}
     return {"BLOCK_M": 8, "BLOCK_N": 32, "BLOCK_K": 32}
 
 

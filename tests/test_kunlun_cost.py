@@ -40,7 +40,9 @@ def test_a_strip_mined_config_is_priced_with_its_re_reads(xpu2):
 
 def test_a_config_that_fits_as_written_moves_what_the_kernel_names(xpu2):
     prof, est, work = _priced(xpu2, {"BLOCK_M": 4, "BLOCK_N": 16, "BLOCK_DK": 16, "BLOCK_DO": 32}, PREFILL)
-    assert (prof.dma_bytes, prof.dma_transfers) == (1.0, 1.0)
+    # the bytes as written; the rows of each multi-row tile are one asynchronous batch, waited for
+    # once (the DMA setup the estimate prices per transfer is paid per batch)
+    assert prof.dma_bytes == 1.0 and 0.5 < prof.dma_transfers < 1.0, prof
     # K and V are staged in SM (causal: its key loop is shadowed), read once per team of the 128
     # query blocks of a head: what the estimate prices on top of the kernel as written
     arch = xpu2.arch

@@ -45,6 +45,7 @@ BREAKS = {
     "launch-status": lambda s: s.replace("    return tj_rc;", "    return 0;"),
     "lm-accounted": lambda s: s.replace(" TJ_LM_USE(tj_lm);", ""),
     "cluster-barrier": lambda s: _program_line(s, "sync_cluster();"),   # a kernel without teams
+    "async-wait": lambda s: re.sub(r"\bGM2LM\(", "GM2LM_ASYNC(", s, count=1),   # no mfence() after it
 }
 
 
@@ -110,6 +111,15 @@ __global__ void k(__global_ptr__ float* x, int rule, int fenced) {
         mfence_lm();
         if (fenced) mfence();
         LM2GM(a, x, 64);
+    } else if (rule == 5) {   // an asynchronous GM2LM, then a vector load of its bytes
+        GM2LM_ASYNC(x, a + 16, 64);
+        mfence_lm();          // orders S and V, does not wait for the DMA
+        if (fenced) mfence();
+        vstore_lm_float32x16(a, vload_lm_float32x16(a + 16));
+    } else if (rule == 6) {   // an asynchronous LM2GM, then a scalar store over its source
+        LM2GM_ASYNC(a, x, 64);
+        if (fenced) mfence();
+        TJ_LM_SCALAR(a, 64); a[0] = 1.0f;
     }
 }
 extern "C" int run(float* x, int rule, int fenced) { return tj_emu_launch(2, 4, [=]() { k(x, rule, fenced); }); }
@@ -134,11 +144,17 @@ def rules_lib(tmp_path_factory):
                      [ctypes.c_void_p, ctypes.c_int, ctypes.c_int])
 
 
-@pytest.mark.parametrize("rule, message", [(0, "LM2GM of LM written by vector stores"),
-                                           (1, "vload_lm_float32x16 of LM scalar code touched"),
-                                           (2, "GM2LM over LM a vector load/store has not finished with"),
-                                           (3, "scalar access of a after vector loads/stores"),
-                                           (4, "LM2GM of LM written by vector stores")])
+_IN_FLIGHT = "are still under an asynchronous DMA"
+_HAZARDS = [(0, "LM2GM of LM written by vector stores"),
+            (1, "vload_lm_float32x16 of LM scalar code touched"),
+            (2, "GM2LM over LM a vector load/store has not finished with"),
+            (3, "scalar access of a after vector loads/stores"),
+            (4, "LM2GM of LM written by vector stores"),
+            (5, f"vload_lm_float32x16 of LM scalar code touched: arena bytes 64..67 {_IN_FLIGHT}"),
+            (6, f"scalar access of a after vector loads/stores: arena bytes 0..3 {_IN_FLIGHT}")]
+
+
+@pytest.mark.parametrize("rule, message", _HAZARDS)
 def test_the_emulation_fails_on_each_unfenced_hazard(rules_lib, rule, message):
     x = torch.zeros(16)
     lo, hi = (ctypes.c_uint64 * 1)(x.data_ptr()), (ctypes.c_uint64 * 1)(x.data_ptr() + 64)
@@ -209,6 +225,34 @@ def test_a_generated_kernel_fails_in_the_emulation_without_the_fences_the_plan_p
     assert strip.sub("", fenced) == bare
     rc, err = _run_source(bare, tmp_path, "bare", x, out, grid)
     assert rc == -1 and "no fence between" in err, err
+
+
+@kernel
+def _rows_double(x_ptr, out_ptr, n, ROWS: tl.constexpr, COLS: tl.constexpr):
+    offs = tl.program_id(0) * ROWS * COLS + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
+
+
+def test_a_tiles_rows_are_one_asynchronous_batch_and_its_wait_is_needed(tmp_path):
+    """Where no row is masked, the rows of a [8, 32] tile go out as GM2LM_ASYNC (LM2GM_ASYNC for the
+    store) and one mfence() waits for them; taken out, the emulation fails on the vector nest that
+    reads the tile while it is in flight."""
+    n, rows, cols = 8 * 32 * 40, 8, 32
+    x, out = torch.randn(n), torch.empty(n)
+    with use_target("kunlun:xpu3"), numerics("fast"), render_only() as seen:
+        _rows_double[(n // (rows * cols),)](x, out, n, ROWS=rows, COLS=cols)
+    src = seen[0].source
+    batch = re.compile(r"((?:GM2LM|LM2GM)_ASYNC\([^\n]*\n(?:\s*\}\n)+)\s*mfence\(\);\n")
+    assert len(batch.findall(src)) == 2, src
+    assert "of them asynchronous row batches (one mfence each)" in src and L.lint(src) == []
+    rc, err = _run_source(src, tmp_path, "batched", x, out, n // (rows * cols))
+    assert rc == 0, err
+    assert torch.equal(out, x * 2)
+    unwaited = batch.sub(r"\1", src)
+    assert "async-wait" in {r for r, _ in L.lint(unwaited)}
+    rc, err = _run_source(unwaited, tmp_path, "unwaited", x, out, n // (rows * cols))
+    assert rc == -1 and _IN_FLIGHT in err, err
 
 
 def test_the_emulation_build_refuses_a_source_xtdk_would_refuse(tmp_path):

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 
-from ..plan.fences import Access, Fences
+from ..plan.fences import FULL_FENCE, Access, Fences
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 # a DMA call as the lowering spells it (its arguments hold no `;`): the engine's access, declared
 # by the group, not a scalar one
-_DMA_CALL = re.compile(r"\b(?:GM2LM|LM2GM|tj_gm2lm_\w+|tj_lm2gm_\w+)\([^;]*?\);")
+_DMA_CALL = re.compile(r"\b(?:GM2LM(?:_ASYNC)?|LM2GM(?:_ASYNC)?|tj_gm2lm_\w+|tj_lm2gm_\w+)\([^;]*?\);")
 
 
 class FencedAccess:
@@ -61,6 +61,13 @@ class FencedAccess:
         if unit == "S":
             self.lines.insert(self._group_at + self._group_head, f"{pad}TJ_LM_SCALAR({name}, {hi - lo});")
             self._group_head += 1
+
+    def emit_full_fence(self, why: str) -> None:
+        """An `mfence()` the code needs where it stands (an asynchronous DMA batch waits there):
+        emitted, and the fence stage knows everything before it is ordered."""
+        self.emit(f"{FULL_FENCE}();")
+        if self.fences is not None:
+            self.fences.fenced_here(FULL_FENCE, why)
 
     def emit(self, line: str) -> None:
         super().emit(line)

@@ -43,6 +43,10 @@ RULES = {r.name: r for r in (
     Rule("cluster-barrier", "sync_cluster() appears only as `if (tj_team > 1) sync_cluster();` in a kernel "
          "that maps programs to teams (tj_team_size): every core of the cluster must reach each barrier",
          "tilejit's SM staging contract (targets/kunlun/plan/staging.py); the emulation checks the counts at run time"),
+    Rule("async-wait", "an asynchronous DMA (GM2LM_ASYNC/LM2GM_ASYNC) is waited for by mfence() as soon as "
+         "the loops issuing its batch close, before anything touches its LM",
+         "the guide: _ASYNC copies need mfence() before the data is used; tilejit's batch contract "
+         "(codegen/lowering.py `_copy_rows`)"),
     Rule("include-order", "host headers before the XPU ones, and xpu/runtime.h (XPUStream) among them",
          "the guide: the other order redefines symbols"),
 )}
@@ -50,7 +54,7 @@ RULES = {r.name: r for r in (
 _HOST_MATH = re.compile(r"(?<![\w.])(?:(?:exp2|exp|expm1|log|log2|log10|log1p|sqrt|cbrt|sin|cos|tan|tanh|asin|acos|"
                         r"atan|atan2|erf|erfc|floor|ceil|trunc|round|rint|nearbyint|fabs|fma|fmod|fmax|fmin|pow|"
                         r"ldexp|frexp|copysign)f\s*\(|INFINITY\b|NAN\b|HUGE_VALF\b)")
-_DMA_IN, _DMA_OUT = r"(?:GM2LM|tj_gm2lm_\w+)\(", r"(?:LM2GM|tj_lm2gm_\w+)\("
+_DMA_IN, _DMA_OUT = r"(?:GM2LM(?:_ASYNC)?|tj_gm2lm_\w+)\(", r"(?:LM2GM(?:_ASYNC)?|tj_lm2gm_\w+)\("
 
 
 def _base(expr: str) -> str:
@@ -75,6 +79,16 @@ def _memory_rules(program: str, out: list) -> None:
             out.append(("gm-deref", line.strip()))
 
 
+def _async_rule(program: str, out: list) -> None:
+    lines = [ln.strip() for ln in program.splitlines()]
+    for i, line in enumerate(lines):
+        if "_ASYNC(" not in line:
+            continue
+        after = next((ln for ln in lines[i + 1:] if ln != "}"), "")
+        if "_ASYNC(" not in after and after != "mfence();":
+            out.append(("async-wait", line))
+
+
 def lint(source: str) -> list[tuple[str, str]]:
     """(rule name, offending text) for each violation in a generated .xpu source."""
     out: list[tuple[str, str]] = []
@@ -85,6 +99,7 @@ def lint(source: str) -> list[tuple[str, str]]:
     kernel_fn = code.split("__global__ void", 1)[1].split('extern "C"', 1)[0]
     device = code.split('extern "C"', 1)[0]
     _memory_rules(program, out)
+    _async_rule(program, out)
     out += [("host-math", m.group(0)) for m in _HOST_MATH.finditer(device)]
     out += [("openmp", m.group(0)) for m in re.finditer(r"#pragma\s+omp[^\n]*", device)]
     out += [("wide-types", m.group(0)) for m in re.finditer(r"\bint64_t\b|\blong\b|\bsize_t\b|\bdouble\b", code)]

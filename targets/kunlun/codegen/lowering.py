@@ -169,6 +169,15 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         which scalar code touches in the same loop, keep the scalar widening."""
         return dt is D.float16 and self.vector_f16
 
+    def _dma_async(self, kind: str, dt):
+        """The `_copy_rows` batch form of a plain (same-representation) DMA, or None."""
+        if not self.d.same_repr(dt):
+            return None
+        size = f"(int)sizeof({self.d.mem_type(dt)})"
+        if kind == "GM2LM":
+            return lambda gm, row, start, n: f"GM2LM_ASYNC({gm}, {self._lm_at(row, start)}, ({n}) * {size});"
+        return lambda gm, row, start, n: f"LM2GM_ASYNC({self._lm_at(row, start)}, {gm}, ({n}) * {size});"
+
     def _dma_out(self, dt, src: str, dst: str, n: str) -> str:
         d = self.d
         if d.same_repr(dt):
@@ -176,12 +185,14 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
     def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4),
-                   engine=None, engine_whole_rows=None) -> None:
+                   engine=None, engine_whole_rows=None, batch=None) -> None:
         """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
         start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
         the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
         into runs of true mask elements. `engine`: the buffers the DMA engine reads or writes
-        (access.py), {name: ("D", written)}; `engine_whole_rows` instead where no row is masked."""
+        (access.py), {name: ("D", written)}; `engine_whole_rows` instead where no row is masked.
+        `batch`: the asynchronous form of `copy` (a plain DMA); where no row is masked and there is
+        more than one, every row is issued with it and one `mfence()` waits for them all."""
         width = shape[axis]
         lm_step = 1
         for n in shape[axis + 1:]:
@@ -196,12 +207,14 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             p0 = self._at(ptr, idx0)
             base = self.linear(idx0, shape)
             row = f"({buf} + {base})" if base != "0" else buf
+            batched = False
             if not masked:
                 rows_n = 1
                 for k, n in enumerate(shape):
                     rows_n *= n if k != axis else 1
-                self.record_dma(dma[0], buf, dma[1], width, rows_n)
-                self.emit(copy(p0, row, "0", str(width)))
+                batched = batch is not None and rows_n > 1
+                self.record_dma(dma[0], buf, dma[1], width, rows_n, batched=batched)
+                self.emit((batch if batched else copy)(p0, row, "0", str(width)))
             else:
                 idx_j = tuple("j" if k == axis else i for k, i in enumerate(idx0))
                 self.emit("{")
@@ -228,6 +241,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 self.indent -= 1
                 self.emit("}")
             self._close(opened)
+            if batched:
+                self.emit_full_fence("waits for an asynchronous DMA batch")
 
         self._masked_or_fast(mask, rows)
 
@@ -389,7 +404,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self._copy_rows(v.shape, axis, ptr, mask, name, copy,
                             fill_other=lambda idx: zero if other is None else self._at(other, idx),
                             dma=("GM2LM", self.d.elem_bytes(v.dtype)), engine={landing: ("D", True)},
-                            engine_whole_rows={name: ("DV", True)} if rowwise and self._widens(v.dtype) else None)
+                            engine_whole_rows={name: ("DV", True)} if rowwise and self._widens(v.dtype) else None,
+                            batch=self._dma_async("GM2LM", v.dtype) if rowwise else None)
             return
 
         def fill(masked: bool):
@@ -432,7 +448,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self._copy_rows(ptr.shape, axis, ptr, mask, src,
                             lambda gm, row, start, n: self._dma_out(val.dtype, self._lm_at(row, start), gm, n),
                             dma=("LM2GM", self.d.elem_bytes(val.dtype)),
-                            engine={src: ("D", not self.d.same_repr(val.dtype))})
+                            engine={src: ("D", not self.d.same_repr(val.dtype))},
+                            batch=self._dma_async("LM2GM", val.dtype))
             return
 
         def fill(masked: bool):

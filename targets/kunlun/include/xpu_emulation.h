@@ -70,7 +70,8 @@ static inline bool tj_emu_in_gm(const void* p, int bytes) {
 // Each granule remembers the accesses no fence has ordered yet: vector reads/writes (racing scalar
 // code until mfence_lm, DMA until mfence) and scalar accesses (TJ_LM_SCALAR, racing vectors).
 // An access that meets a pending one of another unit it races is an emulation error.
-enum { TJ_PV_W = 1, TJ_PV_R = 2, TJ_PS = 4, TJ_PV_W_DMA = 8, TJ_PV_R_DMA = 16 };
+// An asynchronous DMA's LM bytes (TJ_PA) race every unit, itself included, until mfence.
+enum { TJ_PV_W = 1, TJ_PV_R = 2, TJ_PS = 4, TJ_PV_W_DMA = 8, TJ_PV_R_DMA = 16, TJ_PA = 32 };
 #define TJ_EMU_GRANULES 4096
 static thread_local uint8_t tj_emu_pend[TJ_EMU_GRANULES];
 static thread_local const char* tj_emu_arena = 0;
@@ -85,12 +86,18 @@ static inline void tj_emu_order(const void* p, int bytes, uint8_t races, uint8_t
     long off = (long)((const char*)p - tj_emu_arena);
     if (off < 0 || off >= tj_emu_arena_bytes) return;   // not the arena: a register's copy
     long end = off + bytes < tj_emu_arena_bytes ? off + bytes : tj_emu_arena_bytes;
-    for (long g = off / 4; g < (end + 3) / 4; ++g)
+    for (long g = off / 4; g < (end + 3) / 4; ++g) {
+        if (tj_emu_pend[g] & TJ_PA) {
+            tj_emu_fail("%s: arena bytes %llu..%llu are still under an asynchronous DMA (GM2LM_ASYNC/LM2GM_ASYNC), "
+                        "with no fence between: mfence() waits for it (cluster %d, core %d)", what, (uint64_t)(4 * g), (uint64_t)(4 * g + 3));
+            return;
+        }
         if (tj_emu_pend[g] & races) {
             tj_emu_fail("%s: arena bytes %llu..%llu are still pending from another unit, with no fence between "
                         "(cluster %d, core %d)", what, (uint64_t)(4 * g), (uint64_t)(4 * g + 3));
             return;
         }
+    }
     for (long g = off / 4; g < (end + 3) / 4; ++g) tj_emu_pend[g] |= leaves;
 }
 static inline void mfence_lm() {
@@ -123,10 +130,18 @@ static inline void LM2GM(const void* src, void* dst, int bytes) {
     }
     memcpy(dst, src, bytes);
 }
+// The asynchronous forms copy at once but leave their LM bytes pending (TJ_PA) until mfence():
+// code that touches them before the wait fails here, as it would read or clobber a copy in flight.
+static inline void GM2LM_ASYNC(const void* src, void* dst, int bytes) {
+    GM2LM(src, dst, bytes);
+    tj_emu_order(dst, bytes, 0, TJ_PA, "GM2LM_ASYNC");
+}
+static inline void LM2GM_ASYNC(const void* src, void* dst, int bytes) {
+    LM2GM(src, dst, bytes);
+    tj_emu_order(src, bytes, 0, TJ_PA, "LM2GM_ASYNC");
+}
 #define GM2SM GM2LM
 #define SM2GM LM2GM
-#define GM2LM_ASYNC GM2LM
-#define LM2GM_ASYNC LM2GM
 
 // ---- 16-lane fp32 SIMD (xtdk_simd.h names); vector loads/stores need 64-byte aligned LM ----------
 struct float32x16_t { float v[16]; };

@@ -11,6 +11,8 @@ of them a write, need a fence between them:
 
 `mfence_lm()` orders S and V; `mfence()` also orders DMA and is used where D is one side. S and
 synchronous D are ordered (GM2LM/LM2GM return when the copy is done), as public kernels rely on.
+An asynchronous batch (GM2LM_ASYNC/LM2GM_ASYNC of a tile's rows) is waited for by the `mfence()`
+the lowering emits right after it (`fenced_here`), so the stage sees it as one synchronous D access.
 Sources (docs/kunlun.md, "Memory fences"): Kunlunxin's C/C++ guide, FlagTree's XPU membar pass,
 FastDeploy's xpu_ops kernels (explicit `mfence_lm()` after vector stores).
 
@@ -80,6 +82,11 @@ class Fences:
         """Accesses the code makes after a fence that was placed ahead of them (a fence goes at
         the start of its group, before the group's earlier accesses): pending again."""
         self.pending += [Pending(a, _RACES[a.unit]) for a in accesses if _RACES[a.unit]]
+
+    def fenced_here(self, fence: str, why: str) -> None:
+        """A fence the code places itself (an asynchronous DMA batch's wait)."""
+        self.placed.append(f"{fence} that {why}")
+        self._apply(fence)
 
     def _apply(self, fence: str) -> None:
         if fence == FULL_FENCE:

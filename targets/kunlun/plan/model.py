@@ -71,12 +71,17 @@ class DMA:
     runtime_loops: int
     time: int
     shared: bool = False         # moved once per cluster (SM staging), not per core
+    batched: bool = False        # the transfers are issued asynchronously and waited for once
 
     def bytes_per_run(self, trips: float) -> float:
         return self.elem_bytes * self.elems * self.transfers * self.static_trips * trips ** self.runtime_loops
 
     def count_per_run(self, trips: float) -> float:
         return self.transfers * self.static_trips * trips ** self.runtime_loops
+
+    def waits_per_run(self, trips: float) -> float:
+        """The transfers the core waits for one at a time: a batch's all at once."""
+        return self.count_per_run(trips) / (self.transfers if self.batched else 1)
 
 
 @dataclasses.dataclass
@@ -102,10 +107,11 @@ class MemoryPlan:
         return self.vector_ops / self.element_ops if self.element_ops else 0.0
 
     def dma_totals(self, team: float = 1) -> tuple[float, float, float, float]:
-        """Per program, run-time loops at NOMINAL_TRIPS: the bytes and transfers the plan moves
-        (a staged site's once per `team` programs), then those the kernel as written names."""
+        """Per program, run-time loops at NOMINAL_TRIPS: the bytes the plan moves and the transfers
+        a core waits for (a staged site's once per `team` programs; an asynchronous batch's once),
+        then the bytes and transfers the kernel as written names (one wait per transfer)."""
         return (sum(d.bytes_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),
-                sum(d.count_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),
+                sum(d.waits_per_run(NOMINAL_TRIPS) / (team if d.shared else 1) for d in self.dma),
                 sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.written_dma),
                 sum(d.count_per_run(NOMINAL_TRIPS) for d in self.written_dma))
 
@@ -145,14 +151,16 @@ class MemoryPlan:
         for d in self.dma:
             kinds[d.kind] = kinds.get(d.kind, 0) + 1
         if kinds:
-            lines.append("  DMA sites: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+            batched = sum(d.batched for d in self.dma)
+            lines.append("  DMA sites: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+                         + (f"; {batched} of them asynchronous row batches (one mfence each)" if batched else ""))
         if self.element_ops:
             lines.append(f"  work per program: {self.element_ops:.0f} element operations, "
                          f"{100 * self.vector_share:.0f}% on the vector unit")
         if self.steps:
             nbytes, transfers = self.dma_growth
             lines.append(f"  DMA per program: {nbytes:.2f}x the bytes and {transfers:.2f}x the transfers of "
-                         f"the kernel as written (re-reads of the cut passes)")
+                         f"the kernel as written (re-reads of the cut passes); an asynchronous batch counts as one transfer")
         return "\n".join(lines)
 
 
