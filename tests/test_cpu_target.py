@@ -168,11 +168,63 @@ def test_tiles_too_large_for_a_program_are_refused_clearly():
     @kernel
     def big(x_ptr, BLOCK: tl.constexpr):
         r = tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])
-        tl.store(x_ptr + r[:, None] * BLOCK + r[None, :], v * tl.sum(v, axis=0)[None, :])   # v needs a buffer
+        v = tl.load(x_ptr + r[None, :] * BLOCK + r[:, None])   # read down columns, used twice: a buffer
+        tl.store(x_ptr + r[:, None] * BLOCK + r[None, :], v * tl.sum(v, axis=0)[None, :])
 
     with pytest.raises(CompilationError, match="BLOCK sizes"):
         big.warmup(torch.empty(1), BLOCK=2048)
+
+
+@kernel
+def _centred(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / N
+    tl.store(y_ptr + cols, (x - mean).to(y_ptr.dtype.element_ty), mask=cols < N)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_contiguous_row_read_by_several_nests_is_read_again_not_copied(dtype):
+    """layer_norm's shape: a row loaded once, summed, then used for the output. Each nest reads it
+    from memory (bf16 widened again in each): no local copy, no pass of its own; a row that is
+    not whole takes the masked nests, a whole one the unmasked ones."""
+    for n in (256, 200):
+        x = torch.randn(256).to(dtype)
+        y = torch.empty_like(x)
+        ck = _centred[(1,)](x, y, n, BLOCK=256)
+        want = x[:n].float() - x[:n].float().sum() / n
+        torch.testing.assert_close(y[:n], want.to(dtype))
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    assert "[256];" not in body   # no 256-element local array holds the row
+    assert len(re.findall(r"if \(inb\d+\) \{", body)) == 2   # the sum's nest and the output's: an in-bounds path each
+
+
+@kernel
+def _read_then_overwritten(x_ptr, y_ptr, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + r)
+    s = tl.sum(v, axis=0)
+    tl.store(x_ptr + r, v * 2.0)   # overwrites what v was read from
+    tl.store(y_ptr + r, v + s)     # still the values loaded
+
+
+def test_a_tile_used_after_a_store_keeps_the_values_it_loaded():
+    x = torch.randn(64)
+    old = x.clone()
+    y = torch.empty(64)
+    ck = _read_then_overwritten[(1,)](x, y, BLOCK=64)
+    assert torch.equal(x, old * 2.0)
+    torch.testing.assert_close(y, old + old.sum(), rtol=1e-6, atol=1e-5)
+    assert "[64];" in ck.source.split("_program(")[1]   # the tile is copied: a store comes between its uses
+
+
+def test_layer_norm_in_place_gives_the_bits_of_a_separate_output():
+    from kernels.norm import layer_norm_kernel
+    x, w, b = torch.randn(8, 1000), torch.randn(1000), torch.randn(1000)
+    y = torch.empty_like(x)
+    layer_norm_kernel[(8,)](x, w, b, y, 1000, 1000, 1, 1000, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=True, BLOCK=1024)
+    layer_norm_kernel[(8,)](x, w, b, x, 1000, 1000, 1, 1000, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=True, BLOCK=1024)
+    assert torch.equal(x, y)
 
 
 def test_fingerprint_names_compiler_flags_and_isa():

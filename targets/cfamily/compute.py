@@ -23,18 +23,31 @@ class ReduceDotLowering:
         if r.type.is_scalar:
             name = self.name(r)
             pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
-            if pragma and self._sums_in_lanes(x, kind, acc_t):
-                self.emit(f"float {name};")
-                self._reduce_in_lanes(x, (), name)
-                return
-            self.emit(f"{ctype} {name} = {init};")
-            if pragma:
-                self.emit(pragma)
-            nest = self.open_nest(x.shape, simd=False)
-            e = self.ev(x, nest.idx, nest)
-            self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
-            return
-        name = self.declare_buffer(r)
+            in_lanes = bool(pragma) and self._sums_in_lanes(x, kind, acc_t)
+            self.emit(f"{'float' if in_lanes else ctype} {name};")
+
+            def fill(masked: bool):
+                if in_lanes:
+                    self._reduce_in_lanes(x, (), name)
+                    return
+                self.emit(f"{name} = {init};")
+                if pragma:
+                    self.emit(pragma)
+                nest = self.open_nest(x.shape, simd=False)
+                e = self.ev(x, nest.idx, nest)
+                self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
+        else:
+            name = self.declare_buffer(r)
+
+            def fill(masked: bool):
+                self._reduce_into(x, axis, kind, acc_t, name, r)
+        # masked loads read in the reduction's own nest (a row re-read, not copied) get an unmasked
+        # path when in bounds, as an elementwise nest does
+        self._masked_or_fast(self._fused_load_mask(x), fill)
+
+    def _reduce_into(self, x: Value, axis: int, kind: str, acc_t, name: str, r: Value) -> None:
+        """Tile `x` reduced along `axis` into the buffer `name` (of r's shape)."""
+        ctype, init = self.d.reg_type(acc_t), self.d.reduce_identity(kind, acc_t)
         if axis == len(x.shape) - 1 and self.d.simd_reduction_pragma(kind, acc_t):
             # innermost axis: one accumulator per output element, vectorised as a SIMD reduction
             # (a fixed lane order for a given binary: deterministic and batch-invariant)

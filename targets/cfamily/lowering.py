@@ -1,10 +1,8 @@
 """Lowering of the Tile IR to C-family loop nests, shared by every C-like target.
 
 Each tile value is either *inlined* (an expression its consumers evaluate per element, so a
-chain of elementwise ops fuses into one loop nest) or *materialised* into a local buffer.
-Loads, reductions, dots and loop-carried values are always buffers; an elementwise value is a
-buffer only when recomputing it would cost (a float op used twice, broadcast, or used inside a
-loop it is defined outside of). Loop nests keep the innermost loop free of loop-carried
+chain of elementwise ops fuses into one loop nest) or *materialised* into a local buffer;
+materialize.py decides which. Loop nests keep the innermost loop free of loop-carried
 dependencies where they can, so the C compiler vectorises them.
 
 What differs per target lives in a `CDialect` table (types, literals, op spellings, math
@@ -20,31 +18,19 @@ from compiler.ir.ops import OPS
 
 from .atomics import AtomicDebugLowering
 from .bf16_dot import Bf16DotLowering
-from .buffers import LocalBuffer, Nest, writes_memory
+from .buffers import LocalBuffer, Nest
 from .compute import ReduceDotLowering
 from .dialect import CDialect
 from .in_place import InPlaceOperandLowering
 from .loops import LoopLowering
 from .masks import mask_terms
-
-_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
-          "split"}
-_RECOMPUTED = ("add", "sub", "mul", "neg")   # evaluated again in each consumer nest rather than stored
-_MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
-
+from .materialize import Materialization
 
 _INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
 
 
-def _is_cheap(op: Op) -> bool:
-    if op.name in _CHEAP:
-        return True
-    if OPS[op.name].kind == "elementwise":
-        return not op.results[0].dtype.is_floating() and not any(v.dtype.is_floating() for v in op.operands)
-    return False
-
-
-class CLowering(ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering, AtomicDebugLowering):
+class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering,
+                AtomicDebugLowering):
     """Renders one kernel's body (inside the per-program function) as C statements."""
 
     index_type = "int"
@@ -66,113 +52,13 @@ class CLowering(ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, Loop
         self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
         self.flag_scopes: list[dict[int, str]] = [{}]
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
-        self.uses: dict[int, list[Op]] = {}
-        self.def_block: dict[int, int] = {}
-        self.use_blocks: dict[int, set[int]] = {}
-        self.position: dict[int, tuple[Block, int]] = {}
-        self.op_by_id: dict[int, Op] = {}
-        self._analyse(fn.body)
-        self.materialized: set[int] = set()
-        self.roots: dict[int, set[int]] = {}
-        self._decide(fn.body)
+        self.decide_materialization(fn.body)
         self._raw_layouts: dict[int, str] | None = None   # bf16 dot operands filled raw (bf16_dot.py)
         self.in_place: dict[int, tuple[str, str]] = {}   # dot operands read in place: (pointer, ld) (in_place.py)
         # an op's index in IR order names it in what a kernel reports at run time (a status's site)
         self.op_index = {id(op): i for i, op in enumerate(fn.walk())}
         for p in fn.params:
             self.names[id(p.value)] = dialect.safe_name(p.name)
-
-    # -- analysis -----------------------------------------------------------------------------
-    def _analyse(self, block: Block) -> None:
-        for i, op in enumerate(block.ops):
-            self.position[id(op)] = (block, i)
-            self.op_by_id[id(op)] = op
-            for v in op.operands:
-                self.uses.setdefault(id(v), []).append(op)
-                self.use_blocks.setdefault(id(v), set()).add(id(block))
-            for r in op.results:
-                self.def_block[id(r)] = id(block)
-            for b in op.blocks:
-                for a in b.args:
-                    self.def_block[id(a)] = id(b)
-                self._analyse(b)
-
-    def _decide(self, block: Block) -> None:
-        """Which tile values become buffers. Walks each block backwards so a value's consumers are
-        decided first: an elementwise value whose uses all end up in one consumer's loop nest is
-        computed once per element there (the nest memoises it) and needs no buffer."""
-        for op in reversed(block.ops):
-            for b in op.blocks:
-                self._decide(b)
-            for v in op.results:
-                if self._must_materialize(v):
-                    self.materialized.add(id(v))
-                    self.roots[id(v)] = {id(v.owner)}
-                else:
-                    self.roots[id(v)] = self._roots_of_uses(v)
-
-    def _roots_of_uses(self, v: Value) -> set[int]:
-        """The ops whose loop nests evaluate `v` (through inlined elementwise/view consumers)."""
-        out: set[int] = set()
-        for u in self.uses.get(id(v), []):
-            if u.results and id(u.results[0]) in self.roots and id(u.results[0]) not in self.materialized \
-                    and OPS[u.name].kind in ("elementwise", "view") and not u.results[0].type.is_scalar:
-                for r in u.results:   # (split has two)
-                    out |= self.roots.get(id(r), set())
-            else:
-                out.add(id(u))
-        return out
-
-    def _must_materialize(self, v: Value) -> bool:
-        op = v.owner
-        if op is None or v.type.is_scalar:
-            return True
-        if op.name == "load":
-            return not self._load_fuses(v)
-        if op.name in ("reduce", "dot", "for", "while", "if") or op.name in _MULTI_RESULT:
-            return True
-        if _is_cheap(op):
-            return False
-        uses = self.uses.get(id(v), [])
-        if any(u.name in ("broadcast", "dot") for u in uses):
-            return True
-        if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
-            return True   # used inside a loop it is defined outside of: compute once, not per iteration
-        roots = len(self._roots_of_uses(v))
-        # one add/sub/mul over its operands costs less in each of a few consumer nests than a
-        # store, a pass and the loads back (layer_norm's x - mean); the same op, so the same bits
-        return roots > 1 and not (op.name in _RECOMPUTED and roots <= 3)
-
-    def _load_fuses(self, v: Value) -> bool:
-        """A tile load is read inside its consumer's loop nest (no buffer, no extra pass) when it
-        has one consumer nest in the same block and no op between the two writes memory.
-
-        The consumer may be a store: each element is still loaded before it is stored, so an
-        in-place op on one tensor is exact. Only a program that stores to element i of a tensor
-        it loads at element j != i in the same statement would see a difference; on a GPU the
-        threads owning i and j race there too, so the tile language leaves that order undefined."""
-        uses = self.uses.get(id(v), [])
-        if not uses or any(u.name in ("broadcast", "dot") for u in uses):
-            return False
-        if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
-            return False
-        roots = self._roots_of_uses(v)
-        if len(roots) != 1:
-            return False
-        root = self.op_by_id.get(next(iter(roots)))
-        if root is None or root.name in ("for", "while", "if") or id(root) not in self.position:
-            return False
-        return self.read_then_used_unwritten(v.owner, root)
-
-    def read_then_used_unwritten(self, op: Op, later: Op) -> bool:
-        """Whether `later` follows `op` in the same block with no op between them writing memory:
-        what `op` read is still what memory holds when `later` uses it."""
-        block, start = self.position[id(op)]
-        lblock, end = self.position[id(later)]
-        return lblock is block and not any(writes_memory(o) for o in block.ops[start + 1:end])
-
-    def _materialize(self, v: Value) -> bool:
-        return id(v) in self.materialized
 
     # -- naming and output ----------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
