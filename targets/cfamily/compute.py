@@ -20,17 +20,19 @@ class ReduceDotLowering:
         acc_t = r.dtype
         ctype = self.d.reg_type(acc_t)
         init = self.d.reduce_identity(kind, acc_t)
+        # masked loads read in the reduction's own nest (a row re-read, not copied) get an unmasked
+        # path when in bounds, as an elementwise nest does
+        mask = self._fused_load_mask(x)
         if r.type.is_scalar:
             name = self.name(r)
             pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
             in_lanes = bool(pragma) and self._sums_in_lanes(x, kind, acc_t)
-            self.emit(f"{'float' if in_lanes else ctype} {name};")
+            self.emit(f"float {name};" if in_lanes else f"{ctype} {name} = {init};")   # (one path runs)
 
             def fill(masked: bool):
                 if in_lanes:
                     self._reduce_in_lanes(x, (), name)
                     return
-                self.emit(f"{name} = {init};")
                 if pragma:
                     self.emit(pragma)
                 nest = self.open_nest(x.shape, simd=False)
@@ -41,9 +43,7 @@ class ReduceDotLowering:
 
             def fill(masked: bool):
                 self._reduce_into(x, axis, kind, acc_t, name, r)
-        # masked loads read in the reduction's own nest (a row re-read, not copied) get an unmasked
-        # path when in bounds, as an elementwise nest does
-        self._masked_or_fast(self._fused_load_mask(x), fill)
+        self._masked_or_fast(mask, fill)
 
     def _reduce_into(self, x: Value, axis: int, kind: str, acc_t, name: str, r: Value) -> None:
         """Tile `x` reduced along `axis` into the buffer `name` (of r's shape)."""
