@@ -130,8 +130,10 @@ class Materialization:
             return False
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return False
+        block = self.position[id(v.owner)][0]
         roots = [self.op_by_id.get(r) for r in self._roots_of_uses(v)]
-        if not roots or any(r is None or r.name in ("for", "while", "if") or id(r) not in self.position for r in roots):
+        if not roots or any(r is None or r.name in ("for", "while", "if") or id(r) not in self.position
+                            or self.position[id(r)][0] is not block for r in roots):
             return False
         if len(roots) > 1 and (len(roots) > MAX_REREAD_NESTS or index_step(v.owner.operands[0], len(v.shape) - 1) != 1):
             return False
