@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from compiler import CompilationError, kernel, language as tl
+from compiler.errors import TargetError
 from targets.cpu import toolchain
 
 
@@ -225,6 +226,19 @@ def test_layer_norm_in_place_gives_the_bits_of_a_separate_output():
     layer_norm_kernel[(8,)](x, w, b, y, 1000, 1000, 1, 1000, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=True, BLOCK=1024)
     layer_norm_kernel[(8,)](x, w, b, x, 1000, 1000, 1, 1000, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=True, BLOCK=1024)
     assert torch.equal(x, y)
+
+
+def test_cpu_arch_setting_empty_means_native_and_a_bad_one_names_the_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEJIT_CPU_ARCH", "")
+    assert toolchain.march_flags()[0].endswith("=native")
+    monkeypatch.setenv("TILEJIT_CPU_ARCH", "-O0 -march=native")
+    with pytest.raises(TargetError, match="TILEJIT_CPU_ARCH='-O0 -march=native' is not an architecture name"):
+        toolchain.march_flags()
+    monkeypatch.setenv("TILEJIT_CPU_ARCH", "no-such-cpu")
+    src = tmp_path / "k.cpp"
+    src.write_text("int f() { return 1; }\n")
+    with pytest.raises(TargetError, match="TILEJIT_CPU_ARCH=no-such-cpu sets -m(arch|cpu)=no-such-cpu"):
+        toolchain.build(str(src), str(tmp_path / "k.so"))
 
 
 def test_fingerprint_names_compiler_flags_and_isa():

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 
@@ -41,8 +42,12 @@ def _find_compiler(cxx: str) -> str | None:
 
 
 def march_flags() -> list[str]:
-    # TILEJIT_CPU_ARCH pins the ISA (e.g. x86-64-v3) for caches shipped to other hosts
-    arch = os.environ.get("TILEJIT_CPU_ARCH", "native")
+    # TILEJIT_CPU_ARCH pins the ISA (e.g. x86-64-v3) for caches shipped to other hosts; set but
+    # empty means unset, as for the shell's own defaults
+    arch = os.environ.get("TILEJIT_CPU_ARCH", "").strip() or "native"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.+-]*", arch):
+        raise TargetError(f"TILEJIT_CPU_ARCH={arch!r} is not an architecture name: set it to one the C++ "
+                          "compiler's -march takes (native, x86-64-v3, skylake-avx512, ...) or unset it")
     return [f"-march={arch}"] if platform.machine() in ("x86_64", "AMD64") else [f"-mcpu={arch}"]
 
 
@@ -80,4 +85,7 @@ def build(source_path: str, out_path: str) -> None:
     with compiler_tmpdir(os.path.dirname(os.path.abspath(out_path))) as env:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:
-        raise TargetError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")
+        arch = os.environ.get("TILEJIT_CPU_ARCH", "").strip()
+        hint = (f"\nTILEJIT_CPU_ARCH={arch} sets {march_flags()[0]}: the compiler may not know that name "
+                "(unset it for -march=native)") if arch and ("march" in res.stderr or "mcpu" in res.stderr) else ""
+        raise TargetError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}{hint}")
