@@ -228,6 +228,28 @@ def test_layer_norm_in_place_gives_the_bits_of_a_separate_output():
     assert torch.equal(x, y)
 
 
+@kernel
+def _rows_split_by_division(x_ptr, y_ptr, z_ptr, R, H, sb, sh, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, BLOCK_C)
+    m = (r < R)[:, None]
+    src = ((r // H) * sb + (r % H) * sh)[:, None] + cols[None, :]   # row -> (batch, head)
+    x = tl.load(x_ptr + src, mask=m, other=0.0)
+    tl.store(y_ptr + r[:, None] * BLOCK_C + cols[None, :], x * 2.0, mask=m)
+    tl.store(z_ptr + src, x + 1.0, mask=m)
+
+
+def test_a_row_index_from_a_division_is_computed_once_per_row():
+    """Integer division is not index arithmetic to repeat per element: a row's (batch, head) from
+    `r // H` and `r % H`, reaching several nests, is divided once per row into a local array."""
+    x = torch.randn(3, 5, 2, 32)[:, :, 1]   # [3, 5, 32] with gaps between heads
+    y, z = torch.empty(15, 32), torch.zeros(3, 5, 2, 32)[:, :, 1]   # z: x's strides
+    ck = _rows_split_by_division[(2,)](x, y, z, 15, 5, x.stride(0), x.stride(1), BLOCK_R=8, BLOCK_C=32)
+    assert torch.equal(y, (x * 2.0).reshape(15, 32)) and torch.equal(z, x + 1.0)
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    assert len(re.findall(r"int32_t \w+\[8\];", body)) == 2   # r // H and r % H, eight rows each
+
+
 def test_cpu_arch_setting_empty_means_native_and_a_bad_one_names_the_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("TILEJIT_CPU_ARCH", "")
     assert toolchain.march_flags()[0].endswith("=native")
