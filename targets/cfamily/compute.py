@@ -18,8 +18,6 @@ class ReduceDotLowering:
         r = op.results[0]
         axis, kind = op.attrs["axis"], op.attrs["kind"]
         acc_t = r.dtype
-        ctype = self.d.reg_type(acc_t)
-        init = self.d.reduce_identity(kind, acc_t)
         # masked loads read in the reduction's own nest (a row re-read, not copied) get an unmasked
         # path when in bounds, as an elementwise nest does
         mask = self._fused_load_mask(x)
@@ -27,7 +25,8 @@ class ReduceDotLowering:
             name = self.name(r)
             pragma = self.d.simd_reduction_pragma(kind, acc_t, name) if len(x.shape) == 1 else None
             in_lanes = bool(pragma) and self._sums_in_lanes(x, kind, acc_t)
-            self.emit(f"float {name};" if in_lanes else f"{ctype} {name} = {init};")   # (one path runs)
+            init = self.d.reduce_identity(kind, acc_t)
+            self.emit(f"float {name};" if in_lanes else f"{self.d.reg_type(acc_t)} {name} = {init};")   # (one path runs)
 
             def fill(masked: bool):
                 if in_lanes:

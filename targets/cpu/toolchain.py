@@ -81,11 +81,12 @@ def build(source_path: str, out_path: str) -> None:
     cxx = find_compiler()
     if cxx is None:
         raise TargetError("the cpu target needs a C++ compiler: install g++ (or set CXX)")
-    cmd = [cxx, *BASE_FLAGS, *march_flags(), f"-I{HEADER_DIR}", source_path, "-o", out_path]
+    arch = march_flags()
+    cmd = [cxx, *BASE_FLAGS, *arch, f"-I{HEADER_DIR}", source_path, "-o", out_path]
     with compiler_tmpdir(os.path.dirname(os.path.abspath(out_path))) as env:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:
-        arch = os.environ.get("TILEJIT_CPU_ARCH", "").strip()
-        hint = (f"\nTILEJIT_CPU_ARCH={arch} sets {march_flags()[0]}: the compiler may not know that name "
-                "(unset it for -march=native)") if arch and ("march" in res.stderr or "mcpu" in res.stderr) else ""
+        chosen = os.environ.get("TILEJIT_CPU_ARCH", "").strip()
+        hint = (f"\nTILEJIT_CPU_ARCH={chosen} sets {arch[0]}: the compiler may not know that name "
+                "(unset it for -march=native)") if chosen and ("march" in res.stderr or "mcpu" in res.stderr) else ""
         raise TargetError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}{hint}")
