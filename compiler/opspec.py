@@ -103,6 +103,9 @@ class OpSpec:
                   it cannot change a bit, so small batches need not run large blocks
     dot_tiles     params that only cut a dot's K into tiles and its N into programs: bit-neutral
                   on targets whose dot chains across tiles (`Caps.dot_chains_across_tiles`)
+    dot_rows      bit-neutral params that are the row count of the kernel's dots: a clamp to a
+                  short problem leaves them at least the target's `Caps.dot_min_rows`, so a decode
+                  block still runs on the matrix unit
     """
 
     name: str
@@ -122,6 +125,7 @@ class OpSpec:
     spaces: dict = dataclasses.field(default_factory=dict)
     follows: dict = dataclasses.field(default_factory=dict)
     dot_tiles: frozenset = frozenset()
+    dot_rows: frozenset = frozenset()
 
     # -- keys -------------------------------------------------------------------------------------
     def key_of(self, **dims) -> dict:
@@ -166,7 +170,7 @@ class OpSpec:
         if missing:
             return (f"it lacks {', '.join(missing)} (a config of {self.name} sets "
                     f"{', '.join(sorted(required))})")
-        unknown = sorted(set(config) - allowed)
+        unknown = sorted(set(config) - allowed - CONFIG_LAUNCH_OPTIONS)
         if unknown:
             return f"{', '.join(unknown)} is not a parameter of {self.name} (its parameters: {', '.join(sorted(allowed))})"
         return None
@@ -191,7 +195,7 @@ class OpSpec:
         bit-neutral ones, the target's, and the dot's tiles where the dot chains across tiles."""
         return self.bit_neutral | caps.bit_neutral | (self.dot_tiles if caps.dot_chains_across_tiles else frozenset())
 
-    def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> dict:
+    def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset(), dot_min_rows: int = 1) -> dict:
         """The config a call launches: strict's fixed order parameters, then the clamps, then the
         params that follow a batch dim where the target declares them bit-neutral (`neutral`)."""
         cfg = dict(config)
@@ -201,14 +205,17 @@ class OpSpec:
         for param, dim in self.follows.items():
             if param in neutral and param in cfg and dims.get(dim) is not None:
                 cfg[param] = min(cfg[param], npow2(max(1, dims[dim])))
+        for param in self.dot_rows & cfg.keys():   # never past the config's own value
+            cfg[param] = max(cfg[param], min(config.get(param, cfg[param]), dot_min_rows))
         return cfg
 
-    def effective(self, config: dict, dims: dict, policy: str, neutral=frozenset()) -> tuple[dict, str | None]:
+    def effective(self, config: dict, dims: dict, policy: str, neutral=frozenset(),
+                  dot_min_rows: int = 1) -> tuple[dict, str | None]:
         """(the config launched for candidate `config`, why the candidate is pruned or None). A
         candidate is pruned when a parameter that can change result bits would not run as given
         (it runs as a smaller candidate, measured on its own); bit-neutral parameters (the op's
         and the target's `neutral`) may follow the shape."""
-        eff = self.launched(config, dims, policy, neutral)
+        eff = self.launched(config, dims, policy, neutral, dot_min_rows)
         for k, v in config.items():
             if eff.get(k) == v or k in self.bit_neutral or k in neutral:
                 continue
@@ -216,6 +223,12 @@ class OpSpec:
                 return eff, f"strict fixes {k}={eff[k]} on every target"
             return eff, f"{k}={v} runs as {k}={eff.get(k)} for {self.shape_key(**dims)}"
         return eff, None
+
+
+# launch options a library op's config may carry beside its block sizes (a gpu default, or an
+# autotuner candidate, picks warps and pipeline stages with its tiles); targets whose build does
+# not honour them ignore them (compiler/launch_options.py)
+CONFIG_LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages"})
 
 
 def config_problem(config) -> str | None:

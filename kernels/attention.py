@@ -38,7 +38,7 @@ from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import OP_DTYPES, cdiv, check_device, check_same_dtype, check_tensor, config_text
-from .configs import select
+from .configs import narrow_dots, select
 from .torch_ops import decode_config, define
 
 # strict: BLOCK_N fixes the softmax's summation order, so it is one value on every target, and the
@@ -82,6 +82,15 @@ def _query_rows(q_ptr, o_ptr, pid_m, pid_bh, Hq, GROUP, Sq, sqb, sqh, sqm, sob, 
     return b, hk, offs_m, m_ok, q_rows, o_rows, lse_offs
 
 
+@kernel
+def _dot_operand(x, NARROW_DOT: tl.constexpr):
+    """A dot operand as loaded (NARROW_DOT), else widened to fp32: the products are exact either
+    way, so only the dot's own accumulation differs."""
+    if NARROW_DOT:
+        return x
+    return x.to(tl.float32)
+
+
 # q.k^T runs over head_dim in chunks of BLOCK_DK, chained into one accumulator (the same fma chain
 # as a single dot over all of BLOCK_D), so neither BLOCK_DK nor BLOCK_DO changes a result bit: they
 # let a target with little local memory (Kunlun LM) hold tiles of a long head_dim.
@@ -90,10 +99,13 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
                      Hq, GROUP, Sq, Sk, D, scale, smb, smh, smm, smn,
                      sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
                      CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, HAS_MASK: tl.constexpr,
-                     PACK_GQA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DO: tl.constexpr):
+                     PACK_GQA: tl.constexpr, NARROW_DOT: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr,
+                     BLOCK_DO: tl.constexpr):
     """One program: BLOCK_M query rows x BLOCK_DO output columns (program_id(2) picks the columns);
-    with PACK_GQA the rows are query heads that share one kv head (_query_rows)."""
+    with PACK_GQA the rows are query heads that share one kv head (_query_rows). NARROW_DOT (fp16/
+    bf16 inputs, fast policy, a target with `Caps.narrow_dots`): q, k and v enter the dots in their
+    own dtype, and p is rounded to v's dtype for the P.V dot."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     pid_d = tl.program_id(2)
@@ -108,8 +120,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
     if BLOCK_DK == BLOCK_D:   # q stays in registers/local memory for the whole key loop
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        q = tl.load(q_rows[:, None] + offs_d[None, :] * sqd,
-                    mask=m_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
+        q = _dot_operand(tl.load(q_rows[:, None] + offs_d[None, :] * sqd,
+                                 mask=m_ok[:, None] & d_ok[None, :], other=0.0), NARROW_DOT)
 
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -119,30 +131,39 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
     hi = Sk
     if CAUSAL and not PACK_GQA:   # packed rows of a block may sit anywhere in 0..Sq-1: all keys
         hi = tl.minimum(Sk, (pid_m + 1) * BLOCK_M + diag)
+    # keys below `unmasked` are in bounds and seen by every row of the block: a key block wholly
+    # below it skips the mask (tl.where with an all-true mask is the identity, so no bit changes)
+    unmasked = Sk
+    if HAS_MASK:
+        unmasked = 0
+    elif CAUSAL:
+        first_row = 0 if PACK_GQA else pid_m * BLOCK_M
+        unmasked = tl.minimum(Sk, first_row + diag + 1)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < Sk
         if BLOCK_DK == BLOCK_D:
-            kt = tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
-                         mask=d_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+            kt = _dot_operand(tl.load(k_base + offs_n[None, :] * skn + offs_d[:, None] * skd,
+                                      mask=d_ok[:, None] & n_ok[None, :], other=0.0), NARROW_DOT)
             s = tl.dot(q, kt)
         else:
             s = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for d0 in range(0, BLOCK_D, BLOCK_DK):
                 offs_dk = d0 + tl.arange(0, BLOCK_DK)
                 dk_ok = offs_dk < D
-                q_c = tl.load(q_rows[:, None] + offs_dk[None, :] * sqd,
-                              mask=m_ok[:, None] & dk_ok[None, :], other=0.0).to(tl.float32)
-                kt_c = tl.load(k_base + offs_n[None, :] * skn + offs_dk[:, None] * skd,
-                               mask=dk_ok[:, None] & n_ok[None, :], other=0.0).to(tl.float32)
+                q_c = _dot_operand(tl.load(q_rows[:, None] + offs_dk[None, :] * sqd,
+                                           mask=m_ok[:, None] & dk_ok[None, :], other=0.0), NARROW_DOT)
+                kt_c = _dot_operand(tl.load(k_base + offs_n[None, :] * skn + offs_dk[:, None] * skd,
+                                            mask=dk_ok[:, None] & n_ok[None, :], other=0.0), NARROW_DOT)
                 s = tl.dot(q_c, kt_c, s)
         s = s * scale
-        valid = n_ok[None, :] & m_ok[:, None]
-        if CAUSAL:
-            valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
-        if HAS_MASK:
-            valid = _mask_tile(mask_ptr, b, pid_bh % Hq, smb, smh, smm, smn, offs_m, offs_n, valid)
-        s = tl.where(valid, s, -float("inf"))
+        if start_n + BLOCK_N > unmasked:
+            valid = n_ok[None, :] & m_ok[:, None]
+            if CAUSAL:
+                valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
+            if HAS_MASK:
+                valid = _mask_tile(mask_ptr, b, pid_bh % Hq, smb, smh, smm, smn, offs_m, offs_n, valid)
+            s = tl.where(valid, s, -float("inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         # a row that has seen no key yet keeps m = -inf; rescale it against 0 to avoid inf - inf
         m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
@@ -150,8 +171,11 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, mask_ptr,
         alpha = tl.exp(m_i - m_ref)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_base + offs_n[:, None] * svn + offs_do[None, :] * svd,
-                    mask=n_ok[:, None] & do_ok[None, :], other=0.0).to(tl.float32)
-        acc = tl.dot(p, v, acc * alpha[:, None])
+                    mask=n_ok[:, None] & do_ok[None, :], other=0.0)
+        if NARROW_DOT:
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        else:
+            acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
         m_i = m_new
     has_keys = l_i != 0.0   # 0 only for a row that saw no key; NaN (propagated, as in torch) for a NaN score
     l_safe = tl.where(has_keys, l_i, 1.0)
@@ -244,7 +268,8 @@ def _launch(q, k, v, mask, causal, scale, return_lse, config, out, lse):
     attention_kernel[(cdiv(rows, cfg["BLOCK_M"]), B * (Hkv if pack else Hq), cfg["BLOCK_D"] // cfg["BLOCK_DO"])](
         q, k, v, out, lse if return_lse else None, m8, Hq, group, Sq, Sk, D, float(scale),
         *(m8.stride() if m8 is not None else (0,) * 4), *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, PACK_GQA=pack, **cfg)
+        CAUSAL=causal, STORE_LSE=return_lse, HAS_MASK=m8 is not None, PACK_GQA=pack,
+        NARROW_DOT=narrow_dots(q.dtype), **cfg)
 
 
 def _empty_head_lse(B: int, Hq: int, Sq: int, Sk: int, causal: bool, mask, lse) -> torch.Tensor:
@@ -367,10 +392,14 @@ SPEC = OpSpec(
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn} for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_DK": dk, "BLOCK_DO": do}
                                 for bm in (1, 4, 8, 16) for bn in (8, 16, 32) for dk in (16, 32)
-                                for do in (32, 64))},
+                                for do in (32, 64)),
+            "simt": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": st}
+                          for bm, bn, w, st in ((64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
+                                                (64, 64, 4, 2), (128, 32, 4, 3)))},
     defaults={"cache": _by_head_dim({"BLOCK_M": 32, "BLOCK_N": 64}, {"BLOCK_M": 32, "BLOCK_N": 32}),
               "scratchpad": _scratch,
-              "simt": _by_head_dim({"BLOCK_M": 128, "BLOCK_N": 64}, {"BLOCK_M": 64, "BLOCK_N": 64})},
+              "simt": _by_head_dim({"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+                                   {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3})},
     clamp=_clamp,
     dims_of=lambda s: {"head_dim": s["head_dim"], "seq_k": s["seq_k"], "seq_q": s["seq_q"]},
     problem=_problem,
@@ -387,6 +416,7 @@ SPEC = OpSpec(
                    "causal": False},),
     strict_fixed={"BLOCK_N": STRICT_BLOCK_N},
     bit_neutral=frozenset({"BLOCK_M", "BLOCK_DK", "BLOCK_DO"}),   # they group rows / split head_dim only
+    dot_rows=frozenset({"BLOCK_M"}),   # the rows of q.k^T and p.v
 )
 SPECS = (SPEC,)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+import torch
+
 from compiler import current_target, get_target
 from compiler.cache import decisions
 from compiler.cache.safety import settings_stamp
@@ -45,6 +47,13 @@ def select(spec: OpSpec, target=None, **dims) -> dict:
     return dict(shared(spec, target, dims))
 
 
+def narrow_dots(dtype) -> bool:
+    """Whether a library kernel keeps its fp16/bf16 dot operands narrow: the fast policy, on a
+    target whose matrix units run them far faster than fp32 (`Caps.narrow_dots`, docs/numerics.md)."""
+    return (dtype in (torch.float16, torch.bfloat16) and current_policy() == "fast"
+            and current_target().caps.narrow_dots)
+
+
 def context() -> tuple:
     """What decides a library op's configs besides its dims: (target, policy, whether tuned
     decisions are used, the decision store's generation, the cache settings). Memos of configs,
@@ -63,7 +72,8 @@ def shared(spec: OpSpec, target, dims: dict) -> dict:
         policy, tuned = key[2], key[3]
         # lookup_or_default ignores (with a warning) a stored winner the op could not run
         found = decisions.lookup_or_default(spec.name, tgt, policy, spec.shape_key(**dims)) if tuned else None
-        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
+        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral,
+                           tgt.caps.dot_min_rows)
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = cfg

@@ -299,11 +299,15 @@ SPEC = OpSpec(
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
                 for bm in (16, 32, 64) for bn in (16, 32, 64, 128) for bk in (16, 32, 64, 128)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-                                for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32))},
+                                for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32)),
+            # tiles with warps and pipeline stages (benchmarks/gpu_configs.py times them on a GPU)
+            "simt": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": st}
+                          for bm, bn, bk, w, st in ((64, 128, 32, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3),
+                                                    (128, 256, 64, 8, 3), (64, 64, 64, 4, 4), (64, 128, 64, 4, 4)))},
     defaults={
         "cache": _cache,
         "scratchpad": _scratch,
-        "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
+        "simt": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
     },
     clamp=_clamp,
     dims_of=lambda s: {"N": s["N"], "K": s["K"], "M": s["M"]},

@@ -516,6 +516,7 @@ SPEC = OpSpec(
                    "page_size": 8},),
     strict_fixed={"BLOCK_N": STRICT_BLOCK_N},
     bit_neutral=frozenset({"BLOCK_M", "BLOCK_DK", "BLOCK_DO"}),   # rows per program / head_dim chunks only
+    dot_rows=frozenset({"BLOCK_M"}),   # the rows of q.k^T and p.v
 )
 SPECS = (SPEC,)
 

@@ -43,6 +43,13 @@ def _runnable(tgt) -> bool:
             f"target {tgt.name!r} cannot run kernels on this machine and has no cost model "
             f"(no estimate(spec, config, shape)), so there is nothing to rank candidates by; "
             f"run the autotuner on a machine with this target (measurements are never faked)")
+    if tgt.caps.measurable and tgt.device_type != "cpu":
+        # the op specs' problems are CPU tensors, timed by the host clock with no device sync
+        raise AutotuneError(
+            f"target {tgt.name!r} runs on {tgt.device_type} tensors, and the autotuner times its problems as "
+            f"CPU tensors on the host clock, so it cannot tune on this device yet. To choose configs here, "
+            f"time the candidates with `python benchmarks/gpu_configs.py` and pass the winner as config=...; "
+            f"to pre-build the defaults for the device, name its arch (`--target gpu --arch sm_90`)")
     return tgt.caps.measurable
 
 
@@ -70,7 +77,8 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     policy, runnable = ctx["policy"], ctx["runnable"]
     dims = spec.dims_of(shape)
     skey = spec.shape_key(**dims)
-    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral)
+    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral,
+                                tgt.caps.dot_min_rows)
     dk = config_key(default_cfg)
     # the default first: it is measured even when the budget is spent, so every shape gets a winner
     space = sorted(_space(spec, tgt, ctx), key=lambda c: config_key(c) != dk)
@@ -86,7 +94,8 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     tuned = tune(space, (lambda cfg: prob.run(cfg)) if runnable else None,
                  (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
                  estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
-                 effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral),
+                 effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral,
+                                                        tgt.caps.dot_min_rows),
                  repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"],
                  build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"])
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
@@ -99,7 +108,8 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     if runnable and kind == "reused":
         # the stored times may be another shape's with the same key dims: time the winner (and
         # the default, below) on this shape, unstored, so the row compares like with like
-        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps.bit_neutral), ctx)
+        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps.bit_neutral,
+                                                  tgt.caps.dot_min_rows), ctx)
         time_s, spread, default_t = (here.seconds, here.spread, None) if here else (None, None, None)
     if default_t is None and runnable and winner:   # e.g. the default is not in the space
         here = _time_here(prob, default_cfg, ctx)

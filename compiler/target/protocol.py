@@ -58,6 +58,13 @@ class Caps:
     dot_chains_across_tiles  `tl.dot(a, b, acc)` is one ascending-k fma chain per output element
                         that continues `acc`: how K is cut into tiles, or N into programs, never
                         changes a bit (an op's default may then pick its `dot_tiles` by the batch)
+    narrow_dots         dots on fp16/bf16 operands run on matrix units many times faster than fp32
+                        ones (GPU tensor cores): in the fast policy, library kernels then keep such
+                        operands narrow, and attention rounds its probabilities to the value dtype
+                        for the P.V dot, as FlashAttention does (docs/numerics.md)
+    dot_min_rows        the fewest rows a dot runs on the matrix unit (Triton's tl.dot: 16; the gpu
+                        target renders a shorter one as an fma chain): ops' bit-neutral row blocks
+                        are not clamped below it (`OpSpec.dot_rows`)
     """
 
     local_memory_bytes: int | None = None
@@ -69,6 +76,8 @@ class Caps:
     measurable: bool = True
     bit_neutral: frozenset = frozenset()
     dot_chains_across_tiles: bool = False
+    narrow_dots: bool = False
+    dot_min_rows: int = 1
 
     @property
     def tile_class(self) -> str:

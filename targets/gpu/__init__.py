@@ -65,7 +65,8 @@ class GPUTarget(Target):
         # a program is num_warps warps of threads; tiles are powers of two; timings mean something
         # only on a device
         self.caps = Caps(lanes_per_program=num_warps * WARP_SIZES.get(backend, 32), pow2_tiles=True,
-                         max_grid=MAX_GRID, measurable=mode == "device")
+                         max_grid=MAX_GRID, measurable=mode == "device", narrow_dots=True,
+                         dot_min_rows=16)
         self._fingerprint = None
 
     def __repr__(self) -> str:
