@@ -195,9 +195,13 @@ class OpSpec:
         bit-neutral ones, the target's, and the dot's tiles where the dot chains across tiles."""
         return self.bit_neutral | caps.bit_neutral | (self.dot_tiles if caps.dot_chains_across_tiles else frozenset())
 
-    def launched(self, config: dict, dims: dict, policy: str, neutral=frozenset(), dot_min_rows: int = 1) -> dict:
-        """The config a call launches: strict's fixed order parameters, then the clamps, then the
-        params that follow a batch dim where the target declares them bit-neutral (`neutral`)."""
+    def launched(self, config: dict, dims: dict, policy: str, caps=None) -> dict:
+        """The config a call launches on a target with `caps` (None: no target's declarations):
+        strict's fixed order parameters, then the clamps, then the params that follow a batch dim
+        where the target declares them bit-neutral, and dot row blocks no lower than its
+        `dot_min_rows`."""
+        neutral = caps.bit_neutral if caps is not None else frozenset()
+        dot_min_rows = caps.dot_min_rows if caps is not None else 1
         cfg = dict(config)
         if policy == "strict":
             cfg.update(self.strict_fixed)
@@ -209,13 +213,13 @@ class OpSpec:
             cfg[param] = max(cfg[param], min(config.get(param, cfg[param]), dot_min_rows))
         return cfg
 
-    def effective(self, config: dict, dims: dict, policy: str, neutral=frozenset(),
-                  dot_min_rows: int = 1) -> tuple[dict, str | None]:
+    def effective(self, config: dict, dims: dict, policy: str, caps=None) -> tuple[dict, str | None]:
         """(the config launched for candidate `config`, why the candidate is pruned or None). A
         candidate is pruned when a parameter that can change result bits would not run as given
         (it runs as a smaller candidate, measured on its own); bit-neutral parameters (the op's
-        and the target's `neutral`) may follow the shape."""
-        eff = self.launched(config, dims, policy, neutral, dot_min_rows)
+        and the target's) may follow the shape."""
+        eff = self.launched(config, dims, policy, caps)
+        neutral = caps.bit_neutral if caps is not None else frozenset()
         for k, v in config.items():
             if eff.get(k) == v or k in self.bit_neutral or k in neutral:
                 continue

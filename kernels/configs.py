@@ -72,8 +72,7 @@ def shared(spec: OpSpec, target, dims: dict) -> dict:
         policy, tuned = key[2], key[3]
         # lookup_or_default ignores (with a warning) a stored winner the op could not run
         found = decisions.lookup_or_default(spec.name, tgt, policy, spec.shape_key(**dims)) if tuned else None
-        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral,
-                           tgt.caps.dot_min_rows)
+        cfg = spec.launched(found or spec.default_config(tgt.caps, dims), dims, policy, tgt.caps)
         if len(_memo) > 4096:
             _memo.clear()
         _memo[key] = cfg

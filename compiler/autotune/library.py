@@ -77,8 +77,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     policy, runnable = ctx["policy"], ctx["runnable"]
     dims = spec.dims_of(shape)
     skey = spec.shape_key(**dims)
-    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps.bit_neutral,
-                                tgt.caps.dot_min_rows)
+    default_cfg = spec.launched(spec.default_config(tgt.caps, dims), dims, policy, tgt.caps)
     dk = config_key(default_cfg)
     # the default first: it is measured even when the budget is spent, so every shape gets a winner
     space = sorted(_space(spec, tgt, ctx), key=lambda c: config_key(c) != dk)
@@ -94,8 +93,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     tuned = tune(space, (lambda cfg: prob.run(cfg)) if runnable else None,
                  (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
                  estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
-                 effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps.bit_neutral,
-                                                        tgt.caps.dot_min_rows),
+                 effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps),
                  repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"],
                  build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"])
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
@@ -108,8 +106,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     if runnable and kind == "reused":
         # the stored times may be another shape's with the same key dims: time the winner (and
         # the default, below) on this shape, unstored, so the row compares like with like
-        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps.bit_neutral,
-                                                  tgt.caps.dot_min_rows), ctx)
+        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps), ctx)
         time_s, spread, default_t = (here.seconds, here.spread, None) if here else (None, None, None)
     if default_t is None and runnable and winner:   # e.g. the default is not in the space
         here = _time_here(prob, default_cfg, ctx)

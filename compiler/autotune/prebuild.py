@@ -22,8 +22,7 @@ def prebuild(ops, shapes, target, policy: str = "fast") -> list[dict]:
             spec = specs[op]
             for shape in shapes.get(op, []):
                 dims = spec.dims_of(shape)
-                cfg = spec.launched(spec.default_config(target.caps, dims), dims, policy, target.caps.bit_neutral,
-                                    target.caps.dot_min_rows)
+                cfg = spec.launched(spec.default_config(target.caps, dims), dims, policy, target.caps)
                 t0, builds0 = time.perf_counter(), STATS.builds
                 with compile_only() as built:
                     spec.problem(shape).run(cfg)
