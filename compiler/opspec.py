@@ -12,7 +12,6 @@ it every result bit, is the same whatever the batch: see docs/numerics.md (batch
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 from importlib import metadata
 from typing import Callable
@@ -140,14 +139,18 @@ class OpSpec:
         return ",".join(f"{k}={v}" for k, v in self.key_of(**dims).items())
 
     # -- configs ----------------------------------------------------------------------------------
+    def __post_init__(self):
+        # computed once per spec, when it is made: every call with an explicit config= checks
+        # against it, also while torch.compile traces the call (which cannot enter the lock of a
+        # lazy functools.cached_property on Python 3.11)
+        object.__setattr__(self, "_config_keys", self._find_config_keys())
+
     def config_keys(self) -> tuple[frozenset, frozenset]:
         """(the parameters every config has, the parameters a config may have): from the candidate
         spaces, the static defaults, the strict-fixed parameters and what the clamps add."""
         return self._config_keys
 
-    @functools.cached_property
-    def _config_keys(self) -> tuple[frozenset, frozenset]:
-        # computed once per spec: every call with an explicit config= checks against it
+    def _find_config_keys(self) -> tuple[frozenset, frozenset]:
         cands = [c for sp in (self.space, *self.spaces.values()) for c in sp]
         cands += [d for d in self.defaults.values() if isinstance(d, dict)]
         required = frozenset.intersection(*(frozenset(c) for c in cands)) if cands else frozenset()

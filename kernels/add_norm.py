@@ -17,6 +17,7 @@ from compiler.opspec import OpSpec, Problem
 from .checks import check_device, check_same_dtype, check_tensor, checked_config
 from .configs import select
 from .norm import LAYER_NORM, _check_eps, _check_vec, _chunk_f32, _residual_sum, _rows, layer_norm_ref
+from .outputs import new_output
 
 
 @kernel
@@ -64,8 +65,8 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
     eps = _check_eps(op, eps)
     check_device(op, x=x, residual=residual, weight=weight, bias=bias)
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    res = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = new_output(x.shape, dtype=x.dtype, device=x.device)
+    res = new_output(x.shape, dtype=x.dtype, device=x.device)
     if rows and N:
         y2, s2 = y.view(rows, N), res.view(rows, N)
         cfg = checked_config(op, SPEC, config) if config else select(SPEC, None, N=N)

@@ -39,6 +39,8 @@ from compiler.fastpath import fast_module
 from compiler.jit import dry_launches
 from compiler.launch_record import recording
 
+from . import outputs
+
 from .configs import context
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -122,8 +124,8 @@ class Plan:
         self.packed = None if views else (allocs, n_out, launches)
 
     def __call__(self, args):
-        new = tuple([torch.empty(shape, dtype=dt, device=dev) if like is None else torch.empty_like(args[like])
-                     for like, shape, dt, dev in self.allocs])
+        new = tuple([outputs.new_output(shape, dtype=dt, device=dev) if like is None
+                     else torch.empty_like(args[like]) for like, shape, dt, dev in self.allocs])
         tensors = args + new
         if self.views:
             tensors += tuple([tensors[s].view(dt) for s, dt in self.views])
@@ -181,7 +183,7 @@ def _compiled_replayed():
     if fast is None:
         return replayed_py
     consts = (context, _NOT_PLAIN, torch.is_grad_enabled, _PLAIN, torch.Tensor, torch.strided, dry_launches, MISS,
-              torch.empty_like, torch.empty)
+              torch.empty_like, outputs.new_output)
     return lambda plans, args: fast(plans, args, *consts)
 
 
@@ -269,8 +271,11 @@ def _row_major(shape) -> tuple:
 
 def _allocation(out, args) -> tuple:
     """How a replay allocates `out`: as torch.empty_like of an argument with its very shape,
-    strides, dtype and device (a third cheaper than torch.empty), else by torch.empty."""
+    strides, dtype and device (a third cheaper than torch.empty), else, and always when it is
+    large enough for huge pages, by kernels.outputs.new_output."""
     meta = (out.shape, out.stride(), out.dtype, out.device)
+    if outputs.wants_huge_pages(out.nbytes, out.device):
+        return None, out.shape, out.dtype, out.device
     like = next((i for i, a in enumerate(args)
                  if isinstance(a, torch.Tensor) and (a.shape, a.stride(), a.dtype, a.device) == meta), None)
     return like, out.shape, out.dtype, out.device

@@ -16,6 +16,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 
 from .checks import FLOAT_DTYPES, cdiv, check_device, check_tensor
 from .configs import select
+from .outputs import new_output
 
 
 @kernel
@@ -65,7 +66,7 @@ def w8_matmul(a: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, group_si
         raise TypeError(f"{op}: out_dtype must be None (a's dtype) or torch.float32, got {out_dtype}")
     check_device(op, a=a, w=w, scale=scale)
     s2 = scale.reshape(-1, N).contiguous()
-    c = torch.empty(M, N, dtype=out_dtype or a.dtype, device=a.device)
+    c = new_output((M, N), dtype=out_dtype or a.dtype, device=a.device)
     if M == 0 or N == 0:
         return c
     if K == 0:

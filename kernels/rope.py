@@ -24,6 +24,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 from .checks import FLOAT_DTYPES, check_device, check_tensor
 from .configs import select
 from .indices import check_range, index_tensor
+from .outputs import new_output_like
 
 
 @kernel
@@ -120,8 +121,8 @@ def rope(q: torch.Tensor, k: torch.Tensor | None, cos: torch.Tensor, sin: torch.
         raise ValueError(f"{op}: positions has {pos.shape[0]} entries, expected one per token ({q.shape[0]})")
     check_range(op, "positions", pos, 0, min(cos.shape[0], sin.shape[0]))
     check_device(op, q=q, k=k, cos=cos, sin=sin, positions=pos)
-    qo = q if inplace else torch.empty_like(q)
-    ko = None if k is None else (k if inplace else torch.empty_like(k))
+    qo = q if inplace else new_output_like(q)
+    ko = None if k is None else (k if inplace else new_output_like(k))
     if q.shape[0] == 0:
         return qo, ko
     dims = {"head_dim": D, "rotary_dim": rot}

@@ -43,6 +43,7 @@ from compiler.opspec import OpSpec, Problem, Work, npow2
 from .checks import cdiv, check_device, check_same_dtype, check_tensor
 from .configs import select
 from .indices import check_range, in_range, index_tensor
+from .outputs import new_output_like
 
 KV_SPLIT = 256          # keys per split: a constant (batch invariance), a multiple of every BLOCK_N
 STRICT_BLOCK_N = 8      # strict: BLOCK_N fixes the order of the softmax sums, one value on every target
@@ -292,7 +293,7 @@ def _batch_of(op, q, cu_seqlens_q):
 def _launch(op, q, k, v, cu_q, max_q, kv, max_k, group, causal, scale, cap, window, out, config, parallel):
     """kv: ("paged", block_tables, seq_lens, page) or ("dense", cu_seqlens_k)."""
     total, Hq, D = q.shape
-    o = torch.empty_like(q) if out is None else out
+    o = new_output_like(q) if out is None else out
     B = cu_q.shape[0] - 1
     if total == 0 or B == 0:
         return o

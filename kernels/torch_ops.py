@@ -1,10 +1,11 @@
 """The library ops as torch operators (`torch.library`, namespace `tilejit`).
 
-One call registers an op: `define(name, params, outputs, alloc=..., launch=..., reference=...)`
+One call registers an op: `define(name, params, outputs, shapes=..., launch=..., reference=...)`
 makes two operators,
 
-- `tilejit::<name>(params) -> outputs`: functional; allocates its outputs (`alloc`) and launches
-  (`launch`); its fake (shape-only) implementation is `alloc` itself, so torch.compile, torch.export
+- `tilejit::<name>(params) -> outputs`: functional; allocates its outputs (of `shapes`, through
+  kernels/outputs.py) and launches (`launch`); its fake (shape-only) implementation allocates the
+  same shapes, so torch.compile, torch.export
   and FakeTensorMode see the same shapes, dtypes and strides as a real call;
 - `tilejit::<name>_out(params, Tensor(a!) <out>...) -> ()`: writes into caller-given outputs
   (mutation declared, returns nothing; the Python wrapper passes `out` and returns it).
@@ -37,6 +38,7 @@ import torch
 from compiler.errors import TilejitError
 
 from . import op_plans
+from .outputs import new_output
 
 NAMESPACE = "tilejit"
 _ALIAS = "abcdefghijklmnopqrstuvwxyz"
@@ -125,9 +127,9 @@ def define(name: str, params: str, outputs: tuple[str, ...], *, shapes: Callable
     names, tensors = _param_names(params)
     n_in = len(names)
 
-    def alloc(*args):
+    def alloc(*args, empty=new_output):
         dev = next(args[i] for i in tensors if args[i] is not None).device
-        return tuple(torch.empty(s, dtype=dt, device=dev) for s, dt in shapes(*args))
+        return tuple(empty(s, dtype=dt, device=dev) for s, dt in shapes(*args))
 
     lop = LibraryOp(name, tuple(names), tuple(tensors), tuple(outputs), alloc, launch, reference)
     returns = "Tensor" if len(outputs) == 1 else "(" + ", ".join("Tensor" for _ in outputs) + ")"
@@ -140,7 +142,7 @@ def define(name: str, params: str, outputs: tuple[str, ...], *, shapes: Callable
     lop.body = functional
 
     def fake(*args):
-        outs = alloc(*args)
+        outs = alloc(*args, empty=torch.empty)   # metadata only: no pages to advise
         return outs[0] if len(outs) == 1 else outs
 
     def out_form(*args):
