@@ -1,7 +1,7 @@
 """The cpu target's speed goals in one table, from one run: each row a ratio against torch measured
 in this process, its goal, and whether this run met it.
 
-    python -m benchmarks.kernels [--repeat R] [--only matmul,launch] [--no-model]
+    python -m benchmarks.kernels [--repeat R] [--only matmul,launch] [--no-model] [--defaults]
 
 Rows: matmul fp32 (1024^3, 512x4096x4096, decode 16x4096x4096) and bf16 (1024^3, decode) against
 `a @ b` (oneDNN; AMX or AVX512-BF16 for bf16 where the CPU has them); layer_norm ([4096, 4096],
@@ -17,6 +17,10 @@ are taken in turn (benchmarks.speed, benchmarks.dispatch, benchmarks.model_step 
 docstrings say how), so load from other processes falls on both sides; the load average printed
 at the start and the end says how quiet the machine was. About 2 minutes on 2 cores with the
 kernels cached (124 s measured, torch.compile's first compiles of layer_norm included).
+
+The library ops use the autotuner's stored decisions for this machine where there are any (as a
+user's calls do); the table's header names the ops that had one, and `--defaults` measures the
+built-in default configs instead.
 """
 from __future__ import annotations
 
@@ -32,7 +36,11 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import dispatch, machine, model_step, speed  # noqa: E402
+from compiler.cache.decisions import DecisionStore, fingerprint_hash  # noqa: E402
 from compiler.clihelp import description  # noqa: E402
+from compiler.numerics import current_policy  # noqa: E402
+from compiler.target import current_target  # noqa: E402
+from kernels.configs import tuned_decisions  # noqa: E402
 
 F32, BF16 = torch.float32, torch.bfloat16
 
@@ -79,7 +87,26 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=5, help="timed samples per row; the median is reported")
     ap.add_argument("--only", default="", help="comma-separated substrings of row labels (matmul, bf16, launch, model)")
     ap.add_argument("--no-model", action="store_true", help="skip the model-step rows (they need transformers)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="ignore the autotuner's stored decisions (measure the built-in configs)")
     a = ap.parse_args(argv)
+    with tuned_decisions(not a.defaults):
+        _run(a)
+
+
+def _configs_line(defaults: bool) -> str:
+    """Which configs the library ops ran: the built-in ones, or stored decisions for some ops."""
+    if defaults:
+        return "configs: the built-in defaults (--defaults)"
+    tgt, store = current_target(), DecisionStore()
+    tuned = [op for op in ("matmul", "layer_norm", "attention", "rms_norm")
+             if store.path(op, tgt.name, fingerprint_hash(tgt), current_policy()).exists()]
+    if not tuned:
+        return "configs: the built-in defaults (no stored autotune decisions for these ops)"
+    return f"configs: stored autotune decisions for {', '.join(tuned)} ({store.dir}; --defaults ignores them)"
+
+
+def _run(a) -> None:
     wanted = [w.strip() for w in a.only.split(",") if w.strip()]
 
     def picked(label):
@@ -120,6 +147,7 @@ def main(argv=None) -> None:
     print(f"tilejit (cpu) vs torch {torch.__version__}, torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
           f"median of {a.repeat} samples")
     print(machine.summary_line())
+    print(_configs_line(a.defaults))
     for line in (hdr, tuple("-" * w for w in widths), *cells):
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
     met = sum(m for *_, m in table)

@@ -19,6 +19,7 @@ _CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_
           "split"}
 _MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
 _DIVISIONS = ("div", "floordiv", "mod")
+_SAME_ELEMENTS = ("expand_dims", "reshape", "trans")   # views that neither repeat nor drop an element
 MAX_REREAD_NESTS = 4   # a contiguous tile loaded once is read again in up to this many consumer nests
 
 
@@ -108,13 +109,24 @@ class Materialization:
             return True
         if _is_cheap(op):
             return False
-        uses = self.uses.get(id(v), [])
-        if any(u.name in ("broadcast", "dot") for u in uses):
+        if self._feeds_broadcast(v):
             return True
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return True   # used inside a loop it is defined outside of: compute once, not per iteration
         roots = len(self._roots_of_uses(v))
         return roots > 1 and not (_recomputed(op) and roots <= 3)
+
+    def _feeds_broadcast(self, v: Value) -> bool:
+        """Whether `v` reaches a broadcast or a dot, directly or through views (`lse[:, None]`):
+        inlined, it would be evaluated once per element of the larger tile, not once per element
+        of its own (a per-row log and exp recomputed for each of 128 columns made varlen
+        attention's split fold cost more than its dots)."""
+        for u in self.uses.get(id(v), []):
+            if u.name in ("broadcast", "dot"):
+                return True
+            if u.name in _SAME_ELEMENTS and u.results and self._feeds_broadcast(u.results[0]):
+                return True
+        return False
 
     def _load_fuses(self, v: Value) -> bool:
         """A tile load is read inside its consumers' loop nests (no buffer, no extra pass) when they
