@@ -40,7 +40,6 @@ from compiler.jit import dry_launches
 from compiler.launch_record import recording
 
 from . import outputs
-
 from .configs import context
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -273,9 +272,9 @@ def _allocation(out, args) -> tuple:
     """How a replay allocates `out`: as torch.empty_like of an argument with its very shape,
     strides, dtype and device (a third cheaper than torch.empty), else, and always when it is
     large enough for huge pages, by kernels.outputs.new_output."""
-    meta = (out.shape, out.stride(), out.dtype, out.device)
     if outputs.wants_huge_pages(out.nbytes, out.device):
         return None, out.shape, out.dtype, out.device
+    meta = (out.shape, out.stride(), out.dtype, out.device)
     like = next((i for i, a in enumerate(args)
                  if isinstance(a, torch.Tensor) and (a.shape, a.stride(), a.dtype, a.device) == meta), None)
     return like, out.shape, out.dtype, out.device
