@@ -52,7 +52,8 @@ BREAKS = {
 def test_each_lint_rule_fails_on_a_source_that_breaks_it():
     src = _add_source()
     assert L.lint(src) == []
-    assert set(BREAKS) | {"device-functions", "include-order"} == set(L.RULES)
+    # prefetch-wait needs a loop: tests/test_kunlun_prefetch.py breaks it
+    assert set(BREAKS) | {"device-functions", "include-order", "prefetch-wait"} == set(L.RULES)
     for rule, brk in BREAKS.items():
         bad = brk(src)
         assert bad != src, rule

@@ -52,8 +52,9 @@ class LoopLowering:
         self._in_region("loop", body.args[1:], body)
         self.flow_close("}")
 
-    def open_for(self, op: Op, lb: str, ub: str, st: str) -> None:
-        """The C `for` over a `for` op's trip count, up to its body's first line (the iv)."""
+    def open_for(self, op: Op, lb: str, ub: str, st: str) -> tuple[str, str]:
+        """The C `for` over a `for` op's trip count, up to its body's first line (the iv); returns
+        the C names of the iteration counter and of the trip count."""
         iv = op.blocks[0].args[0]
         ivt = self.d.reg_type(iv.dtype)
         trip = self.fresh("n")
@@ -67,6 +68,7 @@ class LoopLowering:
         self.flow_open("loop", f"for ({tt} {k} = 0; {k} < {trip}; ++{k}) {{")
         iv_expr = f"{lb} + {k} * {st}" if tt == ivt else f"({ivt})({lb} + ({ivt}){k} * {st})"
         self.emit(f"    const {ivt} {self.name(iv)} = {iv_expr};")
+        return k, trip
 
     def loop_trip_count(self, op: Op, trip: str, ctype: str) -> str:
         """The C name of the trip count a `for` runs (kunlun's shadowed loops run longer)."""

@@ -461,7 +461,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         return op.name in self.d.rounding_ops
 
     def _masked_or_fast(self, mask, fill) -> None:
-        if mask is None or (mask.owner is not None and mask.owner.name == "const" and mask.owner.attrs["value"]):
+        if runtime_mask(mask) is None:
             fill(False)
             return
         flag = self._all_true(mask)
@@ -476,3 +476,10 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         fill(True)
         self.indent -= 1
         self.flow_close("}")
+
+
+def runtime_mask(mask: Value | None) -> Value | None:
+    """`mask` when it has to be checked at run time; None for no mask or a constant true one."""
+    if mask is None or (mask.owner is not None and mask.owner.name == "const" and mask.owner.attrs["value"]):
+        return None
+    return mask

@@ -47,6 +47,11 @@ RULES = {r.name: r for r in (
          "the loops issuing its batch close, before anything touches its LM",
          "the guide: _ASYNC copies need mfence() before the data is used; tilejit's batch contract "
          "(codegen/lowering.py `_copy_rows`)"),
+    Rule("prefetch-wait", "a tile fetched for the next loop iteration (GM2LM_ASYNC into a `next` slot) is "
+         "issued inside that loop and waited for by the mfence() that ends the loop body",
+         "the guide: _ASYNC copies need mfence() before the data is used; public kernels double-buffer "
+         "(GM2LM_ASYNC of the next chunk while computing this one); tilejit's prefetch contract "
+         "(codegen/prefetch.py)"),
     Rule("include-order", "host headers before the XPU ones, and xpu/runtime.h (XPUStream) among them",
          "the guide: the other order redefines symbols"),
 )}
@@ -79,14 +84,39 @@ def _memory_rules(program: str, out: list) -> None:
             out.append(("gm-deref", line.strip()))
 
 
+_PREFETCH = re.compile(r"GM2LM_ASYNC\([^,]+,\s*(?:\(tj_u16_alias\*\))?\(*(next\d+)\b")
+
+
 def _async_rule(program: str, out: list) -> None:
     lines = [ln.strip() for ln in program.splitlines()]
     for i, line in enumerate(lines):
         if "_ASYNC(" not in line:
             continue
+        if _PREFETCH.search(line):
+            if not _waited_at_loop_end(lines, i, _PREFETCH.search(line).group(1)):
+                out.append(("prefetch-wait", line))
+            continue
         after = next((ln for ln in lines[i + 1:] if ln != "}"), "")
         if "_ASYNC(" not in after and after != "mfence();":
             out.append(("async-wait", line))
+
+
+def _waited_at_loop_end(lines: list[str], at: int, slot: str) -> bool:
+    """Whether line `at` (a copy into `slot`) lies in the loop over the counter `slot` is declared
+    with (`next = pf + ((k + 1) & 1) * n`) and that loop's body ends with `mfence();`."""
+    decl = next((m for ln in lines[:at] for m in [re.search(rf"\b{slot} = \w+ \+ \(\((\w+) \+ 1\) & 1\)", ln)] if m),
+                None)
+    head = next((j for j in range(at - 1, -1, -1)
+                 if decl and re.match(rf"for \(\w+ {decl.group(1)} = 0;", lines[j])), None)
+    if head is None:
+        return False
+    depth = 0
+    for j in range(head, len(lines)):
+        depth += lines[j].count("{") - lines[j].count("}")
+        if depth == 0:   # the loop's closing brace
+            body_end = next((ln for ln in reversed(lines[head + 1:j]) if ln), "")
+            return at < j and body_end == "mfence();"
+    return False
 
 
 def lint(source: str) -> list[tuple[str, str]]:

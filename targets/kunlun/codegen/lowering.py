@@ -14,16 +14,17 @@ from ..plan.staging import shadow_slice, stageable
 from . import simd
 from .access import FencedAccess
 from .memory import PlannedMemory
+from .prefetch import Prefetching
 
 
-class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
+class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     """The C-family lowering with DMA: no load is fused into a consumer (that would read GM
     from compute code); each one fills an LM buffer through GM2LM, each store drains through LM2GM."""
 
     index_type = "int"
 
     def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None,
-                 vector_f16: bool = False):
+                 vector_f16: bool = False, prefetch: bool = False, skip: frozenset = frozenset()):
         super().__init__(fn, dialect, policy)
         self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
         self.vector_f16 = vector_f16   # the arch widens fp16 with vector loads (float16x32_t)
@@ -34,6 +35,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         self._shadow_of: dict[int, tuple] = {}   # body of a shadowed loop -> (the loop, its team's trips)
         self._team_iteration = ""   # in a shadow iteration: whether a program of the team runs it
         self.init_memory(placement)
+        self.init_prefetch(prefetch, skip)   # double-buffered loads (prefetch.py), where the plan fits them
 
     def _load_fuses(self, v) -> bool:
         return False
@@ -185,14 +187,16 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
         return f"tj_lm2gm_{d.dma_suffix[dt]}({src}, {dst}, {n});"   # narrows the LM run in place
 
     def _copy_rows(self, shape, axis, ptr, mask, buf: str, copy, fill_other=None, dma=("GM2LM", 4),
-                   engine=None, engine_whole_rows=None, batch=None) -> None:
+                   engine=None, engine_whole_rows=None, batch=None, prefetch=False) -> None:
         """One `copy(gm, row, start, count)` per contiguous GM segment along `axis`: elements
         start..start+count-1 of the LM row whose first element is `row` (LM stride: the product of
         the later axes). Masked-off elements are skipped (loads put `other` there): a row is split
         into runs of true mask elements. `engine`: the buffers the DMA engine reads or writes
         (access.py), {name: ("D", written)}; `engine_whole_rows` instead where no row is masked.
         `batch`: the asynchronous form of `copy` (a plain DMA); where no row is masked and there is
-        more than one, every row is issued with it and one `mfence()` waits for them all."""
+        more than one, every row is issued with it and one `mfence()` waits for them all; with
+        `prefetch` (a tile for the next loop iteration) every unmasked tile is a batch and the
+        `mfence()` that ends the loop body waits for it (prefetch.py)."""
         width = shape[axis]
         lm_step = 1
         for n in shape[axis + 1:]:
@@ -212,8 +216,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 rows_n = 1
                 for k, n in enumerate(shape):
                     rows_n *= n if k != axis else 1
-                batched = batch is not None and rows_n > 1
-                self.record_dma(dma[0], buf, dma[1], width, rows_n, batched=batched)
+                batched = batch is not None and (rows_n > 1 or prefetch)
+                self.record_dma(dma[0], buf, dma[1], width, rows_n, batched=batched, prefetch=prefetch)
                 self.emit((batch if batched else copy)(p0, row, "0", str(width)))
             else:
                 idx_j = tuple("j" if k == axis else i for k, i in enumerate(idx0))
@@ -241,7 +245,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 self.indent -= 1
                 self.emit("}")
             self._close(opened)
-            if batched:
+            if batched and not prefetch:
                 self.emit_full_fence("waits for an asynchronous DMA batch")
 
         self._masked_or_fast(mask, rows)
@@ -262,6 +266,8 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                 self.emit(copy)
             else:
                 self.emit(f"if ({self.ev(mask, (), None)}) {copy} else {name} = {self.ev(other, (), None)};")
+            return
+        if self.take_prefetched(op):
             return
         name = self.declare_buffer(v)
         if id(op) in self.staged:
@@ -379,7 +385,7 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
             self._sharing = was
         self.flow_close("}")
 
-    def _load_into(self, op: Op, name: str) -> None:
+    def _load_into(self, op: Op, name: str, prefetch: bool = False) -> None:
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
         axis = self._row_axis(ptr, transposed_ok=True)
@@ -401,11 +407,14 @@ class KunlunLowering(PlannedMemory, FencedAccess, CLowering):
                             f"{row}[({start} + t_) * {lm_step}] = {tr}[t_];")
             rowwise = all(n == 1 for n in v.shape[axis + 1:])
             landing = name if rowwise else tr   # the DMA's destination
+            batch = self._dma_async("GM2LM", v.dtype) if rowwise else None
+            if prefetch and not self.d.same_repr(v.dtype):
+                batch = self.raw_rows_async(v.dtype)   # widened where the next iteration takes it
             self._copy_rows(v.shape, axis, ptr, mask, name, copy,
                             fill_other=lambda idx: zero if other is None else self._at(other, idx),
                             dma=("GM2LM", self.d.elem_bytes(v.dtype)), engine={landing: ("D", True)},
                             engine_whole_rows={name: ("DV", True)} if rowwise and self._widens(v.dtype) else None,
-                            batch=self._dma_async("GM2LM", v.dtype) if rowwise else None)
+                            batch=batch, prefetch=prefetch)
             return
 
         def fill(masked: bool):

@@ -118,7 +118,7 @@ class PlannedMemory:
         return super().open_nest(shape, simd, order)
 
     def record_dma(self, kind: str, buffer: str, elem_bytes: int, elems: int, transfers: int,
-                   shared: bool = False, batched: bool = False) -> None:
+                   shared: bool = False, batched: bool = False, prefetch: bool = False) -> None:
         if self._shadowing:   # a shadow iteration repeats a load the body's site already counts
             return
         static = 1
@@ -126,4 +126,5 @@ class PlannedMemory:
             static *= t if t is not None else 1
         self.dma_sites.append(DMA(kind, buffer, elem_bytes, elems, transfers, static,
                                   sum(t is None for t in self.loop_trips), self.cur_time,
-                                  shared or self._sharing, batched))
+                                  shared or self._sharing, batched,
+                                  ahead_in=(self.loop_trips[-1] or 0) if prefetch else None))

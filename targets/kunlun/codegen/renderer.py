@@ -37,7 +37,7 @@ class KunlunRenderer:
         plan = plan_memory(fn, self.arch, policy, self.dialect)
         lm = plan.lm_bytes
         low = KunlunLowering(plan.ir, self.dialect, policy, placement={b.index: b.offset for b in plan.lm},
-                             vector_f16=self.arch.fp16_vectors)
+                             vector_f16=self.arch.fp16_vectors, prefetch=plan.prefetch, skip=plan.skip)
         body = low.lower()
         if len(low.requests) != len(plan.lm) or len(low.dma_sites) != len(plan.dma):
             raise CompilationError(f"internal: kunlun emission differs from its memory plan in kernel '{fn.name}'")

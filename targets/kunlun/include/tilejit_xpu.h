@@ -355,11 +355,16 @@ TJ_DEV bool tj_widen_f16_vector(const tj_u16_alias* raw, float* dst, int n) {
     return false;
 #endif
 }
+// tj_widen_SUF: n raw elements already in the upper half of dst's n floats (a row fetched ahead
+// with GM2LM_ASYNC, codegen/prefetch.py), widened in place once the copy has been waited for.
 #define TJ_DMA_CONVERT(SUF, TO_F, FROM_F)                                                        \
-    TJ_DEV void tj_gm2lm_##SUF(__global_ptr__ const uint16_t* src, float* dst, int n) {          \
-        tj_u16_alias* raw = (tj_u16_alias*)dst + n;                                                      \
-        GM2LM(src, raw, n * (int)sizeof(uint16_t));                                              \
+    TJ_DEV void tj_widen_##SUF(float* dst, int n) {                                              \
+        tj_u16_alias* raw = (tj_u16_alias*)dst + n;                                              \
         for (int j = 0; j < n; ++j) dst[j] = TO_F(raw[j]);                                       \
+    }                                                                                            \
+    TJ_DEV void tj_gm2lm_##SUF(__global_ptr__ const uint16_t* src, float* dst, int n) {          \
+        GM2LM(src, (tj_u16_alias*)dst + n, n * (int)sizeof(uint16_t));                           \
+        tj_widen_##SUF(dst, n);                                                                  \
     }                                                                                            \
     TJ_DEV void tj_lm2gm_##SUF(float* src, __global_ptr__ uint16_t* dst, int n) {                \
         tj_u16_alias* raw = (tj_u16_alias*)src;                                                      \

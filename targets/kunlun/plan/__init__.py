@@ -9,7 +9,9 @@ every tile lives and how it moves, parameterised by the arch table.
 2. the lowering, in record mode, reports the LM buffers that IR needs and where it references them;
 3. live ranges (`liveness.py`) and the arena layout (`layout.py`: reuse by liveness, elementwise
    results written over dying operands);
-4. the result (`model.py`): GM tensors, LM buffers with offsets, SM buffers, DMA sites, the steps.
+4. where the arena still fits with them, loads fetched one loop iteration ahead into a second
+   slot (`prefetch.py`: the lowering records the IR again with them);
+5. the result (`model.py`): GM tensors, LM buffers with offsets, SM buffers, DMA sites, the steps.
 
 The renderer emits exactly this plan; `LMBudgetError` is raised only when no plan fits.
 """
@@ -38,6 +40,7 @@ class Record:
     total: int
     work: float
     sm: list[SMBuffer] = dataclasses.field(default_factory=list)
+    prefetched: dict[int, int] = dataclasses.field(default_factory=dict)   # load id -> second slot bytes
 
     @property
     def live(self) -> int:
@@ -45,16 +48,17 @@ class Record:
         return sum(b.nbytes for b in self.buffers)
 
 
-def record(ir: Function, dialect, policy: str) -> Record:
-    """Runs the lowering in record mode and places the buffers it asks for."""
+def record(ir: Function, dialect, policy: str, prefetch: bool = False, skip: frozenset = frozenset()) -> Record:
+    """Runs the lowering in record mode (double-buffering loads with `prefetch`, but those in
+    `skip`) and places the buffers it asks for."""
     from ..codegen.lowering import KunlunLowering  # local: the lowering imports this package
-    low = KunlunLowering(ir, dialect, policy)
+    low = KunlunLowering(ir, dialect, policy, prefetch=prefetch, skip=skip)
     low.lower()
     for b in low.requests:
         b.start, b.end = live_range(low.refs[b.name], low.ranges)
     sm = [SMBuffer(f"slot of {name}", nbytes, f"a staged tile at offset {at} of each team's slot")
           for name, at, nbytes in low.sm_slots]
-    return Record(low.requests, low.dma_sites, place(low.requests), low.work, sm)
+    return Record(low.requests, low.dma_sites, place(low.requests), low.work, sm, low.prefetched)
 
 
 def gm_tensors(fn: Function) -> list[GMTensor]:
@@ -89,8 +93,26 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
         raise unplannable(fn.name, found, arch)
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
+    skip = _double_buffered(ir, dialect, policy, arch.lm_budget)
+    if skip is not None:
+        rec = record(ir, dialect, policy, prefetch=True, skip=skip)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=rec.sm,
-                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma)
+                      dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma,
+                      prefetch=skip is not None, skip=skip or frozenset())
+
+
+def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> frozenset | None:
+    """The loads to leave single-buffered so that the others' second slots fit the arena (the
+    largest slots given up first; double buffering never costs a cut of its own), or None when
+    no load is double-buffered."""
+    skip: frozenset = frozenset()
+    while True:
+        rec = record(ir, dialect, policy, prefetch=True, skip=skip)
+        if not rec.prefetched:
+            return None
+        if rec.total <= budget:
+            return skip
+        skip |= {max(rec.prefetched, key=rec.prefetched.get)}
 
 
 __all__ = ["MemoryPlan", "plan_memory", "record"]

@@ -72,15 +72,29 @@ class DMA:
     time: int
     shared: bool = False         # moved once per cluster (SM staging), not per core
     batched: bool = False        # the transfers are issued asynchronously and waited for once
+    # a tile fetched one iteration ahead (double buffering): the trip count of the loop it runs
+    # in (0: known at run time only); None for every other site
+    ahead_in: int | None = None
+
+    def _runs(self, trips: float) -> float:
+        runs = self.static_trips * trips ** self.runtime_loops
+        if self.ahead_in is not None:   # the loop's last iteration fetches nothing
+            n = self.ahead_in or trips
+            runs *= (n - 1) / n if n else 0.0
+        return runs
 
     def bytes_per_run(self, trips: float) -> float:
-        return self.elem_bytes * self.elems * self.transfers * self.static_trips * trips ** self.runtime_loops
+        return self.elem_bytes * self.elems * self.transfers * self._runs(trips)
 
     def count_per_run(self, trips: float) -> float:
-        return self.transfers * self.static_trips * trips ** self.runtime_loops
+        return self.transfers * self._runs(trips)
 
     def waits_per_run(self, trips: float) -> float:
-        """The transfers the core waits for one at a time: a batch's all at once."""
+        """The transfers the core waits for one at a time: a batch's all at once, a tile fetched
+        ahead not at all (its setup and flight overlap the iteration before; where the copy is
+        slower than that iteration, the memory term of the estimate is the larger one)."""
+        if self.ahead_in is not None:
+            return 0.0
         return self.count_per_run(trips) / (self.transfers if self.batched else 1)
 
 
@@ -101,6 +115,10 @@ class MemoryPlan:
     vector_ops: float = 0.0
     # the DMA sites of the kernel as written, before strip-mining (the same as `dma` when no cut)
     written_dma: list[DMA] = dataclasses.field(default_factory=list)
+    # loads double-buffered across loop iterations (codegen/prefetch.py), but those in `skip`
+    # (their second slot did not fit the arena)
+    prefetch: bool = False
+    skip: frozenset = frozenset()
 
     @property
     def vector_share(self) -> float:
@@ -151,9 +169,11 @@ class MemoryPlan:
         for d in self.dma:
             kinds[d.kind] = kinds.get(d.kind, 0) + 1
         if kinds:
-            batched = sum(d.batched for d in self.dma)
+            ahead = sum(d.ahead_in is not None for d in self.dma)
+            batched = sum(d.batched for d in self.dma) - ahead
             lines.append("  DMA sites: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
-                         + (f"; {batched} of them asynchronous row batches (one mfence each)" if batched else ""))
+                         + (f"; {batched} of them asynchronous row batches (one mfence each)" if batched else "")
+                         + (f"; {ahead} fetched one loop iteration ahead into a second LM slot" if ahead else ""))
         if self.element_ops:
             lines.append(f"  work per program: {self.element_ops:.0f} element operations, "
                          f"{100 * self.vector_share:.0f}% on the vector unit")
