@@ -231,3 +231,15 @@ def test_half_rows_are_fetched_raw_and_widened_after_the_wait(dtype, arch):
             _scaled_rows[(3,)](x, y, n, BLOCK=128)
         outs.append(y)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_the_cost_model_prices_a_tile_fetched_ahead_without_a_wait():
+    """A site fetched ahead in a loop of 8 trips moves 7 tiles (the last iteration fetches nothing)
+    and the core waits for none of them; the same site as a plain batch waits once a tile."""
+    from targets.kunlun.plan.model import NOMINAL_TRIPS, DMA  # noqa: PLC0415
+    batch = DMA("GM2LM", "x", 4, 128, 4, static_trips=8, runtime_loops=0, time=0, batched=True)
+    ahead = DMA("GM2LM", "x", 4, 128, 4, static_trips=8, runtime_loops=0, time=0, batched=True, ahead_in=8)
+    assert batch.bytes_per_run(NOMINAL_TRIPS) == 4 * 128 * 4 * 8 and batch.waits_per_run(NOMINAL_TRIPS) == 8
+    assert ahead.bytes_per_run(NOMINAL_TRIPS) == 4 * 128 * 4 * 7 and ahead.waits_per_run(NOMINAL_TRIPS) == 0
+    runtime = DMA("GM2LM", "x", 4, 128, 1, static_trips=1, runtime_loops=1, time=0, batched=True, ahead_in=0)
+    assert runtime.count_per_run(NOMINAL_TRIPS) == NOMINAL_TRIPS - 1

@@ -93,25 +93,25 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
         raise unplannable(fn.name, found, arch)
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
-    skip = _double_buffered(ir, dialect, policy, arch.lm_budget)
-    if skip is not None:
-        rec = record(ir, dialect, policy, prefetch=True, skip=skip)
+    doubled = _double_buffered(ir, dialect, policy, arch.lm_budget)
+    if doubled is not None:
+        skip, rec = doubled
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=rec.sm,
                       dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma,
-                      prefetch=skip is not None, skip=skip or frozenset())
+                      prefetch=doubled is not None, skip=doubled[0] if doubled else frozenset())
 
 
-def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> frozenset | None:
+def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> tuple[frozenset, Record] | None:
     """The loads to leave single-buffered so that the others' second slots fit the arena (the
-    largest slots given up first; double buffering never costs a cut of its own), or None when
-    no load is double-buffered."""
+    largest slots given up first; double buffering never costs a cut of its own) and the record
+    with the rest double-buffered, or None when no load is."""
     skip: frozenset = frozenset()
     while True:
         rec = record(ir, dialect, policy, prefetch=True, skip=skip)
         if not rec.prefetched:
             return None
         if rec.total <= budget:
-            return skip
+            return skip, rec
         skip |= {max(rec.prefetched, key=rec.prefetched.get)}
 
 
