@@ -196,7 +196,6 @@ class Prefetching:
             self.emit_full_fence("waits for the tiles fetched ahead for the next iteration")
 
 
-
 def _checked_mask(load):
     """The mask a load checks at run time, or None."""
     return runtime_mask(load.operands[1] if len(load.operands) > 1 else None)

@@ -94,11 +94,10 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
     if ir is not fn:
         verify(ir)   # the plan's rewrites keep the IR's invariants (a failure is a compiler bug)
     doubled = _double_buffered(ir, dialect, policy, arch.lm_budget)
-    if doubled is not None:
-        skip, rec = doubled
+    skip, rec = doubled if doubled is not None else (frozenset(), rec)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=rec.sm,
                       dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma,
-                      prefetch=doubled is not None, skip=doubled[0] if doubled else frozenset())
+                      prefetch=doubled is not None, skip=skip)
 
 
 def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> tuple[frozenset, Record] | None:
