@@ -12,6 +12,7 @@ import targets.kunlun
 from compiler import kernel, language as tl, numerics, render_only, use_target
 from compiler.target import register_target
 from targets.kunlun.codegen import lint as L
+from targets.kunlun.plan.model import DMA, NOMINAL_TRIPS
 
 from test_kunlun_fidelity import _run_source
 
@@ -236,7 +237,6 @@ def test_half_rows_are_fetched_raw_and_widened_after_the_wait(dtype, arch):
 def test_the_cost_model_prices_a_tile_fetched_ahead_without_a_wait():
     """A site fetched ahead in a loop of 8 trips moves 7 tiles (the last iteration fetches nothing)
     and the core waits for none of them; the same site as a plain batch waits once a tile."""
-    from targets.kunlun.plan.model import NOMINAL_TRIPS, DMA  # noqa: PLC0415
     batch = DMA("GM2LM", "x", 4, 128, 4, static_trips=8, runtime_loops=0, time=0, batched=True)
     ahead = DMA("GM2LM", "x", 4, 128, 4, static_trips=8, runtime_loops=0, time=0, batched=True, ahead_in=8)
     assert batch.bytes_per_run(NOMINAL_TRIPS) == 4 * 128 * 4 * 8 and batch.waits_per_run(NOMINAL_TRIPS) == 8

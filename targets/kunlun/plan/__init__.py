@@ -27,6 +27,7 @@ from .liveness import live_range
 from .model import DMA, GMTensor, LMBuffer, MemoryPlan, SMBuffer
 from .induction import scalarize
 from .narrow import narrow
+from .prefetch import ahead
 from .explain import unplannable
 from .search import fit
 
@@ -104,6 +105,8 @@ def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> tuple[f
     """The loads to leave single-buffered so that the others' second slots fit the arena (the
     largest slots given up first; double buffering never costs a cut of its own) and the record
     with the rest double-buffered, or None when no load is."""
+    if not ahead(ir, set()):   # no loop load qualifies, staged or not: spare a lowering pass
+        return None
     skip: frozenset = frozenset()
     while True:
         rec = record(ir, dialect, policy, prefetch=True, skip=skip)
