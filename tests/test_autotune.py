@@ -239,3 +239,25 @@ def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsett
     text = format_summary([{**rows[0], "unsettled": 2}], "cpu")
     assert "not settled: 2 timing(s)" in text and "rms_norm N=64" in text and "--force" in text
     assert "not settled" not in format_summary([{**rows[0], "unsettled": 0}], "cpu")
+
+
+def test_a_candidate_displaces_the_default_only_when_faster_beyond_the_noise(tmp_path):
+    from compiler.cache.decisions import MIN_GAIN, config_key, result
+    store = DecisionStore(tmp_path)
+
+    def winner(default_t, default_spread, other_t, other_spread, estimated=False, baseline="BLOCK=64"):
+        res = {"BLOCK=64": result({"BLOCK": 64}, "ok", time_s=default_t, spread=default_spread, estimated=estimated),
+               "BLOCK=16": result({"BLOCK": 16}, "ok", time_s=other_t, spread=other_spread, estimated=estimated)}
+        key = config_key({"t": default_t, "o": other_t, "s": other_spread, "e": estimated, "b": baseline})
+        return store.record("rms_norm", "cpu", "f" * 64, "fast", key, {"N": 64}, res, set(res), baseline)["winner"]
+
+    # timings from a loaded machine: 2% apart with spreads near 100% keep the default
+    assert winner(4.62e-3, 0.99, 4.59e-3, 0.98) == "BLOCK=64"
+    # settled timings: a gain under MIN_GAIN is noise, a larger one wins
+    assert winner(1.0, 0.01, 1.0 / (1 + MIN_GAIN / 2), 0.01) == "BLOCK=64"
+    assert winner(1.0, 0.01, 0.8, 0.01) == "BLOCK=16"
+    # the gain has to clear the wider of the two spreads
+    assert winner(1.0, 0.3, 0.8, 0.01) == "BLOCK=64" and winner(1.0, 0.01, 0.8, 0.3) == "BLOCK=64"
+    # cost-model estimates are not noisy, and without a baseline the fastest wins (Triton's autotune)
+    assert winner(1.0, None, 0.99, None, estimated=True) == "BLOCK=16"
+    assert winner(4.62e-3, 0.99, 4.59e-3, 0.98, baseline=None) == "BLOCK=16"

@@ -95,7 +95,8 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                  estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
                  effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps),
                  repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"],
-                 build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"])
+                 build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"],
+                 baseline=dk)
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
     entry, res = tuned.entry, tuned.entry["results"]
     winner = entry.get("winner")

@@ -6,6 +6,7 @@ import collections
 import os
 import re
 
+from ..cache.decisions import MIN_GAIN
 from .tuner import MAX_SAMPLES, SPREAD_GOAL
 
 
@@ -72,7 +73,9 @@ def format_summary(rows: list[dict], target_name: str, verbose: bool = False) ->
              "  ".join(h.ljust(w) for h, w in zip(hdr, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     lines.append("spread = (q3 - q1) / median of the winner's timed samples (more samples are taken, up to "
-                 f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). vs default = t(default config) / t(winner); "
+                 f"{MAX_SAMPLES}, while it is over {SPREAD_GOAL:.0%}). A candidate replaces the default only when "
+                 f"faster by more than both timings' spread (at least {MIN_GAIN:.0%}). "
+                 "vs default = t(default config) / t(winner); "
                  "vs torch = t(torch eager) / t(winner): > 1x means the winner is faster. kind: measured or "
                  "estimated (by the target's cost model) in this run, or reused: the decision of an earlier run or "
                  "of an earlier shape with the same shape key (configs follow the key dims only), timed again "

@@ -139,7 +139,7 @@ def _build_ahead(build, configs: list[dict], workers: int) -> None:
 
 def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=None, effective=None,
          repeat: int = 3, deadline: float | None = None, progress=None, force: bool = False,
-         build=None, workers: int = 1) -> Tuned:
+         build=None, workers: int = 1, baseline: str | None = None) -> Tuned:
     """Tunes `space` (a list of config dicts) for `key`; see the module docstring.
 
     effective(config) -> (config launched, why pruned or None) maps a candidate to what it runs as;
@@ -147,7 +147,9 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     leaves the rest unmeasured ("skipped") once the key has a result, so the first candidate
     (put the default first) is measured whatever the budget; `progress(i, n, config_key)` is
     called per candidate. With `build` (compile a config without running it), each batch of
-    `workers` candidates is compiled in parallel before its members are timed one at a time."""
+    `workers` candidates is compiled in parallel before its members are timed one at a time.
+    `baseline` (a config key, e.g. the op's default) stays the winner unless a measured candidate
+    beats it by more than the timings' noise (cache/decisions.py)."""
     known = {} if force else store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
     out = Tuned(entry={})
     new, by_effect = {}, {}
@@ -199,5 +201,5 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     out.fresh = set(new)
     space_keys = {config_key(c) for c in space}
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
-                             space_keys)
+                             space_keys, baseline=baseline)
     return out

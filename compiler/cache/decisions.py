@@ -7,8 +7,13 @@ Layout (under the kernel cache root, ``default_cache_dir()`` unless given)::
 
 A file holds ``{"format", "op", "target", "fingerprint_hash", "policy", "entries"}``; ``entries`` maps
 a shape key (``"N=4096,K=4096"``) to ``{"shape", "results", "winner", "winner_config",
-"winner_time_s", "estimated"}``, and ``results`` maps a config key (``"BLOCK_K=128,BLOCK_M=64"``)
+"winner_time_s", "estimated", "baseline"}``, and ``results`` maps a config key (``"BLOCK_K=128,BLOCK_M=64"``)
 to ``{"config", "status": ok|rejected|pruned, "time_s", "estimated", "reason", "at"}``.
+
+The winner is the fastest result, except where the entry names a ``baseline`` (the library op's
+default config): a measured candidate displaces it only when it is faster by more than the noise
+of both timings (their spreads, and at least MIN_GAIN). Timings taken on a loaded machine (spreads
+of 50-100%) then leave the default in place instead of storing whichever sample happened to be low.
 
 Writes take the file's lock, re-read the file, merge the new per-config results into what is
 there (results of other configs and other shape keys are kept), recompute the winner and replace
@@ -32,6 +37,7 @@ from .store import default_cache_dir
 
 FORMAT = 1
 SUBDIR = "autotune"
+MIN_GAIN = 0.05   # a measured candidate must beat the baseline by more than this fraction
 
 
 def config_key(config: dict) -> str:
@@ -93,14 +99,17 @@ class DecisionStore:
         return self.read(op, target_name, fp_hash, policy)["entries"].get(shape_key, {}).get("results", {})
 
     def record(self, op, target_name, fp_hash, policy, shape_key, shape: dict, results: dict,
-               space_keys=None) -> dict:
-        """Merge ``results`` (config key -> result) into the entry for ``shape_key``; return the entry."""
+               space_keys=None, baseline: str | None = None) -> dict:
+        """Merge ``results`` (config key -> result) into the entry for ``shape_key``; return the entry.
+        ``baseline``: the config key that stays the winner unless clearly beaten (module docstring)."""
         p = self.path(op, target_name, fp_hash, policy)
         (self.dir / "locks").mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dir / "locks" / (p.name + ".lock"))):
             doc = self.read(op, target_name, fp_hash, policy)
             entry = doc["entries"].setdefault(shape_key, {"shape": shape, "results": {}})
             entry["results"].update(results)
+            if baseline is not None:
+                entry["baseline"] = baseline
             _pick_winner(entry, space_keys)
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=self.dir)
             try:
@@ -128,6 +137,11 @@ def _pick_winner(entry: dict, space_keys=None) -> None:
         return
     # ties (candidates that launch the same config share a result): prefer the one measured as itself
     k, r = min(pool, key=lambda kr: (kr[1]["time_s"], "same_as" in kr[1], kr[0]))
+    base = dict(pool).get(entry.get("baseline"))
+    if base is not None and not r.get("estimated") and not base.get("estimated"):
+        margin = max(MIN_GAIN, r.get("spread") or 0.0, base.get("spread") or 0.0)
+        if r["time_s"] * (1 + margin) >= base["time_s"]:
+            k, r = entry["baseline"], base
     entry.update(winner=k, winner_config=r["config"], winner_time_s=r["time_s"], estimated=bool(r.get("estimated")))
 
 
