@@ -11,9 +11,10 @@ library call (kernels.rms_norm on [1, 64] minus the raw launch of its kernel); a
 launch of a 16-element add against torch.add; a Llama-style model (2 layers, hidden 256, GQA 8/2
 heads) prefill and decode against eager transformers, fp32 and bf16.
 
-A ratio is t_torch / t_tilejit (> 1: tilejit is faster), except the two host-overhead rows, which
-are the overhead in us and the launch's time over torch.add's. Samples of the compared callables
-are taken in turn (benchmarks.speed, benchmarks.dispatch, benchmarks.model_step time them; their
+A ratio is the median over samples of t_torch / t_tilejit (> 1: tilejit is faster), each sample of
+the two sides taken back to back, and its spread the (q3 - q1) / median of those per-sample ratios;
+the two host-overhead rows are the overhead in us and the launch's time over torch.add's. Samples of
+the compared callables are taken in turn (benchmarks.speed, benchmarks.dispatch, benchmarks.model_step time them; their
 docstrings say how), so load from other processes falls on both sides; the load average printed
 at the start and the end says how quiet the machine was. About 2 minutes on 2 cores with the
 kernels cached (124 s measured, torch.compile's first compiles of layer_norm included).
@@ -31,6 +32,7 @@ if __package__ in (None, ""):   # run as a file: import from this checkout, as `
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
@@ -63,7 +65,8 @@ def _kernel_rows():
 
 
 def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
-    """(t_tilejit, t_eager, t_compile or None, whether tilejit computed what eager did)."""
+    """(t_tilejit, t_eager, ratios, whether tilejit computed what eager did): ratios are the
+    (median, spread) of the per-sample speed-ups over eager, and over torch.compile or None."""
     inputs = case.make(dtype)
     got, want = case.tj(*inputs).float(), case.ref(*inputs).float()
     ok = (got - want).abs().max().item() <= case.tol * max(want.abs().max().item(), 1e-30)
@@ -71,15 +74,17 @@ def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
     if with_compile:
         fns.append(torch.compile(case.ref, dynamic=False))
         fns[-1](*inputs)
-    times = speed.time_interleaved(fns, inputs, repeat)
-    return times[0], times[1], (times[2] if with_compile else None), ok
+    samples = speed.sample_interleaved(fns, inputs, repeat)
+    vs_compile = speed.paired_ratio(samples[2], samples[0]) if with_compile else None
+    return (statistics.median(samples[0]), statistics.median(samples[1]),
+            (speed.paired_ratio(samples[1], samples[0]), vs_compile), ok)
 
 
 def _model_rows(repeat: int):
     a = model_step.parser().parse_args(["--hidden", "256", "--intermediate", "704", "--heads", "8",
                                         "--kv-heads", "2", "--vocab", "1024", "--repeat", str(repeat)])
-    return [(f"model step {dn} {step} (2 layers, hidden 256, GQA 8/2)", t_tj, t_ref)
-            for step, dn, t_tj, t_ref, _, _ in model_step.run(a)]
+    return [(f"model step {dn} {step} (2 layers, hidden 256, GQA 8/2)", t_tj, t_ref, ratio, sp)
+            for step, dn, t_tj, t_ref, _, _, ratio, sp in model_step.run(a)]
 
 
 def main(argv=None) -> None:
@@ -113,35 +118,37 @@ def _run(a) -> None:
         return not wanted or any(w in label for w in wanted)
 
     load0, t0 = os.getloadavg()[0], time.perf_counter()
-    table = []   # (what, tilejit, baseline, ratio text, goal text, met)
+    table = []   # (what, tilejit, baseline, ratio text, spread text, goal text, met)
     for label, case, dt, goal, goal_c in _kernel_rows():
         if not picked(label):
             continue
-        t_tj, t_eager, t_comp, ok = _measure_kernel(case, dt, goal_c is not None, a.repeat)
-        r, rc = t_eager / t_tj, (t_comp / t_tj if t_comp else None)
+        t_tj, t_eager, ((r, sp), vs_c), ok = _measure_kernel(case, dt, goal_c is not None, a.repeat)
+        rc, sp_c = vs_c or (None, None)
         met = ok and r >= goal and (rc is None or rc >= goal_c)
         ratio = f"{r:.2f}x eager" + (f", {rc:.2f}x compile" if rc else "") + ("" if ok else " MISMATCH")
+        spreads = f"{sp:.0%}" + (f", {sp_c:.0%}" if rc else "")
         want = f">= {goal}x eager" + (f", >= {goal_c}x compile" if goal_c else "")
-        table.append((label, f"{t_tj * 1e3:.3f} ms", f"{t_eager * 1e3:.3f} ms", ratio, want, met))
+        table.append((label, f"{t_tj * 1e3:.3f} ms", f"{t_eager * 1e3:.3f} ms", ratio, spreads, want, met))
         print(f"  done {label}: {ratio}", flush=True)
     if picked("library call overhead"):
         lib, raw = dispatch.library_call(2500, max(a.repeat, 9))
         table.append(("library call overhead (rms_norm [1, 64])", f"{lib:.2f} us", f"{raw:.2f} us raw launch",
-                      f"{lib - raw:.2f} us", f"<= {dispatch.LIB_GOAL_US:.0f} us", lib - raw <= dispatch.LIB_GOAL_US))
+                      f"{lib - raw:.2f} us", "-", f"<= {dispatch.LIB_GOAL_US:.0f} us", lib - raw <= dispatch.LIB_GOAL_US))
     if picked("warm launch of a 16-element add"):
         t_add, t_torch = dispatch.add_vs_torch(5000, max(a.repeat, 9))
         table.append(("warm launch of a 16-element add", f"{t_add:.2f} us", f"{t_torch:.2f} us torch.add",
-                      f"{t_add / t_torch:.2f}x torch.add", f"<= {dispatch.ADD_GOAL:.0f}x", t_add <= dispatch.ADD_GOAL * t_torch))
+                      f"{t_add / t_torch:.2f}x torch.add", "-", f"<= {dispatch.ADD_GOAL:.0f}x",
+                      t_add <= dispatch.ADD_GOAL * t_torch))
     if not a.no_model and picked("model step"):
-        for label, t_tj, t_ref in _model_rows(a.repeat):
+        for label, t_tj, t_ref, r, sp in _model_rows(a.repeat):
             if picked(label):
-                table.append((label, f"{t_tj * 1e3:.2f} ms", f"{t_ref * 1e3:.2f} ms", f"{t_ref / t_tj:.2f}x eager",
-                              ">= 1.0x eager", t_ref >= t_tj))
+                table.append((label, f"{t_tj * 1e3:.2f} ms", f"{t_ref * 1e3:.2f} ms", f"{r:.2f}x eager", f"{sp:.0%}",
+                              ">= 1.0x eager", r >= 1.0))
     if not table:
         raise SystemExit(f"--only {a.only!r} matches no row")
 
-    hdr = ("what", "tilejit", "torch", "ratio", "goal", "met")
-    cells = [(w, t, b, r, g, "yes" if m else "NO") for w, t, b, r, g, m in table]
+    hdr = ("what", "tilejit", "torch", "ratio", "spread", "goal", "met")
+    cells = [(w, t, b, r, s, g, "yes" if m else "NO") for w, t, b, r, s, g, m in table]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
     print()
     print(f"tilejit (cpu) vs torch {torch.__version__}, torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}, "
@@ -151,8 +158,10 @@ def _run(a) -> None:
     for line in (hdr, tuple("-" * w for w in widths), *cells):
         print("  ".join(c.ljust(w) for c, w in zip(line, widths)))
     met = sum(m for *_, m in table)
-    print(f"\n{met} of {len(table)} goals met. ratio: t_torch / t_tilejit (> 1x: tilejit is faster); the overhead rows "
-          f"are host time before any work. elapsed {time.perf_counter() - t0:.0f} s; 1-min load average {load0:.2f} at "
+    print(f"\n{met} of {len(table)} goals met. ratio: the median over samples of t_torch / t_tilejit (> 1x: tilejit "
+          f"is faster; the times columns are each side's median sample); spread: (q3 - q1) / median of those "
+          f"per-sample ratios, a row is settled where it is small next to the ratio's distance from its goal; the "
+          f"overhead rows are host time before any work. elapsed {time.perf_counter() - t0:.0f} s; 1-min load average {load0:.2f} at "
           f"the start, {os.getloadavg()[0]:.2f} at the end (this process adds ~1-2)")
 
 

@@ -14,8 +14,10 @@ swapped for `kernels.*` (kernels.integrations.transformers.apply). Both run unde
 
 Samples alternate between the two models (a burst of load from another process does not land on
 one side only); each sample times enough back-to-back calls to last >= ~50 ms, and the median
-sample is reported. "speed-up" is t_eager / t_tilejit (> 1: tilejit is faster). "logits" is the
-largest |tilejit - eager| of the prefill logits over the largest |eager logit|.
+sample is reported. "speed-up" is the median of the per-sample t_eager / t_tilejit (> 1: tilejit
+is faster; a sample of each side taken back to back shares the load of its moment), "spread" the
+(q3 - q1) / median of those ratios. "logits" is the largest |tilejit - eager| of the prefill
+logits over the largest |eager logit|.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
+from benchmarks.speed import paired_ratio  # noqa: E402
 from compiler.clihelp import description  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -78,15 +81,16 @@ def _steps(model, ids):
     return prefill, decode
 
 
-def _interleaved(pairs, repeat: int) -> list[tuple[float, float]]:
-    """Median seconds per call of each (eager, tilejit) pair, the samples taken in turn."""
+def _interleaved(pairs, repeat: int) -> list[tuple[float, float, float, float]]:
+    """Per (eager, tilejit) pair: the median seconds per call of each, and the median and spread of
+    the per-sample speed-ups (speed.paired_ratio), the samples taken in turn."""
     calls = [(_calls_per_sample(ref), _calls_per_sample(tj)) for ref, tj in pairs]
     samples = [([], []) for _ in pairs]
     for _ in range(repeat):
         for (ref, tj), (c_ref, c_tj), (s_ref, s_tj) in zip(pairs, calls, samples):
             s_ref.append(_sample(ref, c_ref))
             s_tj.append(_sample(tj, c_tj))
-    return [(statistics.median(a), statistics.median(b)) for a, b in samples]
+    return [(statistics.median(a), statistics.median(b), *paired_ratio(a, b)) for a, b in samples]
 
 
 def run(a) -> list[tuple]:
@@ -102,9 +106,9 @@ def run(a) -> list[tuple]:
         err = ((got - want).abs().max() / want.abs().max()).item()
         (pf_ref, dec_ref), (pf_tj, dec_tj) = _steps(ref, ids), _steps(tiled, ids)
         times = _interleaved([(pf_ref, pf_tj), (dec_ref, dec_tj)], a.repeat)
-        for step, (t_ref, t_tj) in zip(("prefill", "decode"), times):
+        for step, (t_ref, t_tj, ratio, spread) in zip(("prefill", "decode"), times):
             tokens = a.batch * (a.prompt if step == "prefill" else 1)
-            rows.append((step, dname, t_tj, t_ref, tokens, err))
+            rows.append((step, dname, t_tj, t_ref, tokens, err, ratio, spread))
             print(f"  done {step} {dname}: tilejit {t_tj * 1e3:.2f} ms, eager {t_ref * 1e3:.2f} ms", flush=True)
     return rows
 
@@ -136,13 +140,14 @@ def main(argv=None) -> None:
     print(f"{a.arch}: {a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}/"
           f"{a.kv_heads} kv, vocab {a.vocab}; batch {a.batch}, prompt {a.prompt}; torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, median of {a.repeat} samples")
-    hdr = ("step", "dtype", "tilejit ms", "eager ms", "speed-up", "tj tokens/s", "logits")
-    cells = [(s, d, f"{t * 1e3:.2f}", f"{r * 1e3:.2f}", f"{r / t:.2f}x", f"{n / t:.0f}", f"{e:.1e}")
-             for s, d, t, r, n, e in rows]
+    hdr = ("step", "dtype", "tilejit ms", "eager ms", "speed-up", "spread", "tj tokens/s", "logits")
+    cells = [(s, d, f"{t * 1e3:.2f}", f"{r * 1e3:.2f}", f"{x:.2f}x", f"{sp:.0%}", f"{n / t:.0f}", f"{e:.1e}")
+             for s, d, t, r, n, e, x, sp in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
     for line in (hdr, tuple("-" * w for w in widths), *cells):
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
-    print(f"\nspeed-up = t_eager / t_tilejit (> 1: tilejit is faster). elapsed {time.perf_counter() - t0:.1f} s; "
+    print(f"\nspeed-up = the median over samples of t_eager / t_tilejit (> 1: tilejit is faster); spread = "
+          f"(q3 - q1) / median of those per-sample speed-ups. elapsed {time.perf_counter() - t0:.1f} s; "
           f"1-min load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (this process adds ~1)")
 
 

@@ -45,6 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import kernels as K  # noqa: E402
 from benchmarks import machine  # noqa: E402
+from compiler.autotune.tuner import spread  # noqa: E402
 from compiler.clihelp import description  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -160,9 +161,9 @@ def _calls_per_sample(fn, args) -> int:
     return max(1, math.ceil(MIN_SAMPLE_S / max(best, 1e-7)))
 
 
-def time_interleaved(fns, args, repeat: int) -> list[float]:
-    """Median time per call of each of `fns`, sampled round-robin (sample i of every fn, then
-    sample i + 1, ...) so that load from other processes falls on all of them alike."""
+def sample_interleaved(fns, args, repeat: int) -> list[list[float]]:
+    """`repeat` samples of the time per call of each of `fns`, taken round-robin (sample i of every
+    fn, then sample i + 1, ...) so that load from other processes falls on all of them alike."""
     calls = [_calls_per_sample(fn, args) for fn in fns]
     samples = [[] for _ in fns]
     for _ in range(repeat):
@@ -171,7 +172,19 @@ def time_interleaved(fns, args, repeat: int) -> list[float]:
             for _ in range(calls[i]):
                 fn(*args)
             samples[i].append((time.perf_counter() - t0) / calls[i])
-    return [statistics.median(s) for s in samples]
+    return samples
+
+
+def time_interleaved(fns, args, repeat: int) -> list[float]:
+    """Median time per call of each of `fns` (`sample_interleaved`)."""
+    return [statistics.median(s) for s in sample_interleaved(fns, args, repeat)]
+
+
+def paired_ratio(base: list[float], mine: list[float]) -> tuple[float, float]:
+    """(median, spread) of base[i] / mine[i] over samples taken in turn: a pair shares the
+    machine's load of its moment, so a busy spell moves both sides of a ratio and not the median."""
+    ratios = [b / m for b, m in zip(base, mine)]
+    return statistics.median(ratios), spread(ratios)
 
 
 def _fmt_t(s):

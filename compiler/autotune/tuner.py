@@ -63,7 +63,8 @@ class Timing:
         return self.spread <= SPREAD_GOAL
 
 
-def _spread(samples: list[float]) -> float:
+def spread(samples: list[float]) -> float:
+    """(q3 - q1) / median of the samples ((max - min) / median under 4 samples; 0 for one)."""
     if len(samples) < 2:
         return 0.0
     mid = statistics.median(samples)
@@ -85,12 +86,12 @@ def measure_call(fn, repeat: int) -> Timing:
         best = min(best, time.perf_counter() - t0)
     calls = max(1, math.ceil(0.005 / max(best, 1e-7)))
     samples: list[float] = []
-    while len(samples) < repeat or (_spread(samples) > SPREAD_GOAL and len(samples) < max(repeat, MAX_SAMPLES)):
+    while len(samples) < repeat or (spread(samples) > SPREAD_GOAL and len(samples) < max(repeat, MAX_SAMPLES)):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         samples.append((time.perf_counter() - t0) / calls)
-    return Timing(statistics.median(samples), _spread(samples), len(samples))
+    return Timing(statistics.median(samples), spread(samples), len(samples))
 
 
 def time_call(fn, repeat: int) -> float:
