@@ -173,8 +173,8 @@ class _MemoryStore:
     def results(self, *key):
         return {}
 
-    def record(self, op, target, fp, policy, skey, dims, results, space_keys=None):
+    def record(self, op, target, fp, policy, skey, dims, results, space_keys=None, baseline=None):
         from ..cache.decisions import _pick_winner  # noqa: PLC0415
-        entry = {"shape": dims, "results": dict(results)}
+        entry = {"shape": dims, "results": dict(results), "baseline": baseline}
         _pick_winner(entry, space_keys)
         return entry
