@@ -65,8 +65,9 @@ def _kernel_rows():
 
 
 def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
-    """(t_tilejit, t_eager, ratios, whether tilejit computed what eager did): ratios are the
-    (median, spread) of the per-sample speed-ups over eager, and over torch.compile or None."""
+    """(t_tilejit, t_eager, vs_eager, vs_compile, whether tilejit computed what eager did): vs_* are
+    the (median, spread) of the per-sample speed-ups (speed.paired_ratio); vs_compile is (None, None)
+    without torch.compile."""
     inputs = case.make(dtype)
     got, want = case.tj(*inputs).float(), case.ref(*inputs).float()
     ok = (got - want).abs().max().item() <= case.tol * max(want.abs().max().item(), 1e-30)
@@ -74,10 +75,9 @@ def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
     if with_compile:
         fns.append(torch.compile(case.ref, dynamic=False))
         fns[-1](*inputs)
-    samples = speed.sample_interleaved(fns, inputs, repeat)
-    vs_compile = speed.paired_ratio(samples[2], samples[0]) if with_compile else None
-    return (statistics.median(samples[0]), statistics.median(samples[1]),
-            (speed.paired_ratio(samples[1], samples[0]), vs_compile), ok)
+    tj, eager, *compiled = speed.sample_interleaved(fns, inputs, repeat)
+    vs_compile = speed.paired_ratio(compiled[0], tj) if compiled else (None, None)
+    return statistics.median(tj), statistics.median(eager), speed.paired_ratio(eager, tj), vs_compile, ok
 
 
 def _model_rows(repeat: int):
@@ -122,8 +122,7 @@ def _run(a) -> None:
     for label, case, dt, goal, goal_c in _kernel_rows():
         if not picked(label):
             continue
-        t_tj, t_eager, ((r, sp), vs_c), ok = _measure_kernel(case, dt, goal_c is not None, a.repeat)
-        rc, sp_c = vs_c or (None, None)
+        t_tj, t_eager, (r, sp), (rc, sp_c), ok = _measure_kernel(case, dt, goal_c is not None, a.repeat)
         met = ok and r >= goal and (rc is None or rc >= goal_c)
         ratio = f"{r:.2f}x eager" + (f", {rc:.2f}x compile" if rc else "") + ("" if ok else " MISMATCH")
         spreads = f"{sp:.0%}" + (f", {sp_c:.0%}" if rc else "")
