@@ -31,6 +31,8 @@ against the body for every op whose signature gets a plan.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -43,6 +45,7 @@ from . import outputs
 from .configs import context
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_META = torch.device("meta")
 _UNSEEN = object()
 MISS = object()    # what `replayed` returns when it did not run the op
 STALE = object()   # what a plan returns when a kernel it replays must recompile
@@ -51,16 +54,19 @@ MAX_PLANS = 512   # per op; the memo is dropped when full (a model has a few sha
 
 # each is falsy in plain eager mode: torch.compile/export, jit tracing, a dispatch mode
 # (FakeTensorMode, FlopCounterMode, ...), a function mode, a functorch transform (vmap, grad),
-# and torch.profiler running (through the operator, each call is recorded as tilejit::<op>)
-_NOT_PLAIN = (torch.compiler.is_compiling, torch._C._is_tracing, torch._C._len_torch_dispatch_stack,
-              torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack,
-              torch.autograd._profiler_enabled)
+# and torch.profiler running (through the operator, each call is recorded as tilejit::<op>).
+# The hit path (`hit_path`) asks torch.compiler.is_compiling in Python, where dynamo sees it.
+_NOT_PLAIN_BUT_COMPILING = (torch._C._is_tracing, torch._C._len_torch_dispatch_stack,
+                            torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack,
+                            torch.autograd._profiler_enabled)
+_NOT_PLAIN = (torch.compiler.is_compiling, *_NOT_PLAIN_BUT_COMPILING)
 
 
 def signature_py(args) -> tuple | None:
     """The plan key of an op call, or None when the call is not plain eager (anything that traces
-    or transforms would see the operator (`_NOT_PLAIN`); a tensor subclass or meta tensor; a
-    gradient to record). compiler/fastpath/tjfast.c (`signature`) computes the same in C."""
+    or transforms would see the operator (`_NOT_PLAIN`); a tensor subclass, a tensor that is not
+    strided or has no strides (sparse, mkldnn, nested: the operator path explains) or is on the
+    meta device; a gradient to record). compiler/fastpath/tjfast.c (`signature`) computes the same in C."""
     if any(check() for check in _NOT_PLAIN):
         return None
     grad = torch.is_grad_enabled()
@@ -68,9 +74,15 @@ def signature_py(args) -> tuple | None:
     for a in args:
         cls = a.__class__
         if cls in _PLAIN:
-            if a.is_meta or (grad and a.requires_grad) or a.layout != torch.strided:
-                return None   # (a sparse tensor has no strides: the operator path explains)
-            key.append((a.dtype, a.shape, a.stride(), a.device))
+            if a.layout != torch.strided or (grad and a.requires_grad):
+                return None
+            try:
+                strides = a.stride()
+            except RuntimeError:
+                return None
+            if a.device == _META:
+                return None
+            key.append((a.dtype, a.shape, strides, a.device))
         elif isinstance(a, torch.Tensor):
             return None
         else:
@@ -82,8 +94,8 @@ def _compiled_signature():
     mod = fast_module()
     if mod is None:
         return signature_py
-    fast, plain, is_grad, tensor, strided = mod.signature, _PLAIN, torch.is_grad_enabled, torch.Tensor, torch.strided
-    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor, strided)
+    fast, plain, is_grad, tensor = mod.signature, _PLAIN, torch.is_grad_enabled, torch.Tensor
+    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor, torch.strided, _META)
 
 
 signature = _compiled_signature()
@@ -178,23 +190,29 @@ def replayed_py(plans: dict, args):
 
 
 def _compiled_replayed():
+    """(plans, args) -> outputs or MISS, for callers that have asked torch.compiler.is_compiling:
+    the C hit path with its constants bound (a partial: no Python frame)."""
     fast = getattr(fast_module(), "replayed", None)
     if fast is None:
         return replayed_py
-    consts = (context, _NOT_PLAIN, torch.is_grad_enabled, _PLAIN, torch.Tensor, torch.strided, dry_launches, MISS,
-              torch.empty_like, outputs.new_output)
-    return lambda plans, args: fast(plans, args, *consts)
+    return functools.partial(fast, context, _NOT_PLAIN_BUT_COMPILING, torch.is_grad_enabled, _PLAIN, torch.Tensor,
+                             torch.strided, _META, dry_launches, MISS, torch.empty_like, outputs.new_output)
 
 
 _replayed = _compiled_replayed()
 
 
-def replayed(lop, args):
-    """The outputs of `lop` on `args` when a plan of their signature replayed, else MISS: what a
-    wrapper tries before its own argument checks, which a signature's first call has passed."""
-    if torch.compiler.is_compiling():   # dynamo traces this far and no further (the hit path is C)
-        return MISS
-    return _replayed(lop.plans, args)
+def hit_path(plans: dict):
+    """An op's `replayed(*args)`: its outputs when a plan in `plans` for the signature of `args`
+    replayed, else MISS. What a wrapper tries before its own argument checks, which a signature's
+    first call has passed; one Python frame before the C hit path."""
+    is_compiling, replay = torch.compiler.is_compiling, functools.partial(_replayed, plans)
+
+    def replayed(*args):
+        if is_compiling():   # dynamo traces this far and no further (the hit path is C)
+            return MISS
+        return replay(args)
+    return replayed
 
 
 def call(lop, args):
@@ -280,4 +298,4 @@ def _allocation(out, args) -> tuple:
     return like, out.shape, out.dtype, out.device
 
 
-__all__ = ["signature", "signature_py", "replay_py", "replayed_py", "call", "replayed", "Plan", "MISS", "MAX_PLANS"]
+__all__ = ["signature", "signature_py", "replay_py", "replayed_py", "call", "hit_path", "Plan", "MISS", "MAX_PLANS"]

@@ -67,9 +67,9 @@ class LibraryOp:
         call of an argument signature, replays that call's launches (kernels/op_plans.py)."""
         return op_plans.call(self, args)
 
-    def replayed(self, *args):
-        """The outputs when a launch plan for `args` replayed, else op_plans.MISS (see there)."""
-        return op_plans.replayed(self, args)
+    def __post_init__(self):
+        # the outputs when a launch plan for `args` replayed, else op_plans.MISS (see there)
+        self.replayed = op_plans.hit_path(self.plans)
 
     def run(self, args, outs) -> None:
         """The op body: refuses tensors without storage, then the fp64 reference or the launch."""

@@ -10,6 +10,8 @@ library op replays that call's kernel launches instead of running its host code 
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from test_torch_ops import _samples
@@ -232,7 +234,7 @@ def test_under_torch_profiler_each_op_and_kernel_launch_is_a_record():
 def test_an_unhashable_argument_runs_the_body():
     a, b = randn(16, 32, seed=20), randn(32, 48, seed=27)
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
-    assert op_plans.replayed(torch_ops.library_op("matmul"), (a, b, None, None, None, cfg)) is op_plans.MISS
+    assert torch_ops.library_op("matmul").replayed(a, b, None, None, None, cfg) is op_plans.MISS
     first = kernels.matmul(a, b, config=cfg)
     assert torch.equal(kernels.matmul(a, b, config=cfg), first)
 
@@ -249,6 +251,12 @@ def test_the_c_signature_equals_the_python_signature():
     for args in cases:
         assert op_plans.signature(args) == op_plans.signature_py(args)
     assert op_plans.signature((x.to_sparse(),)) is None   # sparse: the operator path explains it
+    with warnings.catch_warnings():   # (the nested tensor API is a prototype)
+        warnings.simplefilter("ignore")
+        nested = torch.nested.nested_tensor([x[0], x[1, :2]])
+    assert nested.layout == torch.strided   # strided, but without strides: the operator path too
+    assert op_plans.signature((nested,)) is None and op_plans.signature_py((nested,)) is None
+    assert op_plans.signature((torch.empty(2, device="meta"),)) is None
     g = randn(3, seed=23).requires_grad_()
     assert op_plans.signature((g,)) is None and op_plans.signature_py((g,)) is None
     with torch.no_grad():

@@ -38,7 +38,7 @@ enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6
 #define MAX_PARAMS 256
 
 static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_launch_key, *s_launcher, *s_captured;
-static PyObject *s_is_meta, *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_dtype_device;
+static PyObject *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_dtype_device;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Launcher                                                                                   */
@@ -83,18 +83,26 @@ static int parse_grid(Launcher* self, PyObject* grid, int32_t g[3]) {
 }
 
 /* 1: converted; 0: not the plain case (slow path) */
-static int convert_tensor(Launcher* self, PyObject* t, int i, int check_dtype, void** out) {
+/* What a launch checks of each tensor besides its type: its device (the launcher's device flag) and
+ * its dtype. A caller whose key already pinned them checks less: the dispatcher's key pins dtypes,
+ * a launch plan's signature both. */
+enum { CHECK_DEVICE = 1, CHECK_DTYPE = 2, CHECK_ALL = 3 };
+
+static int convert_tensor(Launcher* self, PyObject* t, int i, int checks, void** out) {
     PyTypeObject* tp = Py_TYPE(t);
     Py_ssize_t k, nt = PyTuple_GET_SIZE(self->plain_types);
     for (k = 0; k < nt; ++k)
         if ((PyObject*)tp == PyTuple_GET_ITEM(self->plain_types, k)) break;
     if (k == nt) return 0;
-    PyObject* flag = PyObject_GetAttr(t, self->device_flag);
-    if (flag == NULL) { PyErr_Clear(); return 0; }
-    int ok = flag == Py_True;
-    Py_DECREF(flag);
-    if (!ok) return 0;
-    if (check_dtype) {
+    int ok;
+    if (checks & CHECK_DEVICE) {
+        PyObject* flag = PyObject_GetAttr(t, self->device_flag);
+        if (flag == NULL) { PyErr_Clear(); return 0; }
+        ok = flag == Py_True;
+        Py_DECREF(flag);
+        if (!ok) return 0;
+    }
+    if (checks & CHECK_DTYPE) {
         PyObject* dt = PyObject_GetAttr(t, s_dtype);
         if (dt == NULL) { PyErr_Clear(); return 0; }
         ok = dt == PyTuple_GET_ITEM(self->dtypes, i);
@@ -164,9 +172,9 @@ static PyObject* run_entry(Launcher* self, const int32_t g[3], tj_arg* a) {
     Py_RETURN_NONE;
 }
 
-/* The launch of `args` (the kernel's whole argument list); check_dtype = 0 when the caller's key
- * already pinned every tensor's dtype. Returns None or NULL with an exception. */
-static PyObject* launch(Launcher* self, PyObject* grid, PyObject* const* args, Py_ssize_t nargs, int check_dtype) {
+/* The launch of `args` (the kernel's whole argument list), with `checks` of each tensor (CHECK_*).
+ * Returns None or NULL with an exception. */
+static PyObject* launch(Launcher* self, PyObject* grid, PyObject* const* args, Py_ssize_t nargs, int checks) {
     int32_t g[3];
     int r = parse_grid(self, grid, g);
     if (r < 0) return call_slow(self, grid, args, nargs);
@@ -180,7 +188,7 @@ static PyObject* launch(Launcher* self, PyObject* grid, PyObject* const* args, P
         int ok;
         switch (self->kind[i]) {
         case K_PTR:
-            ok = convert_tensor(self, v, i, check_dtype, &a[i].p);
+            ok = convert_tensor(self, v, i, checks, &a[i].p);
             if (ok && self->bounds && !storage_range(v, (int64_t)(intptr_t)a[i].p, &rng[i])) { PyErr_Clear(); ok = 0; }
             break;
         case K_I1: ok = v == Py_True || v == Py_False; a[i].i = v == Py_True; break;
@@ -205,7 +213,7 @@ static PyObject* Launcher_vectorcall(PyObject* op, PyObject* const* args, size_t
     }
     PyObject* seq = PySequence_Fast(args[1], "launcher(grid, args): args must be a tuple or list");
     if (seq == NULL) return NULL;
-    PyObject* r = launch(self, args[0], PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq), 1);
+    PyObject* r = launch(self, args[0], PySequence_Fast_ITEMS(seq), PySequence_Fast_GET_SIZE(seq), CHECK_ALL);
     Py_DECREF(seq);
     return r;
 }
@@ -560,7 +568,7 @@ static PyObject* Dispatcher_vectorcall(PyObject* op, PyObject* const* args, size
     }
     PyObject* r = NULL;
     if (g != NULL) {
-        if (Py_TYPE(launcher) == &LauncherType) r = launch((Launcher*)launcher, g, full, self->nargs, 0);
+        if (Py_TYPE(launcher) == &LauncherType) r = launch((Launcher*)launcher, g, full, self->nargs, CHECK_DEVICE);
         else {
             PyObject* tup = PyTuple_New(self->nargs);
             if (tup != NULL) {
@@ -679,18 +687,14 @@ static PyTypeObject DispatcherType = {
 /* ------------------------------------------------------------------------------------------ */
 /* signature                                                                                  */
 /* ------------------------------------------------------------------------------------------ */
-/* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it is meta,
- * needs a gradient or is not strided (sparse). */
-static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided) {
-    PyObject* m = PyObject_GetAttr(t, s_is_meta);
-    if (m == NULL) return NULL;
-    int meta = m == Py_True;
-    Py_DECREF(m);
-    if (meta) return NULL;
+/* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it needs a
+ * gradient, is not strided or has no strides (sparse, mkldnn, nested: the operator path explains)
+ * or is on the meta device. */
+static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject* meta) {
     PyObject* lay = PyObject_GetAttr(t, s_layout);
     if (lay == NULL) return NULL;
     Py_DECREF(lay);
-    if (lay != strided) return NULL;   /* the operator path explains */
+    if (lay != strided) return NULL;
     if (grad) {
         PyObject* rg = PyObject_GetAttr(t, s_requires_grad);
         if (rg == NULL) return NULL;
@@ -698,20 +702,22 @@ static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided) {
         Py_DECREF(rg);
         if (needs) return NULL;
     }
-    PyObject* dt = PyObject_GetAttr(t, s_dtype);
+    PyObject* st = PyObject_CallMethodNoArgs(t, s_stride);
+    if (st == NULL) { PyErr_Clear(); return NULL; }
+    PyObject* dv = PyObject_GetAttr(t, s_device);
+    int is_meta = dv ? PyObject_RichCompareBool(dv, meta, Py_EQ) : -1;
+    PyObject* dt = is_meta == 0 ? PyObject_GetAttr(t, s_dtype) : NULL;
     PyObject* sh = dt ? PyObject_GetAttr(t, s_shape) : NULL;
-    PyObject* st = sh ? PyObject_CallMethodNoArgs(t, s_stride) : NULL;
-    PyObject* dv = st ? PyObject_GetAttr(t, s_device) : NULL;
-    PyObject* item = dv ? PyTuple_Pack(4, dt, sh, st, dv) : NULL;
-    Py_XDECREF(dt); Py_XDECREF(sh); Py_XDECREF(st); Py_XDECREF(dv);
+    PyObject* item = sh ? PyTuple_Pack(4, dt, sh, st, dv) : NULL;
+    Py_DECREF(st); Py_XDECREF(dv); Py_XDECREF(dt); Py_XDECREF(sh);
     return item;
 }
 
-/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided) */
+/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device) */
 static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 7 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
+    if (n != 8 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
         PyErr_SetString(PyExc_TypeError, "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, "
-                                         "strided)");
+                                         "strided, meta_device)");
         return NULL;
     }
     PyObject *args = a[0], *checks = a[2], *plain = a[4];
@@ -740,7 +746,7 @@ static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
             if ((PyObject*)tp == PyTuple_GET_ITEM(plain, k)) break;
         PyObject* item;
         if (k < np) {
-            item = tensor_item(v, grad, a[6]);
+            item = tensor_item(v, grad, a[6], a[7]);
             if (item == NULL) { Py_DECREF(key); if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
         } else if (PyObject_TypeCheck(v, (PyTypeObject*)a[5])) {
             Py_DECREF(key);
@@ -758,12 +764,7 @@ static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
  * slots = (arg index, tensor index, ...) flat; the template's items are the launch's arguments,
  * the slots' replaced by tensors[tensor index]. False (nothing ran) when a kernel's captured
  * globals changed, None once every launch ran. */
-static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 2 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[1])) {
-        PyErr_SetString(PyExc_TypeError, "replay(launches: tuple, tensors: tuple)");
-        return NULL;
-    }
-    PyObject *launches = a[0], *tensors = a[1];
+static PyObject* replay_launches(PyObject* launches, PyObject* tensors, int checks) {
     Py_ssize_t nl = PyTuple_GET_SIZE(launches), nt = PyTuple_GET_SIZE(tensors);
     for (Py_ssize_t k = 0; k < nl; ++k) {
         PyObject* L = PyTuple_GET_ITEM(launches, k);
@@ -790,7 +791,7 @@ static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
             vals[i] = PyTuple_GET_ITEM(tensors, t);
         }
         PyObject* r;
-        if (Py_TYPE(launcher) == &LauncherType) r = launch((Launcher*)launcher, grid, vals, na, 1);
+        if (Py_TYPE(launcher) == &LauncherType) r = launch((Launcher*)launcher, grid, vals, na, checks);
         else {
             PyObject* tup = PyTuple_New(na);
             if (tup == NULL) return NULL;
@@ -804,21 +805,32 @@ static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, dry,
- * miss, empty_like, empty): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
- * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
- * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). */
-static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 12 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1])) {
-        PyErr_SetString(PyExc_TypeError, "replayed(plans, args, context, not_plain, grad_enabled, plain_types, "
-                                         "tensor_type, strided, dry, miss, empty_like, empty)");
+static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
+    if (n != 2 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "replay(launches: tuple, tensors: tuple)");
         return NULL;
     }
-    PyObject *plans = a[0], *args = a[1], *miss = a[9];
-    PyObject* ctx = PyObject_CallNoArgs(a[2]);
+    return replay_launches(a[0], a[1], CHECK_ALL);
+}
+
+/* replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry,
+ * miss, empty_like, empty, plans, args): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
+ * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
+ * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). The
+ * launches check no tensor's device or dtype: the signature pinned the arguments' and the plan
+ * allocates the others as recorded. The constants come first, so that functools.partial binds
+ * them and an op's plans (kernels/op_plans.py `hit_path`). */
+static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
+    if (n != 13 || !PyDict_Check(a[11]) || !PyTuple_Check(a[12])) {
+        PyErr_SetString(PyExc_TypeError, "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, "
+                                         "strided, meta_device, dry, miss, empty_like, empty, plans: dict, args: tuple)");
+        return NULL;
+    }
+    PyObject *plans = a[11], *args = a[12], *miss = a[8];
+    PyObject* ctx = PyObject_CallNoArgs(a[0]);
     if (ctx == NULL) return NULL;
-    PyObject* sa[7] = {args, ctx, a[3], a[4], a[5], a[6], a[7]};
-    PyObject* key = signature(mod, sa, 7);
+    PyObject* sa[8] = {args, ctx, a[1], a[2], a[3], a[4], a[5], a[6]};
+    PyObject* key = signature(mod, sa, 8);
     Py_DECREF(ctx);
     if (key == NULL) return NULL;
     if (key == Py_None) { Py_DECREF(key); Py_INCREF(miss); return miss; }
@@ -836,7 +848,7 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     }
     PyObject *allocs = PyTuple_GET_ITEM(packed, 0), *launches = PyTuple_GET_ITEM(packed, 2);
     Py_ssize_t n_out = PyLong_AsSsize_t(PyTuple_GET_ITEM(packed, 1));
-    PyObject* dry = PyObject_CallNoArgs(a[8]);
+    PyObject* dry = PyObject_CallNoArgs(a[7]);
     int is_dry = dry == NULL ? -1 : PyObject_IsTrue(dry);
     Py_XDECREF(dry);
     if (is_dry != 0 || !PyTuple_Check(allocs) || n_out < 1 || n_out > PyTuple_GET_SIZE(allocs)) {
@@ -856,10 +868,10 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
             PyObject* like = PyTuple_GET_ITEM(al, 0);
             if (like != Py_None) {
                 Py_ssize_t li = PyLong_AsSsize_t(like);
-                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[10], PyTuple_GET_ITEM(args, li));
+                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[9], PyTuple_GET_ITEM(args, li));
             } else {
                 PyObject* ea[3] = {PyTuple_GET_ITEM(al, 1), PyTuple_GET_ITEM(al, 2), PyTuple_GET_ITEM(al, 3)};
-                t = PyObject_Vectorcall(a[11], ea, 1, s_dtype_device);
+                t = PyObject_Vectorcall(a[10], ea, 1, s_dtype_device);
             }
         }
         if (t == NULL) {
@@ -869,8 +881,7 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
         }
         PyTuple_SET_ITEM(tensors, nargs + j, t);
     }
-    PyObject* ra[2] = {launches, tensors};
-    PyObject* r = replay(mod, ra, 2);
+    PyObject* r = replay_launches(launches, tensors, 0);
     Py_DECREF(packed);
     if (r == NULL) { Py_DECREF(tensors); return NULL; }
     int stale = r == Py_False;
@@ -885,11 +896,12 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 
 static PyMethodDef module_methods[] = {
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
-     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided): an op call's plan key, "
+     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device): an op call's "
+     "plan key, "
      "or None"},
     {"replayed", (PyCFunction)(void (*)(void))replayed, METH_FASTCALL,
-     "replayed(plans, args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, dry, miss, "
-     "empty_like, empty): a library op call's outputs through its plan, or miss"},
+     "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry, miss, "
+     "empty_like, empty, plans, args): a library op call's outputs through its plan, or miss"},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(launches, tensors): runs a launch plan; False when a kernel must recompile (nothing ran)"},
     {NULL, NULL, 0, NULL},
@@ -901,9 +913,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
     PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_launch_key, &s_launcher, &s_captured,
-                          &s_is_meta, &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout};
+                          &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout};
     const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "launch_key", "launcher", "captured",
-                           "is_meta", "requires_grad", "shape", "stride", "device", "packed", "layout"};
+                           "requires_grad", "shape", "stride", "device", "packed", "layout"};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
     s_dtype_device = Py_BuildValue("(ss)", "dtype", "device");   /* kwnames of empty(shape, dtype=, device=) */
@@ -915,7 +927,7 @@ PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyModule_AddObject(m, "Launcher", (PyObject*)&LauncherType) < 0
         || PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0
         || PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }
