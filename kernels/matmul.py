@@ -236,30 +236,32 @@ def _cache(dims: dict) -> dict:
     depends on B's layout (`b_row_major`, absent = row-major, the layout the autotuner measures):
     rows of B contiguous ([K, N], as TilejitLinear stores a weight) stream best 128 columns x 32 k
     per tile (64 columns where that avoids a masked edge tile: N = 704, [1, 256] x [256, 704] fp32
-    0.80x -> 1.13x torch); B read down its columns (x @ w.t() of an nn.Linear [N, K] weight) 64 columns x 512 k.
+    0.80x -> 1.13x torch); B read down its columns (x @ w.t() of an nn.Linear [N, K] weight) 64
+    columns x 512 k.
     Measured with one row and 12 weights of each shape of a hidden-1024 Llama layer (past the L3),
     against torch: fp32 0.8-1.4x row-major vs 0.5-1.4x down the columns, bf16 0.75-1.1x vs 0.5-1.0x;
     the columns read worst where K = 2816 (a masked k tail). Larger M runs 64 x 128 x 128 tiles, or
-    128 x 256 x 64 where those still make 8 programs or more: each program copies its A and B tiles
-    per k step, so a larger C tile copies each operand fewer times (on a 2-core Zen 1 host, fp32 against
-    torch: 1024^3 0.83x -> 1.01x, 512 x 4096 x 4096 0.75x -> 0.94x, 256 x 1024 x 1024 0.88x -> 0.97x;
-    with fewer programs a core idles). Where the dot does not chain across tiles every M runs
-    CACHE_DEFAULT."""
+    256 (else 128) x 256 x 64 where those still make 8 programs or more: each program copies its A
+    and B tiles per k step, so a larger C tile copies each operand fewer times (on a 2-core Zen 1
+    host, fp32 against torch, 128 rows: 1024^3 0.83x -> 1.01x, 512 x 4096 x 4096 0.75x -> 0.94x,
+    256 x 1024 x 1024 0.88x -> 0.97x; 256 rows against 128, same runs: 1024^3 0.95x vs 0.94x,
+    2048 x 2048 x 512 0.94x vs 0.93x, 512 x 4096 x 4096 0.94x vs 0.90x; with fewer programs a core
+    idles). Where the dot does not chain across tiles every M runs CACHE_DEFAULT."""
     m, n = dims.get("M"), dims.get("N")
     if m is not None and m <= 16:
-        if dims.get("b_row_major", True):   # 64 columns where they divide N and 128 do not: no masked edge tile
+        if dims.get("b_row_major", True):
             bn = 64 if n is not None and n % 128 and n % 64 == 0 else 128
             return {**CACHE_DEFAULT, "BLOCK_N": bn, "BLOCK_K": 32}
         return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 512}
     if m is not None and n is not None:
-        bm, bn = min(CACHE_LARGE["BLOCK_M"], npow2(m)), CACHE_LARGE["BLOCK_N"]
-        if cdiv(m, bm) * cdiv(n, bn) >= 8:
-            return dict(CACHE_LARGE)
+        for bm in (256, 128):
+            if cdiv(m, min(bm, npow2(m))) * cdiv(n, CACHE_LARGE["BLOCK_N"]) >= 8:
+                return {**CACHE_LARGE, "BLOCK_M": bm}
     return dict(CACHE_DEFAULT)
 
 
 CACHE_DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}
-CACHE_LARGE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}
+CACHE_LARGE = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64}
 
 
 def _scratch(dims: dict) -> dict:
@@ -308,7 +310,7 @@ SPEC = OpSpec(
     key_dims={"N": "align32", "K": "align32"},   # weight dims; odd sizes share the aligned size's decision
     # candidates: powers of two, as Triton requires
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-                for bm in (16, 32, 64, 128) for bn in (16, 32, 64, 128, 256) for bk in (16, 32, 64, 128)),
+                for bm in (16, 32, 64, 128, 256) for bn in (16, 32, 64, 128, 256) for bk in (16, 32, 64, 128)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
                                 for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32)),
             # tiles with warps and pipeline stages (benchmarks/gpu_configs.py times them on a GPU)

@@ -56,17 +56,18 @@ MAX_PLANS = 512   # per op; the memo is dropped when full (a model has a few sha
 # (FakeTensorMode, FlopCounterMode, ...), a function mode, a functorch transform (vmap, grad),
 # and torch.profiler running (through the operator, each call is recorded as tilejit::<op>).
 # The hit path (`hit_path`) asks torch.compiler.is_compiling in Python, where dynamo sees it.
-_NOT_PLAIN_BUT_COMPILING = (torch._C._is_tracing, torch._C._len_torch_dispatch_stack,
-                            torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack,
-                            torch.autograd._profiler_enabled)
-_NOT_PLAIN = (torch.compiler.is_compiling, *_NOT_PLAIN_BUT_COMPILING)
+_NOT_PLAIN_BESIDES_COMPILING = (torch._C._is_tracing, torch._C._len_torch_dispatch_stack,
+                                torch._C._is_torch_function_mode_enabled, torch._C._functorch.peek_interpreter_stack,
+                                torch.autograd._profiler_enabled)
+_NOT_PLAIN = (torch.compiler.is_compiling, *_NOT_PLAIN_BESIDES_COMPILING)
 
 
 def signature_py(args) -> tuple | None:
     """The plan key of an op call, or None when the call is not plain eager (anything that traces
     or transforms would see the operator (`_NOT_PLAIN`); a tensor subclass, a tensor that is not
     strided or has no strides (sparse, mkldnn, nested: the operator path explains) or is on the
-    meta device; a gradient to record). compiler/fastpath/tjfast.c (`signature`) computes the same in C."""
+    meta device; a gradient to record). compiler/fastpath/tjfast.c (`signature`) computes the same
+    in C."""
     if any(check() for check in _NOT_PLAIN):
         return None
     grad = torch.is_grad_enabled()
@@ -195,7 +196,7 @@ def _compiled_replayed():
     fast = getattr(fast_module(), "replayed", None)
     if fast is None:
         return replayed_py
-    return functools.partial(fast, context, _NOT_PLAIN_BUT_COMPILING, torch.is_grad_enabled, _PLAIN, torch.Tensor,
+    return functools.partial(fast, context, _NOT_PLAIN_BESIDES_COMPILING, torch.is_grad_enabled, _PLAIN, torch.Tensor,
                              torch.strided, _META, dry_launches, MISS, torch.empty_like, outputs.new_output)
 
 

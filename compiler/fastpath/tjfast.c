@@ -82,12 +82,12 @@ static int parse_grid(Launcher* self, PyObject* grid, int32_t g[3]) {
     return 1;
 }
 
-/* 1: converted; 0: not the plain case (slow path) */
 /* What a launch checks of each tensor besides its type: its device (the launcher's device flag) and
  * its dtype. A caller whose key already pinned them checks less: the dispatcher's key pins dtypes,
  * a launch plan's signature both. */
 enum { CHECK_DEVICE = 1, CHECK_DTYPE = 2, CHECK_ALL = 3 };
 
+/* 1: converted; 0: not the plain case (slow path) */
 static int convert_tensor(Launcher* self, PyObject* t, int i, int checks, void** out) {
     PyTypeObject* tp = Py_TYPE(t);
     Py_ssize_t k, nt = PyTuple_GET_SIZE(self->plain_types);
@@ -763,7 +763,7 @@ static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 /* replay(launches, tensors): each launch is (launcher, grid, template, slots, captured) with
  * slots = (arg index, tensor index, ...) flat; the template's items are the launch's arguments,
  * the slots' replaced by tensors[tensor index]. False (nothing ran) when a kernel's captured
- * globals changed, None once every launch ran. */
+ * globals changed, None once every launch ran. `checks`: what each launch checks of its tensors. */
 static PyObject* replay_launches(PyObject* launches, PyObject* tensors, int checks) {
     Py_ssize_t nl = PyTuple_GET_SIZE(launches), nt = PyTuple_GET_SIZE(tensors);
     for (Py_ssize_t k = 0; k < nl; ++k) {
@@ -814,8 +814,8 @@ static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 }
 
 /* replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry,
- * miss, empty_like, empty, plans, args): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
- * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
+ * miss, empty_like, empty, plans, args): the whole hit path of a library op call (kernels/op_plans.py
+ * `replayed_py`): the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
  * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). The
  * launches check no tensor's device or dtype: the signature pinned the arguments' and the plan
  * allocates the others as recorded. The constants come first, so that functools.partial binds
@@ -897,8 +897,7 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 static PyMethodDef module_methods[] = {
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
      "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device): an op call's "
-     "plan key, "
-     "or None"},
+     "plan key, or None"},
     {"replayed", (PyCFunction)(void (*)(void))replayed, METH_FASTCALL,
      "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry, miss, "
      "empty_like, empty, plans, args): a library op call's outputs through its plan, or miss"},
