@@ -68,12 +68,32 @@ def parse_constexpr(text: str):
         return name.strip(), value
 
 
+def _package_module(path: str) -> tuple[str, str] | None:
+    """(the directory above its top package, the dotted module name) of a file that lies in a
+    package (its directory has an __init__.py), else None."""
+    parts, d = [os.path.splitext(os.path.basename(path))[0]], os.path.dirname(path)
+    while os.path.isfile(os.path.join(d, "__init__.py")):
+        parts.insert(0, os.path.basename(d))
+        d = os.path.dirname(d)
+    return (d, ".".join(parts)) if len(parts) > 1 else None
+
+
 def _load_file(path: str, attr: str, ref: str):
-    """`attr` of the Python file at `path`, imported as `python path` would run it (its directory
-    first on sys.path, so it can import its neighbours)."""
+    """`attr` of the Python file at `path`: a file in a package is imported as its module (so its
+    relative imports work: kernels/norm.py as kernels.norm), any other as `python path` would run
+    it (its directory first on sys.path, so it can import its neighbours)."""
     if not os.path.isfile(path):
         raise InspectError(f"{ref}: no such file {path!r}")
     path = os.path.abspath(path)
+    package = _package_module(path)
+    if package is not None:
+        root, dotted = package
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        try:
+            return load_ref(f"{dotted}:{attr}", "kernel")
+        except LoadError as e:
+            raise InspectError(f"{ref} (imported as {dotted}): {e}") from None
     sys.path.insert(0, os.path.dirname(path))
     name = "_tilejit_inspect_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)

@@ -33,3 +33,11 @@ def test_inspect_unknown_target_lists_available():
                           "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=32", "--target", "nosuch"],
                          capture_output=True, text=True)
     assert res.returncode == 1 and "cpu" in res.stderr and "nosuch" in res.stderr
+
+
+def test_inspect_takes_the_path_of_a_file_in_a_package(capsys):
+    # kernels/norm.py imports its neighbours relatively: it is imported as kernels.norm
+    assert main(["kernels/norm.py:layer_norm_kernel", "-s", "*fp32,*fp32,*fp32,*fp32,i32,i32,i32,fp32",
+                 "-c", "stride_xn=1", "-c", "HAS_W=True", "-c", "HAS_B=False", "-c", "ONE_CHUNK=True",
+                 "-c", "BLOCK=64", "--stage", "ir"]) == 0
+    assert "kernel layer_norm_kernel(" in capsys.readouterr().out
