@@ -373,8 +373,11 @@ def test_attention_errors():
 def test_config_for_ignores_batch_like_dims():
     # only params a target declares bit-neutral may follow a batch dim (cpu: matmul's BLOCK_M,
     # and its dot_tiles, since a cpu dot chains across tiles; see test_batch_invariance)
+    from compiler import get_target
+    from kernels.matmul import SPEC as MATMUL
     small, large = config_for("matmul", "cpu", M=17, N=1000, K=129), config_for("matmul", "cpu", M=4096, N=1000, K=129)
-    assert small != large and {k for k in small if small[k] != large[k]} <= {"BLOCK_M", "BLOCK_N", "BLOCK_K"}
+    free = {p for p in MATMUL.follows if p in get_target("cpu").caps.bit_neutral} | MATMUL.dot_tiles
+    assert small != large and {k for k in small if small[k] != large[k]} <= free
     assert config_for("matmul", "gpu:sm_90", M=1, N=1000, K=129) == config_for("matmul", "gpu:sm_90", M=4096, N=1000, K=129)
     assert config_for("rms_norm", "cpu", N=3000, rows=1) == config_for("rms_norm", "cpu", N=3000, rows=999)
     a = config_for("attention", "cpu", head_dim=80, seq_k=1000, seq_q=1, batch=1)
