@@ -79,21 +79,8 @@ def _package_module(path: str) -> tuple[str, str] | None:
 
 
 def _load_file(path: str, attr: str, ref: str):
-    """`attr` of the Python file at `path`: a file in a package is imported as its module (so its
-    relative imports work: kernels/norm.py as kernels.norm), any other as `python path` would run
+    """`attr` of the Python file at `path` (not in a package), imported as `python path` would run
     it (its directory first on sys.path, so it can import its neighbours)."""
-    if not os.path.isfile(path):
-        raise InspectError(f"{ref}: no such file {path!r}")
-    path = os.path.abspath(path)
-    package = _package_module(path)
-    if package is not None:
-        root, dotted = package
-        if root not in sys.path:
-            sys.path.insert(0, root)
-        try:
-            return load_ref(f"{dotted}:{attr}", "kernel")
-        except LoadError as e:
-            raise InspectError(f"{ref} (imported as {dotted}): {e}") from None
     sys.path.insert(0, os.path.dirname(path))
     name = "_tilejit_inspect_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
@@ -112,13 +99,25 @@ def load_kernel(ref: str) -> KernelFunction:
     where, _, attr = ref.rpartition(":")
     if not where or not attr:
         raise InspectError(f"expected MODULE:KERNEL or path/to/file.py:KERNEL, got {ref!r}")
+    module = where
     if where.endswith(".py") or os.sep in where or "/" in where:
-        obj = _load_file(where, attr, ref)
-    else:
-        try:
-            obj = load_ref(ref, "kernel")
-        except LoadError as e:
-            raise InspectError(str(e)) from None
+        if not os.path.isfile(where):
+            raise InspectError(f"{ref}: no such file {where!r}")
+        path = os.path.abspath(where)
+        package = _package_module(path)   # imported as its module, so that its relative imports work
+        if package is None:
+            return _checked_kernel(_load_file(path, attr, ref), ref)
+        root, module = package
+        if root not in sys.path:
+            sys.path.insert(0, root)
+    try:
+        obj = load_ref(f"{module}:{attr}", "kernel")
+    except LoadError as e:
+        raise InspectError(str(e)) from None
+    return _checked_kernel(obj, ref)
+
+
+def _checked_kernel(obj, ref: str) -> KernelFunction:
     if not isinstance(obj, KernelFunction):
         raise InspectError(f"{ref} is not a @kernel function")
     return obj

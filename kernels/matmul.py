@@ -254,7 +254,7 @@ def _cache(dims: dict) -> dict:
             return {**CACHE_DEFAULT, "BLOCK_N": bn, "BLOCK_K": 32}
         return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 512}
     if m is not None and n is not None:
-        for bm in (256, 128):
+        for bm in (CACHE_LARGE["BLOCK_M"], CACHE_LARGE["BLOCK_M"] // 2):
             if cdiv(m, min(bm, npow2(m))) * cdiv(n, CACHE_LARGE["BLOCK_N"]) >= 8:
                 return {**CACHE_LARGE, "BLOCK_M": bm}
     return dict(CACHE_DEFAULT)
