@@ -46,6 +46,7 @@ from .configs import context
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _META = torch.device("meta")
+_DEVICES = (_META, torch.device("cpu"))   # what the C signature compares with and puts in keys
 _UNSEEN = object()
 MISS = object()    # what `replayed` returns when it did not run the op
 STALE = object()   # what a plan returns when a kernel it replays must recompile
@@ -96,7 +97,7 @@ def _compiled_signature():
     if mod is None:
         return signature_py
     fast, plain, is_grad, tensor = mod.signature, _PLAIN, torch.is_grad_enabled, torch.Tensor
-    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor, torch.strided, _META)
+    return lambda args: fast(args, context(), _NOT_PLAIN, is_grad, plain, tensor, torch.strided, _DEVICES)
 
 
 signature = _compiled_signature()
@@ -126,8 +127,8 @@ class Plan:
     __slots__ = ("allocs", "n_out", "views", "launches", "packed")
 
     def __init__(self, allocs, n_out, views, launches):
-        # ((arg slot whose empty_like it is, or None, shape, dtype, device), ...): the outputs, then
-        # the scratch buffers; tensor slots count the arguments, these, then the views
+        # (kernels.outputs.maker, ...): the outputs', then the scratch buffers'; tensor slots
+        # count the arguments, these, then the views
         self.allocs = allocs
         self.n_out = n_out
         self.views = views          # ((tensor slot, dtype), ...): reinterpreted tensors (a bool mask as int8)
@@ -136,8 +137,7 @@ class Plan:
         self.packed = None if views else (allocs, n_out, launches)
 
     def __call__(self, args):
-        new = tuple([outputs.new_output(shape, dtype=dt, device=dev) if like is None
-                     else torch.empty_like(args[like]) for like, shape, dt, dev in self.allocs])
+        new = tuple([make() for make in self.allocs])
         tensors = args + new
         if self.views:
             tensors += tuple([tensors[s].view(dt) for s, dt in self.views])
@@ -197,7 +197,7 @@ def _compiled_replayed():
     if fast is None:
         return replayed_py
     return functools.partial(fast, context, _NOT_PLAIN_BESIDES_COMPILING, torch.is_grad_enabled, _PLAIN, torch.Tensor,
-                             torch.strided, _META, dry_launches, MISS, torch.empty_like, outputs.new_output)
+                             torch.strided, _DEVICES, dry_launches, MISS)
 
 
 _replayed = _compiled_replayed()
@@ -274,7 +274,7 @@ def _plan(launches, args, outs, scratch) -> Plan | None:
                 template[i] = None
                 slots += (i, s)
         replay.append((ck.launcher, grid, tuple(template), tuple(slots), ck.captured))
-    allocs = tuple(_allocation(o, args) for o in outs + scratch)
+    allocs = tuple(outputs.maker(t.shape, t.stride(), t.dtype, t.device) for t in outs + scratch)
     return Plan(allocs, len(outs), tuple(views), tuple(replay))
 
 
@@ -285,18 +285,3 @@ def _row_major(shape) -> tuple:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
-
-
-def _allocation(out, args) -> tuple:
-    """How a replay allocates `out`: as torch.empty_like of an argument with its very shape,
-    strides, dtype and device (a third cheaper than torch.empty), else, and always when it is
-    large enough for huge pages, by kernels.outputs.new_output."""
-    if outputs.wants_huge_pages(out.nbytes, out.device):
-        return None, out.shape, out.dtype, out.device
-    meta = (out.shape, out.stride(), out.dtype, out.device)
-    like = next((i for i, a in enumerate(args)
-                 if isinstance(a, torch.Tensor) and (a.shape, a.stride(), a.dtype, a.device) == meta), None)
-    return like, out.shape, out.dtype, out.device
-
-
-__all__ = ["signature", "signature_py", "replay_py", "replayed_py", "call", "hit_path", "Plan", "MISS", "MAX_PLANS"]

@@ -55,6 +55,26 @@ def test_the_size_rule():
     assert not outputs.wants_huge_pages(1 << 30, torch.device("meta"))
 
 
+def test_a_maker_allocates_fresh_tensors_as_torch_empty_strided_would():
+    cpu = torch.device("cpu")
+    for shape, strides, dt in [((2, 3), (3, 1), torch.bfloat16), ((0, 4), (4, 1), torch.float32), ((5,), (1,), torch.int64)]:
+        make = outputs.maker(torch.Size(shape), strides, dt, cpu)
+        a, b = make(), make()
+        ref = torch.empty_strided(shape, strides, dtype=dt)
+        for t in (a, b):
+            assert (t.shape, t.stride(), t.dtype, t.device, t.layout) == (ref.shape, ref.stride(), ref.dtype, ref.device, ref.layout)
+            assert not t.requires_grad and not t.is_inference()
+        assert a.numel() == 0 or a.data_ptr() != b.data_ptr()
+    make = outputs.maker((2, 2), (2, 1), torch.float32, cpu)
+    with torch.inference_mode():   # as torch's own ops there: an inference tensor
+        assert make().is_inference()
+    x = torch.randn(4, 64)
+    with torch.inference_mode():
+        for _ in range(3):   # recorded, then replayed through the op's plan
+            assert K.rms_norm(x, torch.ones(64)).is_inference()
+    assert not K.rms_norm(x, torch.ones(64)).is_inference()
+
+
 @needs_madvise
 def test_a_large_output_is_advised():
     t = outputs.new_output((1024, 1024 * 3), dtype=torch.float32, device="cpu")   # 12 MiB

@@ -29,7 +29,7 @@ from ..cache import CacheError, KernelCache, compiler_tmpdir, stable_hash
 log = logging.getLogger("compiler.fastpath")
 
 _SOURCE = os.path.join(os.path.dirname(__file__), "tjfast.c")
-_ABI = 3
+_ABI = 4
 _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None, "why": None}
 

@@ -38,7 +38,7 @@ enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6
 #define MAX_PARAMS 256
 
 static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_launch_key, *s_launcher, *s_captured;
-static PyObject *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_dtype_device;
+static PyObject *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_is_cpu;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Launcher                                                                                   */
@@ -689,8 +689,9 @@ static PyTypeObject DispatcherType = {
 /* ------------------------------------------------------------------------------------------ */
 /* The (dtype, shape, strides, device) of a plain tensor, or NULL (no exception) when it needs a
  * gradient, is not strided or has no strides (sparse, mkldnn, nested: the operator path explains)
- * or is on the meta device. */
-static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject* meta) {
+ * or is on the meta device. devices = (meta, cpu): a cpu tensor's device is the cpu constant (a
+ * bool read, where `device` makes a new object). */
+static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject* devices) {
     PyObject* lay = PyObject_GetAttr(t, s_layout);
     if (lay == NULL) return NULL;
     Py_DECREF(lay);
@@ -704,8 +705,12 @@ static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject*
     }
     PyObject* st = PyObject_CallMethodNoArgs(t, s_stride);
     if (st == NULL) { PyErr_Clear(); return NULL; }
-    PyObject* dv = PyObject_GetAttr(t, s_device);
-    int is_meta = dv ? PyObject_RichCompareBool(dv, meta, Py_EQ) : -1;
+    PyObject* cpu = PyObject_GetAttr(t, s_is_cpu);
+    PyObject* dv = NULL;
+    if (cpu == Py_True) { dv = PyTuple_GET_ITEM(devices, 1); Py_INCREF(dv); }
+    else if (cpu != NULL) dv = PyObject_GetAttr(t, s_device);
+    Py_XDECREF(cpu);
+    int is_meta = dv ? PyObject_RichCompareBool(dv, PyTuple_GET_ITEM(devices, 0), Py_EQ) : -1;
     PyObject* dt = is_meta == 0 ? PyObject_GetAttr(t, s_dtype) : NULL;
     PyObject* sh = dt ? PyObject_GetAttr(t, s_shape) : NULL;
     PyObject* item = sh ? PyTuple_Pack(4, dt, sh, st, dv) : NULL;
@@ -713,11 +718,12 @@ static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject*
     return item;
 }
 
-/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device) */
+/* signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, devices) */
 static PyObject* signature(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 8 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])) {
+    if (n != 8 || !PyTuple_Check(a[0]) || !PyTuple_Check(a[2]) || !PyTuple_Check(a[4]) || !PyType_Check(a[5])
+        || !PyTuple_Check(a[7]) || PyTuple_GET_SIZE(a[7]) != 2) {
         PyErr_SetString(PyExc_TypeError, "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, "
-                                         "strided, meta_device)");
+                                         "strided, devices: (meta, cpu))");
         return NULL;
     }
     PyObject *args = a[0], *checks = a[2], *plain = a[4];
@@ -813,20 +819,20 @@ static PyObject* replay(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     return replay_launches(a[0], a[1], CHECK_ALL);
 }
 
-/* replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry,
- * miss, empty_like, empty, plans, args): the whole hit path of a library op call (kernels/op_plans.py
- * `replayed_py`): the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
+/* replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, devices, dry,
+ * miss, plans, args): the whole hit path of a library op call (kernels/op_plans.py `replayed_py`):
+ * the signature, the plan lookup, the outputs' allocation and the replay. `miss` when any of it
  * is not the plain case (no plan, a plan with views, a dry block, a kernel to recompile). The
  * launches check no tensor's device or dtype: the signature pinned the arguments' and the plan
  * allocates the others as recorded. The constants come first, so that functools.partial binds
  * them and an op's plans (kernels/op_plans.py `hit_path`). */
 static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
-    if (n != 13 || !PyDict_Check(a[11]) || !PyTuple_Check(a[12])) {
+    if (n != 11 || !PyDict_Check(a[9]) || !PyTuple_Check(a[10])) {
         PyErr_SetString(PyExc_TypeError, "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, "
-                                         "strided, meta_device, dry, miss, empty_like, empty, plans: dict, args: tuple)");
+                                         "strided, devices, dry, miss, plans: dict, args: tuple)");
         return NULL;
     }
-    PyObject *plans = a[11], *args = a[12], *miss = a[8];
+    PyObject *plans = a[9], *args = a[10], *miss = a[8];
     PyObject* ctx = PyObject_CallNoArgs(a[0]);
     if (ctx == NULL) return NULL;
     PyObject* sa[8] = {args, ctx, a[1], a[2], a[3], a[4], a[5], a[6]};
@@ -861,24 +867,9 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
     PyObject* tensors = PyTuple_New(nargs + nal);
     if (tensors == NULL) { Py_DECREF(packed); return NULL; }
     for (Py_ssize_t i = 0; i < nargs; ++i) { PyObject* v = PyTuple_GET_ITEM(args, i); Py_INCREF(v); PyTuple_SET_ITEM(tensors, i, v); }
-    for (Py_ssize_t j = 0; j < nal; ++j) {   /* (like slot or None, shape, dtype, device) */
-        PyObject* al = PyTuple_GET_ITEM(allocs, j);
-        PyObject* t = NULL;
-        if (PyTuple_Check(al) && PyTuple_GET_SIZE(al) == 4) {
-            PyObject* like = PyTuple_GET_ITEM(al, 0);
-            if (like != Py_None) {
-                Py_ssize_t li = PyLong_AsSsize_t(like);
-                if (li >= 0 && li < nargs) t = PyObject_CallOneArg(a[9], PyTuple_GET_ITEM(args, li));
-            } else {
-                PyObject* ea[3] = {PyTuple_GET_ITEM(al, 1), PyTuple_GET_ITEM(al, 2), PyTuple_GET_ITEM(al, 3)};
-                t = PyObject_Vectorcall(a[10], ea, 1, s_dtype_device);
-            }
-        }
-        if (t == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "replayed: bad allocation");
-            Py_DECREF(tensors); Py_DECREF(packed);
-            return NULL;
-        }
+    for (Py_ssize_t j = 0; j < nal; ++j) {   /* each output's maker (kernels/outputs.py) */
+        PyObject* t = PyObject_CallNoArgs(PyTuple_GET_ITEM(allocs, j));
+        if (t == NULL) { Py_DECREF(tensors); Py_DECREF(packed); return NULL; }
         PyTuple_SET_ITEM(tensors, nargs + j, t);
     }
     PyObject* r = replay_launches(launches, tensors, 0);
@@ -896,11 +887,11 @@ static PyObject* replayed(PyObject* mod, PyObject* const* a, Py_ssize_t n) {
 
 static PyMethodDef module_methods[] = {
     {"signature", (PyCFunction)(void (*)(void))signature, METH_FASTCALL,
-     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device): an op call's "
+     "signature(args, context, not_plain, grad_enabled, plain_types, tensor_type, strided, devices): an op call's "
      "plan key, or None"},
     {"replayed", (PyCFunction)(void (*)(void))replayed, METH_FASTCALL,
-     "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, meta_device, dry, miss, "
-     "empty_like, empty, plans, args): a library op call's outputs through its plan, or miss"},
+     "replayed(context, not_plain, grad_enabled, plain_types, tensor_type, strided, devices, dry, miss, plans, "
+     "args): a library op call's outputs through its plan, or miss"},
     {"replay", (PyCFunction)(void (*)(void))replay, METH_FASTCALL,
      "replay(launches, tensors): runs a launch plan; False when a kernel must recompile (nothing ran)"},
     {NULL, NULL, 0, NULL},
@@ -912,13 +903,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
     PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_launch_key, &s_launcher, &s_captured,
-                          &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout};
+                          &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout, &s_is_cpu};
     const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "launch_key", "launcher", "captured",
-                           "requires_grad", "shape", "stride", "device", "packed", "layout"};
+                           "requires_grad", "shape", "stride", "device", "packed", "layout", "is_cpu"};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;
-    s_dtype_device = Py_BuildValue("(ss)", "dtype", "device");   /* kwnames of empty(shape, dtype=, device=) */
-    if (s_dtype_device == NULL) return NULL;
     PyObject* m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&LauncherType);
@@ -926,7 +915,7 @@ PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyModule_AddObject(m, "Launcher", (PyObject*)&LauncherType) < 0
         || PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0
         || PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 3) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }
