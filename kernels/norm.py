@@ -54,13 +54,14 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_x, stride_xn, stride
     y_row = y_ptr + row * stride_y
     if ONE_CHUNK:
         # N <= BLOCK: the row is read once and kept; the same operations as the loops below when
-        # they run one iteration (`zeros + x` included), so the bits do not change
+        # they run one iteration, so the bits do not change: `zeros + x` turns a -0.0 into +0.0,
+        # while `zeros + d * d` is d * d itself (a square is never -0.0), so it is left out
         cols = tl.arange(0, BLOCK)
         mask = cols < N
         x = _chunk_f32(x_row, stride_xn, cols, mask)
         mean = tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + x, axis=0) / N
         d = tl.where(mask, x - mean, 0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + d * d, axis=0) / N + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / N + eps)
         y = _normalised(x, mean, rstd, w_ptr, b_ptr, cols, mask, HAS_W, HAS_B)
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
         return

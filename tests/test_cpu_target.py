@@ -187,8 +187,9 @@ def _centred(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_contiguous_row_read_by_several_nests_is_read_again_not_copied(dtype):
     """layer_norm's shape: a row loaded once, summed, then used for the output. Each nest reads it
-    from memory (bf16 widened again in each): no local copy, no pass of its own; a row that is
-    not whole takes the masked nests, a whole one the unmasked ones."""
+    from memory: no local copy of what was loaded. A bf16 row is widened once, into an fp32 array
+    the nests read (widening again in each cost more); a row that is not whole takes the masked
+    nests, a whole one the unmasked ones."""
     for n in (256, 200):
         x = torch.randn(256).to(dtype)
         y = torch.empty_like(x)
@@ -196,8 +197,9 @@ def test_a_contiguous_row_read_by_several_nests_is_read_again_not_copied(dtype):
         want = x[:n].float() - x[:n].float().sum() / n
         torch.testing.assert_close(y[:n], want.to(dtype))
     body = ck.source.split("_program(")[1].split('extern "C"')[0]
-    assert "[256];" not in body   # no 256-element local array holds the row
-    assert len(re.findall(r"if \(inb\d+\) \{", body)) == 2   # the sum's nest and the output's: an in-bounds path each
+    rows = re.findall(r"(\w+) \w+\[256\];", body)   # the 256-element local arrays
+    assert rows == ([] if dtype == torch.float32 else ["float"])
+    assert len(re.findall(r"if \(inb\d+\) \{", body)) == 2   # two nests read the row: an in-bounds path each
 
 
 @kernel

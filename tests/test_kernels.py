@@ -217,11 +217,12 @@ def test_add_rms_norm(shape, dtype, config):
 @pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16)])
 def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy):
     """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass: the same
-    operations, so the same bits, a row of -0.0 included."""
+    operations, so the same bits, a row of -0.0 and a row with a NaN included."""
     from compiler import numerics
     from kernels.norm import layer_norm_kernel
     x, w, b, _ = _norm_inputs((16, N), dtype)
     x[3] = -0.0
+    x[5, 7] = float("nan")
     outs = []
     with numerics(policy):
         for one in (False, True):
