@@ -250,7 +250,7 @@ def _first_call(lop, key, args):
 
 def _plan(launches, args, outs, scratch) -> Plan | None:
     if not all(t.stride() == _row_major(t.shape) for t in outs + scratch):
-        return None   # a replay allocates by torch.empty
+        return None   # a replay allocates each output afresh, row-major
     tensors = args + outs + scratch
     slot_of = {}
     for s, t in enumerate(tensors):
@@ -285,3 +285,6 @@ def _row_major(shape) -> tuple:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
+
+
+__all__ = ["signature", "signature_py", "replay_py", "replayed_py", "call", "hit_path", "Plan", "MISS", "MAX_PLANS"]

@@ -707,10 +707,11 @@ static PyObject* tensor_item(PyObject* t, int grad, PyObject* strided, PyObject*
     if (st == NULL) { PyErr_Clear(); return NULL; }
     PyObject* cpu = PyObject_GetAttr(t, s_is_cpu);
     PyObject* dv = NULL;
-    if (cpu == Py_True) { dv = PyTuple_GET_ITEM(devices, 1); Py_INCREF(dv); }
-    else if (cpu != NULL) dv = PyObject_GetAttr(t, s_device);
+    int is_meta = -1;
+    if (cpu == Py_True) { dv = PyTuple_GET_ITEM(devices, 1); Py_INCREF(dv); is_meta = 0; }
+    else if (cpu != NULL && (dv = PyObject_GetAttr(t, s_device)) != NULL)
+        is_meta = PyObject_RichCompareBool(dv, PyTuple_GET_ITEM(devices, 0), Py_EQ);
     Py_XDECREF(cpu);
-    int is_meta = dv ? PyObject_RichCompareBool(dv, PyTuple_GET_ITEM(devices, 0), Py_EQ) : -1;
     PyObject* dt = is_meta == 0 ? PyObject_GetAttr(t, s_dtype) : NULL;
     PyObject* sh = dt ? PyObject_GetAttr(t, s_shape) : NULL;
     PyObject* item = sh ? PyTuple_Pack(4, dt, sh, st, dv) : NULL;
