@@ -57,6 +57,9 @@ class CDialect:
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
     widen_addresses = False
+    # a fp16/bf16 -> fp32 widening used by up to three loop nests is evaluated again in each, as an
+    # add is (materialize.py); False keeps it in an fp32 array (the cpu: the widening's shifts queue)
+    recompute_widening = True
     # run-time loops: the C type of the trip count (None: the induction variable's type), and the
     # statement that reports a run-time step of 0 (None: such a loop runs 0 times), with {step}, {site}
     trip_count_type: str | None = None

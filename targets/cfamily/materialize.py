@@ -8,6 +8,7 @@ consumers read that. docs/architecture.md lists the rules and the measurements b
 """
 from __future__ import annotations
 
+from compiler import dtypes as D
 from compiler.ir import Block, Op, Value
 from compiler.ir.analysis import index_step
 from compiler.ir.ops import OPS
@@ -22,13 +23,15 @@ _SAME_ELEMENTS = ("expand_dims", "reshape", "trans")   # views that neither repe
 MAX_REREAD_NESTS = 4   # a contiguous tile loaded once is read again in up to this many consumer nests
 
 
-def _recomputed(op: Op) -> bool:
+def _recomputed(op: Op, widening: bool) -> bool:
     """Whether `op` is evaluated again in each of a few consumer nests rather than stored: one
-    add/sub/mul costs less there than a store, a pass and the loads back (layer_norm's x - mean).
-    The same op, so the same bits. Widening a 16-bit float is not such an op: a zero-extension and
-    a shift per element, both on the shuffle/shift pipes that the nests' other conversions also
-    need (a bf16 layer_norm row of 4096 on AVX2: 5.95 -> 5.43 us with its fp32 copy kept)."""
-    return op.name in ("add", "sub", "mul", "neg")
+    add/sub/mul costs less there than a store, a pass and the loads back (layer_norm's x - mean),
+    and so, where the dialect says so (`widening`), does widening a 16-bit float to fp32 (exact).
+    The same op, so the same bits."""
+    if op.name in ("add", "sub", "mul", "neg"):
+        return True
+    return (widening and op.name == "cast" and op.operands[0].dtype in (D.float16, D.bfloat16)
+            and op.results[0].dtype == D.float32)
 
 
 def _is_cheap(op: Op) -> bool:
@@ -112,7 +115,7 @@ class Materialization:
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return True   # used inside a loop it is defined outside of: compute once, not per iteration
         roots = len(self._roots_of_uses(v))
-        return roots > 1 and not (_recomputed(op) and roots <= 3)
+        return roots > 1 and not (_recomputed(op, self.d.recompute_widening) and roots <= 3)
 
     def _feeds_broadcast(self, v: Value) -> bool:
         """Whether `v` reaches a broadcast or a dot, directly or through views (`lse[:, None]`):

@@ -30,6 +30,7 @@ class CPUDialect(CDialect):
     (6 rows x two vector widths of C in registers: 12 accumulators fit AVX-512's and AVX2's files)."""
 
     widen_addresses = True
+    recompute_widening = False   # a widened tile is kept: its shifts queue on AVX2 (docs/architecture.md)
     sum_vector = ("tj_f32x64", 64)   # 4 AVX-512 / 8 AVX2 vectors of partial sums: their adds overlap
 
     dot_microkernel = "tj_dot_block"
