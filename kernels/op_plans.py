@@ -250,7 +250,7 @@ def _first_call(lop, key, args):
 
 def _plan(launches, args, outs, scratch) -> Plan | None:
     if not all(t.stride() == _row_major(t.shape) for t in outs + scratch):
-        return None   # a replay allocates each output afresh, row-major
+        return None   # only fresh row-major outputs replay (a permuted or offset one may be a view the body made)
     tensors = args + outs + scratch
     slot_of = {}
     for s, t in enumerate(tensors):
