@@ -313,6 +313,44 @@ def test_a_tile_contiguous_down_its_columns_fills_by_block_transpose(R, C, dtype
     assert "tj_fill_transposed<" in ck.source
 
 
+@kernel
+def _column_dots(a_ptr, x_ptr, order_ptr, out_ptr, sx, steps, R: tl.constexpr, C: tl.constexpr):
+    """out = sum over the steps of a @ (the column tile at x[order[s] * C:]^T): a K^T tile read once
+    per iteration of a run-time loop, at a place a table picks (so a stride guess can be wrong)."""
+    r, c = tl.arange(0, R), tl.arange(0, C)
+    a = tl.load(a_ptr + r[:, None] * R + r[None, :])
+    acc = tl.zeros((R, C), dtype=tl.float32)
+    for s in range(0, steps):
+        at = tl.load(order_ptr + s)
+        t = tl.load(x_ptr + r[:, None] + (at * C + c[None, :]) * sx)
+        acc = tl.dot(a, t, acc)
+    tl.store(out_ptr + r[:, None] * C + c[None, :], acc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_column_tile_in_a_loop_prefetches_the_next_one_and_stays_exact(dtype):
+    """In a run-time loop the transposing fill is told where the next iteration's tile should lie
+    (the last stride, kept in a slot declared before the loop) and prefetches it; outside a loop it
+    is told nothing. Prefetching is only a hint: tiles at irregular places (a wrong guess), and a
+    guess past the end of x on the last step, leave every element exact."""
+    R, C, blocks = 16, 16, 6
+    x = torch.randint(-8, 9, (blocks * C, R + 1)).to(dtype)   # small integers: every sum is exact
+    a = torch.randint(-3, 4, (R, R)).to(dtype)
+    out = torch.empty(R, C)
+    for order in ([0, 1, 2, 3, 4, 5], [5, 0, 3, 3, 1, 4]):
+        ck = _column_dots[(1,)](a, x, torch.tensor(order, dtype=torch.int32), out, x.stride(0), len(order), R=R, C=C)
+        want = sum(a.float() @ x[i * C:(i + 1) * C, :R].float().t() for i in order)
+        assert torch.equal(out, want)
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    slot = re.search(r"const void\* (last\d+) = nullptr;", body)
+    assert slot and body.index(slot.group(0)) < body.index("tj_trip_count")   # before the run-time loop
+    assert re.search(rf"const ptrdiff_t (ahead\d+) = tj_ahead\(&{slot.group(1)}, cols\d+\[0\]\);", body)
+    # bf16: the columns' k pairs move as 32-bit words (8 pair rows)
+    assert re.search(r"tj_fill_transposed<\d>\(\(?\w+\*?\)?\w+, cols\d+, (16|8), 16, ahead\d+\);", body)
+    outside = _columns_tile[(1,)](x, torch.empty(2, R, C, dtype=dtype), x.stride(0), R=R, C=C).source
+    assert re.search(r"tj_fill_transposed<\d>\(\w+, cols\d+, 16, 16, 0\);", outside) and "tj_ahead" not in outside
+
+
 def test_the_bounds_checked_mode_checks_each_element_of_a_column_tile():
     from compiler import use_target
     from compiler.errors import KernelBoundsError

@@ -83,7 +83,7 @@ class Bf16DotLowering:
             # each column contiguous down k: its k pairs are 32-bit words, moved by the transposing fill
             table = self.pointer_table(ptr, v, "cols", cols, lambda j: ("0", j))
             self.emit(f"{self.d.transposed_fill}<{helpers.transposed_words}>((float*){name}, {table}, "
-                      f"{rows // 2}, {cols});")
+                      f"{rows // 2}, {cols}, {self.next_tile_offset(table)});")
         else:
             return False
         return True

@@ -53,6 +53,7 @@ class CDialect:
     affine_mask_dtypes = (D.int32, D.int64)   # index types the header's tj_affine_cmp takes
     transposed_fill = None   # the header's fill of a tile from column pointers (None: element loops)
     rows_strided = None      # the header's check that row pointers are equally spaced (in_place.py)
+    stride_ahead = None      # the header's stride predictor for a loop's next tile (prefetched by transposed_fill)
     bf16_dot: Bf16Dot | None = None   # the header's fast-policy dot of bf16 tiles, or None
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum

@@ -48,8 +48,10 @@ class LoopLowering:
         body = op.blocks[0]
         bounds = tuple(self.ev(v, (), None) for v in op.operands[:3])
         self._carried_slots(body.args[1:], op.operands[3:], op.results)
+        self.loop_heads.append([len(self.lines), self.indent])
         self.open_for(op, *bounds)
         self._in_region("loop", body.args[1:], body)
+        self.loop_heads.pop()
         self.flow_close("}")
 
     def open_for(self, op: Op, lb: str, ub: str, st: str) -> tuple[str, str]:
@@ -80,6 +82,7 @@ class LoopLowering:
         self.has_loops = True
         cond, body = op.blocks
         self._carried_slots(cond.args, op.operands, op.results, also=(body.args,))
+        self.loop_heads.append([len(self.lines), self.indent])
         self.flow_open("loop", "while (true) {")
         self.regions.append(("cond", []))
         self.flag_scopes.append({})
@@ -89,7 +92,15 @@ class LoopLowering:
         self.flag_scopes.pop()
         self.regions.pop()
         self._in_region("loop", body.args, body)
+        self.loop_heads.pop()
         self.flow_close("}")
+
+    def declare_before_loop(self, line: str) -> None:
+        """Emits `line` just before the innermost run-time loop being lowered: state that lives
+        across its iterations."""
+        head = self.loop_heads[-1]
+        self.lines.insert(head[0], "    " * head[1] + line)
+        head[0] += 1
 
     def op_if(self, op: Op) -> None:
         """`T r; if (c) { ...; r = a; } else { ...; r = b; }`: tile results are local buffers."""

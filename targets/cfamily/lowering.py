@@ -49,6 +49,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         self.static_work = 0      # elements touched by one program's loop nests, loops not counted
         self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
+        self.loop_heads: list[list[int]] = []   # per run-time loop: [line before it, its indent]
         self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
         self.flag_scopes: list[dict[int, str]] = [{}]
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
@@ -418,8 +419,19 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
             return False
         rows, cols = v.shape
         table = self.pointer_table(ptr, v, "cols", cols, lambda j: ("0", j))
-        self.emit(f"{helper}<{kind}>({name}, {table}, {rows}, {cols});")
+        self.emit(f"{helper}<{kind}>({name}, {table}, {rows}, {cols}, {self.next_tile_offset(table)});")
         return True
+
+    def next_tile_offset(self, table: str) -> str:
+        """A C expression for the byte offset from this tile (first pointer of `table`) to the one
+        the enclosing loop's next iteration reads, predicted by the header's stride_ahead from the
+        last iteration; "0" outside a loop."""
+        if not self.loop_heads or self.d.stride_ahead is None:
+            return "0"
+        last, ahead = self.fresh("last"), self.fresh("ahead")
+        self.declare_before_loop(f"const void* {last} = nullptr;")
+        self.emit(f"const ptrdiff_t {ahead} = {self.d.stride_ahead}(&{last}, {table}[0]);")
+        return ahead
 
     def pointer_table(self, ptr: Value, v: Value, prefix: str, count: int, at) -> str:
         """A local array of `count` pointers, entry i = ptr at tile index at(i) (one per row or column)."""

@@ -36,6 +36,7 @@ class CPUDialect(CDialect):
     dot_microkernel = "tj_dot_block"
     transposed_fill = "tj_fill_transposed"
     rows_strided = "tj_rows_strided"
+    stride_ahead = "tj_ahead"
     bf16_dot = Bf16Dot(dot="tj_dot_bf16", pack_rows="tj_pack_bf16_rows", pack_pairs="tj_pack_bf16_pairs",
                        fill_pairs="tj_fill_bf16_pairs", transposed_words=3)
     # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
