@@ -214,10 +214,12 @@ def test_add_rms_norm(shape, dtype, config):
 
 
 @pytest.mark.parametrize("policy", ["fast", "strict"])
-@pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16)])
+@pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16),
+                                        (512, 512, torch.bfloat16)])
 def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy):
-    """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass: the same
-    operations, so the same bits, a row of -0.0 and a row with a NaN included."""
+    """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass, and a row of
+    exactly BLOCK needs no mask (EVEN): the same operations, so the same bits, a row of -0.0 and a
+    row with a NaN included."""
     from compiler import numerics
     from kernels.norm import layer_norm_kernel
     x, w, b, _ = _norm_inputs((16, N), dtype)
@@ -225,11 +227,12 @@ def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy
     x[5, 7] = float("nan")
     outs = []
     with numerics(policy):
-        for one in (False, True):
+        for one, even in ((False, False), (True, False)) + (((True, True),) if N == BLOCK else ()):
             y = torch.empty_like(x)
-            layer_norm_kernel[(16,)](x, w, b, y, N, N, 1, N, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=one, BLOCK=BLOCK)
+            layer_norm_kernel[(16,)](x, w, b, y, N, N, 1, N, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=one, BLOCK=BLOCK,
+                                     EVEN=even)
             outs.append(y.view(torch.int32 if dtype == F32 else torch.int16))
-    assert torch.equal(outs[0], outs[1])
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 def test_norms_without_affine_and_non_contiguous_rows():
