@@ -505,12 +505,6 @@ template <int KIND> static inline float tj_widen1(const void* p, int i) {
 }
 #if defined(__AVX2__) && defined(__F16C__)
 #define TJ_TRANSPOSE_8X8 1
-template <int KIND> static inline __m256 tj_widen8(const void* p) {
-    if (KIND == 0 || KIND == 3) return _mm256_loadu_ps((const float*)p);
-    const __m128i h = _mm_loadu_si128((const __m128i*)p);
-    if (KIND == 1) return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 template <int KIND> static inline __m128 tj_widen4(const void* p) {
     if (KIND == 0 || KIND == 3) return _mm_loadu_ps((const float*)p);
     const __m128i h = _mm_loadl_epi64((const __m128i*)p);
