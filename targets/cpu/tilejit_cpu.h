@@ -495,9 +495,8 @@ static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
 //
 // `ahead` (bytes, 0 for none) is where the tile that the enclosing loop reads next lies relative to
 // this one (tj_ahead). Its lines are prefetched while this tile is transposed, a few per block in
-// address order, so that the next tile streams in while the loop computes; without them a loop that
-// streams its operands from memory (decode attention's K) alternates between waiting for a tile
-// and computing on it. fp32 decode attention, (8, 32, 1, 128) over 2048 keys on 2 cores: 47 -> 34 ms.
+// address order, so that the next tile streams in while the loop computes (why, and the figures:
+// docs/architecture.md, targets/cpu/).
 template <int KIND> static inline float tj_widen1(const void* p, int i) {
     if (KIND == 0) return ((const float*)p)[i];
     if (KIND == 3) { float f; std::memcpy(&f, (const char*)p + 4 * i, 4); return f; }
