@@ -461,18 +461,20 @@ def _bf16_products(a_ptr, b_ptr, p_ptr, c_ptr, n, BLOCK: tl.constexpr):
     tl.store(c_ptr + offs, a.to(tl.bfloat16), mask=m)                                  # narrowing cast
 
 
-def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits():
+@pytest.mark.parametrize("n", [512, 1024], ids=["masked", "in-bounds"])
+def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits(n):
     """A value the kernel has just rounded to bf16 (a narrowing cast, bf16 arithmetic) is stored
-    without a second rounding; the bits are torch's round-to-nearest-even, ties, NaN, inf and
-    subnormals included."""
+    without a second rounding (in bounds, the cast's fp32 operand goes to the vector rounding of
+    tj_store_bf16); the bits are torch's round-to-nearest-even, ties, NaN, inf and subnormals
+    included."""
     special = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), float("nan"), float("inf"),
                             -float("inf"), 3.4e38, 1e-39, -1e-40, 0.0, -0.0, 2 ** -133])
-    a = torch.cat([special, torch.randn(500) * torch.logspace(-30, 30, 500)])
+    a = torch.cat([special, torch.randn(n - 12) * torch.logspace(-30, 30, n - 12)])
     b = torch.randn(a.numel()).to(torch.bfloat16)
     p, c = torch.empty_like(b), torch.empty_like(b)
     ck = _bf16_products[(1,)](a, b, p, c, a.numel(), BLOCK=1024)
     body = ck.source.split("_program(")[1].split('extern "C"')[0]
-    assert "tj_bf16_bits(" in body and "tj_f2bf(" not in body
+    assert "tj_bf16_bits(" in body and "tj_f2bf(" not in body and "tj_store_bf16(" in body
     want_c = a.to(torch.bfloat16)
     want_p = (want_c.float() * b.float()).to(torch.bfloat16)
     for got, want in ((c, want_c), (p, want_p)):
@@ -514,3 +516,40 @@ def test_a_dot_with_few_rows_reads_b_in_place_with_the_copys_bits(rows, K, N):
     assert torch.equal(fast.view(torch.int32), checked.view(torch.int32))
     want = a[:, :K].double() @ b[idx[:K].long()][:, :N].double()
     torch.testing.assert_close(fast[:, :N].double(), want, rtol=1e-5, atol=1e-5)
+
+
+@kernel
+def _rows_to_bf16(x_ptr, y_ptr, stride_y, R: tl.constexpr, C: tl.constexpr):
+    r, c = tl.arange(0, R), tl.arange(0, C)
+    x = tl.load(x_ptr + r[:, None] * C + c[None, :])
+    tl.store(y_ptr + r[:, None] * stride_y + c[None, :], x.to(tl.bfloat16))
+
+
+def _f2bf_bits(x: torch.Tensor) -> torch.Tensor:
+    """The header's tj_f2bf on fp32 bits, in int64 arithmetic: nearest even; a NaN keeps its high
+    half with the quiet bit set."""
+    u = x.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return torch.where(x.isnan(), (u | 0x400000) >> 16, rounded) & 0xFFFF
+
+
+@pytest.mark.parametrize("R,C", [(1, 64), (3, 128), (2, 80), (4, 48), (2, 24)])
+def test_a_contiguous_bf16_store_rounds_a_chunk_at_a_time_with_the_per_element_bits(R, C):
+    """An unmasked bf16 tile contiguous along its rows is stored through the header's vector
+    rounding (tj_store_bf16), 64 values or a whole row (a multiple of 16) at a time; a row of 24
+    keeps the per-element store. Ties, the largest finite values (which round to inf), subnormals,
+    -0.0, inf and NaNs, quiet and signalling, with payloads, land in vectors with and without a NaN,
+    and every bit is the per-element conversion's."""
+    special = torch.tensor([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00008000, 0x80018000, 0x007FFFFF,
+                            0x80000000, 0x7F800000, 0xFF800000, 0x7F800001, 0xFFA00000, 0x7FC12345],
+                           dtype=torch.int64).to(torch.int32).view(torch.float32)
+    x = torch.randn(R * C) * torch.logspace(-40, 38, R * C)
+    x[:special.numel()] = special[:R * C]
+    x[-1] = float("nan")
+    stride = C + 8
+    y = torch.full((R, stride), 7, dtype=torch.int16).view(torch.bfloat16)
+    ck = _rows_to_bf16[(1,)](x, y, stride, R=R, C=C)
+    assert ("tj_store_bf16(" in ck.source) == (C % 16 == 0)
+    got = y.view(torch.int16)[:, :C].to(torch.int64) & 0xFFFF
+    assert torch.equal(got, _f2bf_bits(x).view(R, C))
+    assert (y.view(torch.int16)[:, C:] == 7).all()   # the row padding is not written

@@ -217,9 +217,10 @@ def test_add_rms_norm(shape, dtype, config):
 @pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16),
                                         (512, 512, torch.bfloat16)])
 def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy):
-    """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass, and a row of
-    exactly BLOCK needs no mask (EVEN): the same operations, so the same bits, a row of -0.0 and a
-    row with a NaN included."""
+    """A row that fits one BLOCK is read once (ONE_CHUNK) instead of once per pass, a row of
+    exactly BLOCK needs no mask (EVEN), and a program may normalise ROWS rows with the weight and
+    bias widened once (16 rows: 3, 5 and 16 per program, the last program short): the same
+    operations, so the same bits, a row of -0.0 and a row with a NaN included."""
     from compiler import numerics
     from kernels.norm import layer_norm_kernel
     x, w, b, _ = _norm_inputs((16, N), dtype)
@@ -227,12 +228,31 @@ def test_layer_norm_of_a_row_in_one_chunk_keeps_the_bits(N, BLOCK, dtype, policy
     x[5, 7] = float("nan")
     outs = []
     with numerics(policy):
-        for one, even in ((False, False), (True, False)) + (((True, True),) if N == BLOCK else ()):
+        for one, even, per in ((False, False, 1), (True, False, 1), (True, False, 3), (True, False, 16)) + \
+                (((True, True, 1), (True, True, 5)) if N == BLOCK else ()):
             y = torch.empty_like(x)
-            layer_norm_kernel[(16,)](x, w, b, y, N, N, 1, N, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=one, BLOCK=BLOCK,
-                                     EVEN=even)
+            several = {"ROWS": per, "n_rows": 16} if per > 1 else {}
+            layer_norm_kernel[(-(-16 // per),)](x, w, b, y, N, N, 1, N, 1e-5, HAS_W=True, HAS_B=True, ONE_CHUNK=one,
+                                                BLOCK=BLOCK, EVEN=even, **several)
             outs.append(y.view(torch.int32 if dtype == F32 else torch.int16))
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+def test_layer_norm_of_narrow_rows_widens_the_weight_once_per_program_on_a_cache_target():
+    """The library launch of a one-chunk bf16 layer_norm on the cpu target gives each program
+    several rows (ROWS), and the results are those of one row at a time."""
+    from compiler import render_only
+    x, w, b, _ = _norm_inputs((32, 256), torch.bfloat16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)   # the rows per program follow the thread count
+    try:
+        with render_only() as seen:
+            layer_norm(x, w, b)
+        whole = layer_norm(x, w, b)
+    finally:
+        torch.set_num_threads(threads)
+    assert seen[0].grid == (2,)   # 16 rows a program
+    assert torch.equal(whole, torch.cat([layer_norm(x[i:i + 1], w, b) for i in range(32)]))
 
 
 def test_norms_without_affine_and_non_contiguous_rows():

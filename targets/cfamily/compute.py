@@ -82,6 +82,19 @@ class ReduceDotLowering:
             self.emit(st)
         return e
 
+    def _fill_chunk(self, x: Value, outer: tuple[str, ...], width: int, chunk: str) -> None:
+        """Inside a loop over `c`, a vectorised loop that puts elements c * width .. c * width +
+        width - 1 of x's last axis (at index `outer` of the others) into the float array `chunk`."""
+        it, j = self.index_type, f"i{len(x.shape) - 1}"
+        self.emit(f"{self.d.local_buffer_decl('float', chunk, width)};")
+        self.emit(self.d.simd_pragma)
+        self.emit(f"for ({it} l = 0; l < {width}; ++l) {{")
+        self.indent += 1
+        self.emit(f"const {it} {j} = c * {width} + l;")
+        self.emit(f"{chunk}[l] = {self._emit_at(x, outer + (j,))};")
+        self.indent -= 1
+        self.emit("}")
+
     def _sums_in_lanes(self, x: Value, kind: str, acc_t: D.dtype) -> bool:
         lanes = self.d.sum_vector[1] if self.d.sum_vector else 0
         return bool(lanes) and kind == "sum" and acc_t == D.float32 and x.shape[-1] % lanes == 0
@@ -94,20 +107,12 @@ class ReduceDotLowering:
         for the previous one; and the order depends on L alone, not on the ISA's vector width."""
         vtype, lanes = self.d.sum_vector
         it, part, chunk, folded = self.index_type, self.fresh("part"), self.fresh("chunk"), self.fresh("fold")
-        j = f"i{len(x.shape) - 1}"
         self.emit("{")
         self.indent += 1
         self.emit(f"{vtype} {part} = {{}};")
         self.emit(f"for ({it} c = 0; c < {x.shape[-1] // lanes}; ++c) {{")
         self.indent += 1
-        self.emit(f"{self.d.local_buffer_decl('float', chunk, lanes)};")
-        self.emit(self.d.simd_pragma)
-        self.emit(f"for ({it} l = 0; l < {lanes}; ++l) {{")
-        self.indent += 1
-        self.emit(f"const {it} {j} = c * {lanes} + l;")
-        self.emit(f"{chunk}[l] = {self._emit_at(x, outer + (j,))};")
-        self.indent -= 1
-        self.emit("}")
+        self._fill_chunk(x, outer, lanes, chunk)
         self.emit(f"{vtype}_add({part}, {chunk});")
         self.indent -= 1
         self.emit("}")

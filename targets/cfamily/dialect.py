@@ -55,6 +55,9 @@ class CDialect:
     rows_strided = None      # the header's check that row pointers are equally spaced (in_place.py)
     stride_ahead = None      # the header's stride predictor for a loop's next tile (prefetched by transposed_fill)
     bf16_dot: Bf16Dot | None = None   # the header's fast-policy dot of bf16 tiles, or None
+    # the header's store(uint16_t* dst, const float* src, int n) of fp32 values rounded to bf16, for
+    # a tile stored contiguously along its last axis a chunk at a time (None: element by element)
+    bf16_store: str | None = None
     # int32 index sums widened to 64 bits where they become addresses (lowering._index64): a
     # host compiler built with -fwrapv cannot vectorise through a wrapping 32-bit sum
     widen_addresses = False

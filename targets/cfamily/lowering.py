@@ -27,6 +27,7 @@ from .masks import mask_terms
 from .materialize import Materialization
 
 _INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
+BF16_STORE_CHUNK = 64   # fp32 values per call of the dialect's bf16_store (a row's last axis when it is shorter)
 
 
 class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering,
@@ -454,6 +455,8 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
             return
 
         def fill(masked: bool):
+            if not masked and self._chunked_bf16_store(op, ptr, val):
+                return
             nest = self.open_nest(ptr.shape)
             s = st(val.dtype, self.address(op, self.ev(ptr, nest.idx, nest), True), self.ev(val, nest.idx, nest))
             if masked:
@@ -461,6 +464,32 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
             self.close_nest(nest, [s + ";"])
 
         self._masked_or_fast(mask, fill)
+
+    def _chunked_bf16_store(self, op: Op, ptr: Value, val: Value) -> bool:
+        """An unmasked bf16 tile stored contiguously along its last axis: a vectorised loop puts
+        the fp32 values in a chunk (the operand of a narrowing cast, not the rounded value) and the
+        dialect's bf16_store rounds and stores them, with the bits of the per-element store."""
+        helper, n = self.d.bf16_store, ptr.shape[-1]
+        width = BF16_STORE_CHUNK if n % BF16_STORE_CHUNK == 0 else n
+        if helper is None or self.checks_addresses or val.dtype is not D.bfloat16 or width % 16 \
+                or index_step(ptr, len(ptr.shape) - 1) != 1:
+            return False
+        src, cast = val, val.owner
+        if cast is not None and cast.name == "cast" and id(val) not in self.buffers \
+                and cast.operands[0].dtype in (D.float32, D.float16, D.bfloat16):
+            src = cast.operands[0]   # held in a float: rounded once, by the helper
+        it, chunk, start = self.index_type, self.fresh("chunk"), self.fresh("at")
+        outer = self.open_nest(ptr.shape[:-1], simd=False)
+        self.emit(f"for ({it} c = 0; c < {n // width}; ++c) {{")
+        self.indent += 1
+        self._fill_chunk(src, outer.idx, width, chunk)
+        self.emit(f"const {it} {start} = c * {width};")
+        dst = self.address(op, self._emit_at(ptr, outer.idx + (start,)), True)
+        self.emit(f"{helper}({dst}, {chunk}, {width});")
+        self.indent -= 1
+        self.emit("}")
+        self.close_nest(outer, [])
+        return True
 
     def _rounded_to_its_dtype(self, v: Value) -> bool:
         """Whether `v`'s op rounds its result to its narrow float dtype (a narrowing cast, or

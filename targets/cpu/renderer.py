@@ -37,6 +37,7 @@ class CPUDialect(CDialect):
     transposed_fill = "tj_fill_transposed"
     rows_strided = "tj_rows_strided"
     stride_ahead = "tj_ahead"
+    bf16_store = "tj_store_bf16"
     bf16_dot = Bf16Dot(dot="tj_dot_bf16", pack_rows="tj_pack_bf16_rows", pack_pairs="tj_pack_bf16_pairs",
                        fill_pairs="tj_fill_bf16_pairs", transposed_words=3)
     # a loop's trip count is 64-bit; a run-time step of 0 is reported to the launcher, which raises
@@ -62,7 +63,8 @@ class CPURenderer:
                 f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype),
                    "unpack": self.unpack(i, p.type.dtype)} for i, p in enumerate(fn.params)]
-        uses_vectors = any(op.name == "dot" for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body
+        uses_vectors = any(op.name == "dot" for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body \
+            or f"{self.dialect.bf16_store}(" in body
         work = MIN_PARALLEL_WORK if low.has_loops else max(low.static_work, 1)
         return _ENV.get_template("kernel.cpp.j2").render(
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, work_per_program=work,

@@ -564,4 +564,32 @@ static inline ptrdiff_t tj_ahead(const void** last, const void* now) {
     *last = now;
     return d;
 }
+
+// n fp32 values rounded to bf16 as tj_f2bf rounds them (nearest even; a NaN keeps its high half,
+// made quiet) and stored: the lowering's store of a bf16 tile contiguous along its last axis, a
+// chunk at a time. Written per element, the compiler vectorises the NaN select into an or and a
+// blend per vector; here one compare checks two vectors, and 16 values holding a NaN take the
+// per-element path (docs/architecture.md).
+static inline void tj_store_bf16(uint16_t* dst, const float* src, int n) {
+    int i = 0;
+#if defined(__AVX2__)
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
+        const __m256 nan = _mm256_cmp_ps(a, b, _CMP_UNORD_Q);
+        if (!_mm256_testz_ps(nan, nan)) {
+            for (int l = i; l < i + 16; ++l) dst[l] = tj_f2bf(src[l]);
+            continue;
+        }
+        const __m256i ua = _mm256_castps_si256(a), ub = _mm256_castps_si256(b);
+        const __m256i ra = _mm256_add_epi32(_mm256_add_epi32(ua, bias), _mm256_and_si256(_mm256_srli_epi32(ua, 16), one));
+        const __m256i rb = _mm256_add_epi32(_mm256_add_epi32(ub, bias), _mm256_and_si256(_mm256_srli_epi32(ub, 16), one));
+        // the high halves are below 2^16, so the saturating pack keeps them; it packs within
+        // 128-bit lanes, and the permute puts the four 64-bit quarters back in order
+        const __m256i packed = _mm256_packus_epi32(_mm256_srli_epi32(ra, 16), _mm256_srli_epi32(rb, 16));
+        _mm256_storeu_si256((__m256i*)(dst + i), _mm256_permute4x64_epi64(packed, 0xD8));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = tj_f2bf(src[i]);
+}
 #endif  // TILEJIT_VECTOR_HELPERS
