@@ -8,7 +8,8 @@ The signature lists the run-time parameters in order, with the types a launch pa
 `*` and its element type (`*fp32`, `*fp16`, `*bf16`, `*i32`, `*i64`, `*i1`, `*i8`, `*i16`), an int
 `i32` (or `i64` when it does not fit), a float `fp32`, a bool `i1`; constexprs are given by name. A
 run-time parameter given with --constexpr is specialised to that value (e.g. `-c stride=1`, as a
-launch does for ints equal to 1).
+launch does for ints equal to 1); run-time parameters with a default may be left off the end of
+the signature, and are then specialised to their defaults.
 """
 from __future__ import annotations
 
@@ -128,9 +129,17 @@ def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -
     # 1 is at a launch)
     cnames = constexpr_params(kfn.fn) | set(constexprs)
     runtime_names = [n for n in kfn.arg_names if n not in cnames]
+    params = kfn.signature.parameters
+    left_off = runtime_names[len(signature):]
+    if left_off and all(params[n].default is not params[n].empty for n in left_off):
+        # run-time parameters with defaults, left off the end: specialised to their defaults
+        constexprs.update({n: params[n].default for n in left_off})
+        cnames |= set(left_off)
+        runtime_names = runtime_names[:len(signature)]
     if len(signature) != len(runtime_names):
         raise InspectError(f"kernel '{kfn.__name__}' has {len(runtime_names)} run-time parameters "
-                         f"({', '.join(runtime_names)}); the signature gives {len(signature)}")
+                           f"({', '.join(runtime_names)}); the signature gives {len(signature)} (only those "
+                           f"with a default may be left off the end)")
     specs, it = [], iter(signature)
     for n in kfn.arg_names:
         if n in cnames:

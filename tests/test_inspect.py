@@ -41,3 +41,16 @@ def test_inspect_takes_the_path_of_a_file_in_a_package(capsys):
                  "-c", "stride_xn=1", "-c", "HAS_W=True", "-c", "HAS_B=False", "-c", "ONE_CHUNK=True",
                  "-c", "BLOCK=64", "--stage", "ir"]) == 0
     assert "kernel layer_norm_kernel(" in capsys.readouterr().out
+
+
+def test_inspect_specialises_run_time_parameters_left_off_to_their_defaults(capsys):
+    """layer_norm_kernel's last run-time parameter, n_rows, has a default: a signature may leave it
+    off (it is then the constant 1, as a launch that leaves it off specialises it), or give it."""
+    base = ["kernels/norm.py:layer_norm_kernel", "-c", "stride_xn=1", "-c", "HAS_W=True", "-c", "HAS_B=False",
+            "-c", "ONE_CHUNK=True", "-c", "BLOCK=64", "-c", "ROWS=4", "--stage", "ir"]
+    assert main(base + ["-s", "*fp32,*fp32,*fp32,*fp32,i32,i32,i32,fp32"]) == 0
+    assert "n_rows" not in capsys.readouterr().out.split("{")[0]   # not a parameter of the function
+    assert main(base + ["-s", "*fp32,*fp32,*fp32,*fp32,i32,i32,i32,fp32,i32"]) == 0
+    assert "n_rows" in capsys.readouterr().out.split("{")[0]
+    assert main(base + ["-s", "*fp32,*fp32,*fp32,*fp32,i32,i32,i32"]) == 1   # eps has no default
+    assert "only those with a default may be left off" in capsys.readouterr().err
