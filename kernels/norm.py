@@ -5,8 +5,8 @@ row (on a cache target, a one-chunk fp16/bf16 layer_norm gives a program up to 1
 weight and bias are widened once: ROWS, the same operations per row); a row longer than BLOCK
 is walked in ascending BLOCK-wide chunks: the first pass accumulates into a BLOCK-wide fp32 tile
 (element j of the tile sums columns j, j+BLOCK, j+2*BLOCK, ... in ascending order) and one
-`tl.sum` folds the tile at the end. BLOCK is chosen from the row length
-alone, so a row's result never depends on how many rows are normalised with it.
+`tl.sum` folds the tile at the end. BLOCK is chosen from the row length alone, so a row's result
+never depends on how many rows are normalised with it.
 
 layer_norm uses two passes over the row (mean, then the sum of squared deviations), which avoids
 the cancellation of E[x^2] - E[x]^2; a row that fits one BLOCK is read once for both and for the

@@ -28,6 +28,7 @@ from .materialize import Materialization
 
 _INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
 BF16_STORE_CHUNK = 64   # fp32 values per call of the dialect's bf16_store (a row's last axis when it is shorter)
+BF16_STORE_GROUP = 16   # values the helper rounds per step: a chunk is a multiple of it
 
 
 class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering,
@@ -471,7 +472,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         dialect's bf16_store rounds and stores them, with the bits of the per-element store."""
         helper, n = self.d.bf16_store, ptr.shape[-1]
         width = BF16_STORE_CHUNK if n % BF16_STORE_CHUNK == 0 else n
-        if helper is None or self.checks_addresses or val.dtype is not D.bfloat16 or width % 16 \
+        if helper is None or self.checks_addresses or val.dtype is not D.bfloat16 or width % BF16_STORE_GROUP \
                 or index_step(ptr, len(ptr.shape) - 1) != 1:
             return False
         src, cast = val, val.owner
