@@ -418,10 +418,49 @@ def test_fast_fp32_sums_run_in_64_lanes():
     N, ROWS = 256, 4
     x = torch.randn(ROWS * N) * torch.logspace(-3, 3, ROWS * N)   # magnitudes where the order shows
     out = torch.empty(1 + ROWS)
-    _sums[(1,)](x, out, N=N, ROWS=ROWS)
+    ck = _sums[(1,)](x, out, N=N, ROWS=ROWS)
+    assert len(re.findall(r"float chunk\d+_\d\[32\];", ck.source)) == 2   # the loaded row is summed in place
     assert torch.equal(out[0], _sum_in_64_lanes(x[:N]))
     for r in range(ROWS):
         assert torch.equal(out[1 + r], _sum_in_64_lanes(x[r * N:(r + 1) * N] * 2.0)), r
+
+
+@kernel
+def _widened_sum_then_reuse(x_ptr, s_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N
+    x = tl.load(x_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    s = tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + x, axis=0)
+    tl.store(s_ptr, s)
+    tl.store(y_ptr + cols, x - s, mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("N", [256, 219])
+@pytest.mark.parametrize("row", ["random", "negative zeros"])
+def test_a_sum_in_lanes_reads_its_row_once_with_the_same_bits(dtype, N, row):
+    """A 16-bit row widened to fp32 and kept for later use is stored by the loop of the in-lanes sum
+    that reads it first (one pass, not a fill loop and a summing loop), in the in-bounds and the
+    masked path; an fp32 row in an array is summed from there (no copy into a chunk). The `+0.0 +` before the sum is left out: partials that start at +0.0 make it change no
+    bit. The sum is the 64-lane order's, +0.0 for a row of -0.0, and the later use reads the row."""
+    BLOCK = 256
+    x = (torch.randn(N) * torch.logspace(-3, 3, N)).to(dtype) if row == "random" else torch.full((N,), -0.0, dtype=dtype)
+    s, y = torch.empty(1), torch.empty(N)
+    ck = _widened_sum_then_reuse[(1,)](x, s, y, N, BLOCK=BLOCK)
+    assert "0.0f +" not in ck.source
+    if dtype == torch.float32:
+        # (the row is read into an array, as the store of s comes between the load and x - s)
+        assert re.search(r"tj_f32x64_add_half\(part\d+, \(v\d+ \+ c \* 64\), 0\);", ck.source), ck.source
+    else:
+        buf = re.search(r"float (v\d+)\[256\];", ck.source).group(1)
+        lines = ck.source.splitlines()
+        fills = [i for i, ln in enumerate(lines) if f"{buf}[i0] = " in ln]
+        assert fills and all(re.search(r"chunk\d+_\d\[l\] = ", lines[i + 1]) for i in fills), ck.source
+    wide = torch.zeros(BLOCK)
+    wide[:N] = x.float()
+    want = _sum_in_64_lanes(wide)
+    assert torch.equal(s.view(torch.int32), want.view(1).view(torch.int32))
+    assert torch.equal(y.view(torch.int32), (x.float() - want).view(torch.int32))
 
 
 def _avx512() -> bool:

@@ -48,7 +48,8 @@ class CDialect:
     local_pointer_bytes = 8   # an element of a local tile of pointers (a loop-carried `ptrs += step`)
     simd_pragma = "#pragma omp simd"
     # (C vector type T of L floats, L): fast fp32 1-D sums as L partial sums (compute._reduce_in_lanes);
-    # the header's T_add(T&, const float*) adds L floats, T_store(float*, const T&) writes the partials
+    # the header's T_add_half(T&, const float*, h) adds L / 2 floats to partials h * L / 2 onwards,
+    # T_store(float*, const T&) writes the partials
     sum_vector: tuple[str, int] | None = None
     affine_mask_dtypes = (D.int32, D.int64)   # index types the header's tj_affine_cmp takes
     transposed_fill = None   # the header's fill of a tile from column pointers (None: element loops)

@@ -57,12 +57,14 @@ typedef float tj_f32v __attribute__((vector_size(32)));
 typedef float tj_f32v __attribute__((vector_size(16)));
 #endif
 struct tj_f32x64 { tj_f32v v[64 / (sizeof(tj_f32v) / 4)]; };
-static inline void tj_f32x64_add(tj_f32x64& acc, const float* p) {
+// adds 32 floats to partials h * 32 .. h * 32 + 31 (h: 0 or 1, a constant where it is called):
+// half the partials a step, so a step's values and partials fit AVX2's 16 vector registers
+static inline void tj_f32x64_add_half(tj_f32x64& acc, const float* p, int h) {
     constexpr int W = sizeof(tj_f32v) / 4;
-    for (int k = 0; k < 64 / W; ++k) {
+    for (int k = 0; k < 32 / W; ++k) {
         tj_f32v x;
         std::memcpy(&x, p + k * W, sizeof x);
-        acc.v[k] += x;
+        acc.v[h * (32 / W) + k] += x;
     }
 }
 static inline void tj_f32x64_store(float* p, const tj_f32x64& acc) { std::memcpy(p, acc.v, sizeof acc.v); }
