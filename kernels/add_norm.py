@@ -14,10 +14,11 @@ import torch
 from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem
 
-from .checks import check_device, check_same_dtype, check_tensor, checked_config
-from .configs import select
-from .norm import LAYER_NORM, _check_eps, _check_vec, _chunk_f32, _residual_sum, _rows, layer_norm_ref
-from .outputs import new_output
+from .checks import check_device, config_text
+from .norm import (LAYER_NORM, _check_eps, _check_residual, _check_vec, _chunk_f32, _config, _residual_sum, _rows,
+                   _wrapper_checks, layer_norm_ref)
+from .op_plans import MISS
+from .torch_ops import define
 
 
 @kernel
@@ -54,26 +55,38 @@ def add_layer_norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, res_ptr, N, sx, sxn
 
 def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,
                    bias: torch.Tensor | None = None, eps: float = 1e-5, *, config: dict | None = None):
-    """(layer_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised."""
+    """(layer_norm(x + residual), x + residual); the sum is rounded to x.dtype before it is normalised.
+    Runs as the torch operator tilejit::add_layer_norm (forward only)."""
+    config = config_text("add_layer_norm", SPEC, config)
+    out = ADD_LAYER_NORM_OP.replayed(x, residual, weight, bias, eps, config)   # a seen signature: its checks passed
+    if out is not MISS:
+        return out
+    if residual is None:
+        raise TypeError("add_layer_norm: argument 'residual' must be a torch.Tensor, got None")
+    eps = _wrapper_checks("add_layer_norm", eps, x=x, residual=residual, weight=weight, bias=bias)
+    return ADD_LAYER_NORM_OP(x, residual, weight, bias, eps, config)
+
+
+def _shapes(x, residual, weight, bias, eps, config):
+    op = "add_layer_norm"
+    _, _, N = _rows(op, "x", x)
+    _check_residual(op, x, residual)
+    _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
+    _check_eps(op, eps)
+    return ((x.shape, x.dtype),) * 2
+
+
+def _launch(x, residual, weight, bias, eps, config, y, res):
     op = "add_layer_norm"
     x2, rows, N = _rows(op, "x", x)
-    check_tensor(op, "residual", residual)
-    check_same_dtype(op, "x", x, residual=residual)
-    if residual.shape != x.shape:
-        raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
     r2 = residual.reshape(rows, N)
     weight, bias = _check_vec(op, "weight", weight, x, N), _check_vec(op, "bias", bias, x, N)
-    eps = _check_eps(op, eps)
-    check_device(op, x=x, residual=residual, weight=weight, bias=bias)
-    y = new_output(x.shape, dtype=x.dtype, device=x.device)
-    res = new_output(x.shape, dtype=x.dtype, device=x.device)
+    check_device(op, x=x, residual=residual, weight=weight, bias=bias, y=y, res=res)
     if rows and N:
         y2, s2 = y.view(rows, N), res.view(rows, N)
-        cfg = checked_config(op, SPEC, config) if config else select(SPEC, None, N=N)
         add_layer_norm_kernel[(rows,)](x2, r2, weight, bias, y2, s2, N, x2.stride(0), x2.stride(1), r2.stride(0),
                                        r2.stride(1), y2.stride(0), eps, HAS_W=weight is not None,
-                                       HAS_B=bias is not None, **cfg)
-    return y, res
+                                       HAS_B=bias is not None, **_config(SPEC, config, N))
 
 
 def add_layer_norm_ref(x, residual, weight=None, bias=None, eps=1e-5, out_dtype=None):
@@ -113,4 +126,10 @@ SPEC = OpSpec(
 )
 SPECS = (SPEC,)
 
-__all__ = ["add_layer_norm", "add_layer_norm_ref", "add_layer_norm_kernel", "STRICT_BLOCK", "SPEC", "SPECS"]
+ADD_LAYER_NORM_OP = define(
+    "add_layer_norm", "Tensor x, Tensor residual, Tensor? weight, Tensor? bias, float eps, str? config", ("y", "res"),
+    shapes=_shapes, launch=_launch,
+    reference=lambda x, r, w, b, eps, cfg: add_layer_norm_ref(x, r, w, b, eps, torch.float64))
+
+__all__ = ["add_layer_norm", "add_layer_norm_ref", "add_layer_norm_kernel", "STRICT_BLOCK", "SPEC", "SPECS",
+           "ADD_LAYER_NORM_OP"]

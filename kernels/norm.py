@@ -256,13 +256,17 @@ def _rows_per_program(rows: int) -> int:
     return 1
 
 
+def _check_residual(op, x, residual):
+    check_tensor(op, "residual", residual, dtypes=OP_DTYPES)
+    check_same_dtype(op, "x", x, residual=residual)
+    if residual.shape != x.shape:
+        raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+
+
 def _rms_shapes(op, x, residual, weight, eps):
     _, _, N = _rows(op, "x", x)
     if residual is not None:
-        check_tensor(op, "residual", residual, dtypes=OP_DTYPES)
-        check_same_dtype(op, "x", x, residual=residual)
-        if residual.shape != x.shape:
-            raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, expected x's {tuple(x.shape)}")
+        _check_residual(op, x, residual)
     _check_vec(op, "weight", weight, x, N)
     _check_eps(op, eps)
     return ((x.shape, x.dtype),) * (1 if residual is None else 2)

@@ -53,6 +53,7 @@ def _samples(grad: bool) -> dict:
         "hf_rope": (randn(1, 4, 5, 16, seed=16, grad=grad), cos, sin, False),
         "hf_act_and_mul": (g, u, "silu"),
         "act_and_mul": (randn(3, 2, 48, seed=26), "gelu_erf", None),
+        "add_layer_norm": (xd, randn(3, 5, 40, seed=27), w.detach(), b.detach(), 1e-5, None),
         # the backward operators (no gradient of their own)
         "matmul_backward": (randn(9, 40, seed=17), randn(40, 24, seed=18), randn(24, seed=19), randn(9, 24, seed=20),
                             "gelu", True, True, True, None),
