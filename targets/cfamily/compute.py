@@ -8,7 +8,6 @@ import math
 from compiler import dtypes as D
 from compiler.ir import Op, Value
 from compiler.ir.analysis import index_step
-from compiler.ir.ops import OPS
 
 from .buffers import Nest, writes_memory
 
@@ -64,8 +63,9 @@ class ReduceDotLowering:
         for op in block.ops[at + 1:]:
             if op.name == "reduce":
                 x, r = op.operands[0], op.results[0]
+                reads_v = any(y is v for y in self.read_at_same_index(x, stop=v) or ())
                 fits = op.attrs.get("order") != "pairwise" and r.type.is_scalar and x.shape == v.shape \
-                    and self._sums_in_lanes(x, op.attrs["kind"], r.dtype) and self._reads_in_place(x, v) \
+                    and self._sums_in_lanes(x, op.attrs["kind"], r.dtype) and reads_v \
                     and self._fused_load_mask(x) is self._fused_load_mask(v)
                 return op if fits else None
             if op.blocks or writes_memory(op) or any(self._fills_from_tiles(t) for t in op.results):
@@ -78,23 +78,6 @@ class ReduceDotLowering:
         if r.type.is_scalar:
             return any(not o.type.is_scalar for o in r.owner.operands)
         return self._materialize(r)
-
-    def _reads_in_place(self, x: Value, v: Value) -> bool:
-        """Whether x's per-element expression reads v at x's own index (through inlined
-        elementwise ops and scalar broadcasts only)."""
-        stack, seen, found = [x], set(), False
-        while stack:
-            y = stack.pop()
-            if y is v:
-                found = True
-            elif not (id(y) in seen or y.type.is_scalar or id(y) in self.buffers or y.owner is None):
-                seen.add(id(y))
-                kind = OPS[y.owner.name].kind
-                if kind == "elementwise":
-                    stack.extend(y.owner.operands)
-                elif kind == "view" and not all(o.type.is_scalar for o in y.owner.operands):
-                    return False
-        return found
 
     def _reduce_into(self, x: Value, axis: int, kind: str, acc_t, name: str, r: Value) -> None:
         """Tile `x` reduced along `axis` into the buffer `name` (of r's shape)."""
@@ -197,9 +180,10 @@ class ReduceDotLowering:
         if id(x) in self.buffers:
             return lambda idx: f"({self.name(x)} + {self.linear(idx, x.shape)})"
         op = x.owner
-        if op is None or op.name != "load" or self.checks_addresses or index_step(op.operands[0], len(x.shape) - 1) != 1:
+        if op is None or op.name != "load" or self.checks_addresses:
             return None
-        if len(op.operands) > 1 and id(op.operands[1]) not in self.known_true:
+        if index_step(op.operands[0], len(x.shape) - 1) != 1 or \
+                len(op.operands) > 1 and id(op.operands[1]) not in self.known_true:
             return None
         return lambda idx: self.address(op, self._emit_at(op.operands[0], idx))
 

@@ -181,26 +181,34 @@ class LoopLowering:
     def _fused_load_mask(self, v: Value) -> Value | None:
         """The mask shared by every masked load fused into `v`'s per-element expression (at the
         same index as `v`), or None. A nest evaluating `v` can then take an unmasked fast path."""
-        masks: set[int] = set()
-        found = None
-        stack, seen = [v], set()
+        reached = self.read_at_same_index(v)
+        if reached is None:   # a view changes the index: a load's mask is not at v's index
+            return None
+        masks = {id(x.owner.operands[1]): x.owner.operands[1] for x in reached
+                 if x.owner.name == "load" and len(x.owner.operands) > 1}
+        found = next(iter(masks.values()), None)
+        return found if len(masks) == 1 and found.shape == v.shape else None
+
+    def read_at_same_index(self, v: Value, stop: Value | None = None) -> list[Value] | None:
+        """The tiles `v`'s per-element expression reads at v's own index: v and the inlined
+        elementwise ops under it, down to loads (whose pointers and masks are not followed),
+        buffers and `stop` (reached but not followed); scalars broadcast to a tile (x - mean) read
+        no tile. None when a view that changes the index is in the way."""
+        reached, stack, seen = [], [v], set()
         while stack:
             x = stack.pop()
             if id(x) in seen or x.type.is_scalar or id(x) in self.buffers or x.owner is None:
                 continue
             seen.add(id(x))
-            op = x.owner
-            if op.name == "load":   # its pointer and mask expressions do not matter here
-                if len(op.operands) > 1:
-                    masks.add(id(op.operands[1]))
-                    found = op.operands[1]
-            elif OPS[op.name].kind == "elementwise":
-                stack.extend(op.operands)
-            elif OPS[op.name].kind == "view":
-                if all(o.type.is_scalar for o in op.operands):
-                    continue   # a scalar broadcast to a tile (x - mean) holds no load
-                return None   # a view changes the index: the load's mask is not at v's index
-        return found if len(masks) == 1 and found.shape == v.shape else None
+            reached.append(x)
+            if x is stop or x.owner.name == "load":
+                continue
+            kind = OPS[x.owner.name].kind
+            if kind == "elementwise":
+                stack.extend(x.owner.operands)
+            elif kind == "view" and not all(o.type.is_scalar for o in x.owner.operands):
+                return None
+        return reached
 
     def _carried_reads(self, v: Value, arg_ids: set[int]) -> dict[int, bool]:
         """Carried values that evaluating `v` per element reads: id -> read only at the same index.
