@@ -2,9 +2,12 @@
 tj_affine_cmp in the targets' headers): it decides the unmasked fast path from the tile's corners,
 and an index that wraps around int32 must send it back to the element-by-element check."""
 import pytest
+from tiers import on_targets
 import torch
 
 from compiler import kernel, language as tl, use_target
+
+pytestmark = pytest.mark.compile
 
 I32 = 2 ** 31
 
@@ -42,6 +45,7 @@ def _expected(x, mask):
     return torch.where(mask, x, torch.full_like(x, -7.0))
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("start, lo, hi, step", [
     (0, 0, 64, 1),              # all in bounds: the fast path
     (10, 0, 40, 1),             # a tail
@@ -51,7 +55,7 @@ def _expected(x, mask):
     (I32 - 10, I32 - 20, I32 - 1, 1),   # the index wraps past INT32_MAX: checked element by element
     (-I32 + 3, -I32, I32 - 1, -1),      # ... and below INT32_MIN
 ])
-@pytest.mark.parametrize("target", ["cpu", "kunlun:xpu3"])
+@pytest.mark.parametrize("target", on_targets("cpu", "kunlun:xpu3"))
 def test_window_masks_match_torch(start, lo, hi, step, target):
     x = torch.randn(64)
     out = torch.full((64,), -7.0)

@@ -6,6 +6,7 @@ emulation raise at the assert's line) and Python's assert on run-time values."""
 from __future__ import annotations
 
 import pytest
+from tiers import on_targets
 import torch
 
 import compiler
@@ -15,8 +16,10 @@ from compiler import language as tl
 from compiler.target import register_target
 from targets.kunlun.runtime.launcher import KunlunLaunchError
 
+pytestmark = pytest.mark.compile
+
 register_target("kunlun", targets.kunlun.TARGET)
-TARGETS = ["cpu", "kunlun:xpu3", "gpu:interpret"]
+TARGETS = on_targets("cpu", "kunlun:xpu3", "gpu:interpret")
 
 
 @kernel
@@ -105,6 +108,7 @@ def test_device_print_on_cpu(capfd):
     assert "bits 0x3fc00000" in out
 
 
+@pytest.mark.no_toolchain
 def test_device_print_renders_on_gpu_and_not_on_kunlun():
     with compiler.use_target("gpu:interpret"), compiler.render_only() as seen:
         print_kernel[(1,)](torch.zeros(2), 2)
@@ -134,6 +138,7 @@ def test_device_assert_raises_at_the_assert_line_on_cpu():
     assert_kernel[(1,)](torch.ones(4), 3, 4)                 # the failure does not stick
 
 
+@pytest.mark.emulation
 def test_device_assert_in_kunlun_emulation_and_gpu_source():
     with compiler.use_target("kunlun:xpu3"), pytest.raises(KunlunLaunchError, match="inputs must be non-negative"):
         assert_kernel[(1,)](torch.tensor([1.0, -1.0, 2.0, 3.0]), 4, 4)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from tiers import on_targets
 import torch
 import torch.nn.functional as F
 from torch.autograd import gradcheck
@@ -23,6 +24,8 @@ from compiler import numerics, use_target
 from compiler.errors import TilejitError
 from kernels import torch_ops
 from kernels.integrations._ops import act_and_mul, rope
+
+pytestmark = pytest.mark.compile
 
 F32, F64 = torch.float32, torch.float64
 ACT = {None: lambda z: z, "relu": torch.relu, "silu": F.silu, "gelu": lambda z: F.gelu(z, approximate="tanh")}
@@ -67,6 +70,7 @@ def rotate_half(x):
 # =============================================================================================
 # gradcheck (float64 reference path of the operators)
 # =============================================================================================
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("activation", list(ACT), ids=str)
 @pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((5, 7), (2, 7, 3)), ((2, 5, 7), (2, 7, 3))],
                          ids=["2d", "batched-a", "batched-b", "batched-both"])
@@ -76,6 +80,7 @@ def test_gradcheck_matmul(shapes, activation):
     assert gradcheck(lambda a, b, bias: torch.ops.tilejit.matmul(a, b, bias, activation, None, None), (a, b, bias))
 
 
+@pytest.mark.no_toolchain
 def test_gradcheck_norms():
     x, r = randn(3, 2, 9, seed=4, dtype=F64, grad=True), randn(3, 2, 9, seed=5, dtype=F64, grad=True)
     w, b = randn(9, seed=6, dtype=F64, grad=True), randn(9, seed=7, dtype=F64, grad=True)
@@ -86,6 +91,7 @@ def test_gradcheck_norms():
     assert gradcheck(lambda x: torch.ops.tilejit.layer_norm(x, None, None, 1e-5, None), (x,))
 
 
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("hq,hkv,sq,sk,causal", [(4, 2, 6, 6, True), (2, 2, 3, 8, True), (4, 1, 7, 5, False)],
                          ids=["gqa-causal", "decode-like-causal", "mqa"])
 def test_gradcheck_attention(hq, hkv, sq, sk, causal):
@@ -96,6 +102,7 @@ def test_gradcheck_attention(hq, hkv, sq, sk, causal):
                      fast_mode=True)
 
 
+@pytest.mark.no_toolchain
 def test_gradcheck_attention_with_a_mask_and_a_row_that_attends_nothing():
     q = randn(1, 2, 5, 8, seed=11, dtype=F64, grad=True)
     k, v = randn(1, 2, 6, 8, seed=12, dtype=F64, grad=True), randn(1, 2, 6, 8, seed=13, dtype=F64, grad=True)
@@ -107,6 +114,7 @@ def test_gradcheck_attention_with_a_mask_and_a_row_that_attends_nothing():
                      fast_mode=True)
 
 
+@pytest.mark.no_toolchain
 def test_gradcheck_integration_ops():
     x = randn(1, 2, 3, 8, seed=15, dtype=F64, grad=True)
     cos, sin = randn(1, 1, 3, 8, seed=16, dtype=F64), randn(1, 1, 3, 8, seed=17, dtype=F64)
@@ -125,6 +133,7 @@ def assert_grads_close(got, ref, rtol=2e-5):
         torch.testing.assert_close(g, r, rtol=rtol, atol=rtol * max(1.0, r.abs().max().item()))
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("activation", list(ACT), ids=str)
 @pytest.mark.parametrize("shapes", [((37, 70), (70, 19)), ((3, 37, 70), (70, 19)), ((37, 70), (3, 70, 19)),
                                     ((1, 37, 70), (3, 70, 19))],
@@ -238,23 +247,30 @@ def test_attention_grads_of_a_sequence_do_not_depend_on_its_batch(policy):
             assert all(torch.equal(o, f[i:i + 1]) for o, f in zip(one, full)), i
 
 
-def test_strict_backward_is_bitwise_equal_across_targets():
+def _strict_backward_cases():
     x, w, r = randn(5, 200, seed=60), randn(200, seed=61), randn(5, 200, seed=62)
     a, b, bias = randn(2, 9, 40, seed=63), randn(40, 24, seed=64), randn(24, seed=65)
     q, k, v = randn(1, 4, 9, 32, seed=66), randn(1, 2, 9, 32, seed=67), randn(1, 2, 9, 32, seed=68)
-    cases = [
-        (lambda x, r, w: kernels.add_rms_norm(x, r, w), (x, r, w), [randn(5, 200, seed=69), randn(5, 200, seed=70)]),
-        (lambda x, w, b: kernels.layer_norm(x, w, b), (x, w, w), [randn(5, 200, seed=71)]),
-        (lambda a, b, bias: kernels.matmul(a, b, bias, "gelu"), (a, b, bias), [randn(2, 9, 24, seed=72)]),
-        (lambda q, k, v: kernels.attention(q, k, v, causal=True), (q, k, v), [randn(1, 4, 9, 32, seed=73)]),
-    ]
+    return {
+        "add_rms_norm": (lambda x, r, w: kernels.add_rms_norm(x, r, w), (x, r, w),
+                         [randn(5, 200, seed=69), randn(5, 200, seed=70)]),
+        "layer_norm": (lambda x, w, b: kernels.layer_norm(x, w, b), (x, w, w), [randn(5, 200, seed=71)]),
+        "matmul": (lambda a, b, bias: kernels.matmul(a, b, bias, "gelu"), (a, b, bias), [randn(2, 9, 24, seed=72)]),
+        "attention": (lambda q, k, v: kernels.attention(q, k, v, causal=True), (q, k, v),
+                      [randn(1, 4, 9, 32, seed=73)]),
+    }
+
+
+@pytest.mark.sampled
+@pytest.mark.parametrize("target", on_targets("kunlun:xpu3", "gpu:interpret"))
+@pytest.mark.parametrize("case", sorted(_strict_backward_cases()))
+def test_strict_backward_is_bitwise_equal_across_targets(case, target):
+    fn, inputs, dys = _strict_backward_cases()[case]
     with numerics("strict"):
-        for fn, inputs, dys in cases:
-            ref = grads_of(fn, inputs, dys)
-            for target in ("kunlun:xpu3", "gpu:interpret"):
-                with use_target(target):
-                    got = grads_of(fn, inputs, dys)
-                assert all(torch.equal(g, r) for g, r in zip(got, ref)), target
+        ref = grads_of(fn, inputs, dys)
+        with use_target(target):
+            got = grads_of(fn, inputs, dys)
+    assert all(torch.equal(g, r) for g, r in zip(got, ref)), target
 
 
 # =============================================================================================
@@ -292,6 +308,7 @@ def test_no_gradient_where_none_is_provided_is_a_clear_error():
 _NOGRAD = {}
 
 
+@pytest.mark.no_toolchain
 def test_an_operator_defined_without_backward_refuses_grad_mode():
     if not _NOGRAD:   # a toy operator registered through the same one call as the library's
         _NOGRAD["op"] = torch_ops.define(

@@ -18,6 +18,8 @@ from kernels import OP_SPECS, configs
 from kernels.norm import rms_norm_kernel
 from targets.cpu import CPUTarget
 
+pytestmark = pytest.mark.no_toolchain
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RMS_SHAPE = {"rms_norm": [{"rows": 4, "N": 64}]}
 
@@ -34,6 +36,7 @@ def test_shape_keys_ignore_batch_and_bucket():
     assert att.shape_key(head_dim=128, seq_k=1000, seq_q=1) == "head_dim=128,seq_k=1024"
 
 
+@pytest.mark.compile
 def test_tune_then_wrapper_uses_winner(tcache):
     space = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}   # both differ from the default (BLOCK=64 for N=64)
     rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, budget=30, spaces=space, progress=False)
@@ -53,6 +56,7 @@ def test_tune_then_wrapper_uses_winner(tcache):
     assert "summary" in format_summary(rows, "cpu")
 
 
+@pytest.mark.compile
 def test_adding_a_config_keeps_earlier_results(tcache):
     n0 = MEASURE_COUNT["n"]
     tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]},
@@ -68,6 +72,7 @@ def test_adding_a_config_keeps_earlier_results(tcache):
     assert after["BLOCK=64"]["status"] == "ok"
 
 
+@pytest.mark.compile
 def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys):
     monkeypatch.setattr(kernels.norm, "rms_norm_ref", lambda x, w=None, eps=1e-6, out_dtype=None: x.double() * 2)
     rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 32}]}, verbose=True)
@@ -88,6 +93,7 @@ def test_wrong_and_oversized_candidates_are_rejected(tcache, monkeypatch, capsys
     assert ent["winner"] == "BLOCK_K=32,BLOCK_M=16,BLOCK_N=64"
 
 
+@pytest.mark.integration
 def test_two_processes_leave_a_valid_store(tmp_path):
     cache = tmp_path / "cache"
     procs = []
@@ -122,6 +128,7 @@ def test_target_without_run_or_cost_model_refuses(tcache):
         tune_ops(["rms_norm"], RMS_SHAPE, target=get_target("gpu:sm_90"), cache_dir=tcache, progress=False)
 
 
+@pytest.mark.integration
 def test_command_line_prebuilds_a_gpu_cache_without_a_gpu(tmp_path):
     """`--target gpu --arch sm_90` on a machine without a GPU: nothing to measure or estimate, so the
     default configs are compiled into the cache (compile_only) and the entries are real sm_90 builds;
@@ -166,6 +173,7 @@ def test_cost_model_decisions_are_labelled_estimated(tcache):
     assert all(r["estimated"] for r in doc["entries"]["N=256"]["results"].values() if r["status"] == "ok")
 
 
+@pytest.mark.integration
 def test_tune_export_import_then_strict_cache_runs_with_zero_compiles(tcache, tmp_path):
     """The shipping flow: tune, export, import into an empty cache, then the library kernel runs in
     a new process with TILEJIT_CACHE_STRICT=1: its tuned decision and its binary are both there."""
@@ -230,6 +238,7 @@ def test_a_timing_takes_more_samples_while_it_is_spread_and_says_when_it_never_s
     assert t.samples == MAX_SAMPLES and not t.settled and t.spread > SPREAD_GOAL
 
 
+@pytest.mark.compile
 def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsettled(tcache):
     rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}]},
                     progress=False, force=True)

@@ -3,6 +3,8 @@ lock that allows it), the budget shared among shapes with the default always mea
 that reuse a decision timed on their own shape."""
 import threading
 
+import pytest
+
 import torch
 
 import compiler
@@ -12,6 +14,8 @@ from compiler.autotune.tuner import DecisionKey, tune
 from compiler.cache.decisions import DecisionStore
 from kernels import OP_SPECS
 from targets.cpu import CPUTarget
+
+pytestmark = pytest.mark.compile
 
 RMS_SPACE = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}, {"BLOCK": 64}]}
 
@@ -108,6 +112,7 @@ def test_a_row_that_reuses_a_decision_is_timed_on_its_own_shape(tcache):
     assert second["default_time_s"] > 5 * first["time_s"]
 
 
+@pytest.mark.no_toolchain
 def test_candidates_are_built_ahead_in_batches_of_the_workers(tmp_path):
     """With `build` and two workers, each batch of two candidates is built (in parallel) before
     either is measured, and the decision is the one a serial run makes."""

@@ -6,10 +6,13 @@ alone vs inside a batch of other sequences, and decode vs the last row of a caus
 20 repeated calls give identical bits. Run under both numerics policies.
 """
 import pytest
+from tiers import on_targets
 import torch
 
 from compiler import numerics
 from kernels import add_rms_norm, attention, layer_norm, matmul, rms_norm
+
+pytestmark = pytest.mark.compile
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 BATCHES = (2, 3, 16, 100, 256)
@@ -48,6 +51,7 @@ def assert_rows_invariant(fn, X, n_rows=256):
 # =============================================================================================
 # matmul: rows of A (M = 1 and M > 1 are separate specialisations; the config ignores M)
 # =============================================================================================
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype,bias,activation", [(F32, False, None), (BF16, True, "gelu")], ids=str)
 def test_matmul_rows_of_a(policy, dtype, bias, activation):
     K, N = 129, 100
@@ -62,7 +66,8 @@ def test_matmul_rows_of_a(policy, dtype, bias, activation):
 CHAINING = {"cpu": (1, 2, 4, 8, 16, 32, 64, 128), "kunlun:xpu2": (1, 8, 64)}
 
 
-@pytest.mark.parametrize("target", CHAINING)
+@pytest.mark.sampled
+@pytest.mark.parametrize("target", on_targets(*CHAINING))
 @pytest.mark.parametrize("dtype,bias,activation", [(F32, False, None), (BF16, True, "gelu")], ids=str)
 def test_target_declares_block_m_bit_neutral_and_proves_it(policy, target, dtype, bias, activation):
     """cpu and kunlun declare matmul's BLOCK_M bit-neutral (each element of C is one ascending-k
@@ -85,7 +90,8 @@ def test_target_declares_block_m_bit_neutral_and_proves_it(policy, target, dtype
     assert kernels.config_for("matmul", "gpu:sm_90", M=2, N=N, K=K) == kernels.config_for("matmul", "gpu:sm_90", N=N, K=K)
 
 
-@pytest.mark.parametrize("target", CHAINING)
+@pytest.mark.sampled
+@pytest.mark.parametrize("target", on_targets(*CHAINING))
 @pytest.mark.parametrize("dtype,transposed", [(F32, False), (F32, True), (BF16, True)], ids=str)
 def test_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, target, dtype, transposed):
     """On cpu and kunlun a dot is one ascending-k fma chain per output element that continues
@@ -111,6 +117,7 @@ def test_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, target, dt
     assert one == many
 
 
+@pytest.mark.no_toolchain
 def test_batch_dims_choose_only_free_params():
     """A default that reads a batch dim keeps what it chose only for the params that cannot change
     a bit on the target; the rest is the default of the key dims alone."""

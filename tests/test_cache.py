@@ -17,6 +17,8 @@ import pytest
 from compiler.cache import STATS, CacheError, KernelCache, default_cache_dir, stable_hash
 from compiler.cache.store import BadEntry
 
+pytestmark = pytest.mark.no_toolchain
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEY = stable_hash({"kernel": "add", "dtype": "f32"})
 OTHER = stable_hash({"kernel": "mul", "dtype": "f32"})
@@ -130,6 +132,7 @@ def test_default_cache_dir(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------ processes
 
+@pytest.mark.integration
 def test_concurrent_processes_build_once(tmp_path):
     aux = tmp_path / "aux"
     aux.mkdir()
@@ -173,6 +176,7 @@ def test_concurrent_threads_build_once(tmp_path):
     assert STATS.builds == 1 and STATS.disk_hits == 3
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["sigkill", "os_exit"])
 def test_writer_killed_mid_build(tmp_path, how):
     root, aux = tmp_path / "cache", tmp_path / "aux"
@@ -347,6 +351,7 @@ def _chmod_tree(root: pathlib.Path, mode: int) -> None:
         os.chmod(dirpath, mode)
 
 
+@pytest.mark.compile
 def test_read_only_root_chmod(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("running as root: chmod cannot make a directory unwritable "

@@ -21,6 +21,8 @@ from compiler.cache import cli as cache_cli
 from compiler.cache import CacheError, KernelCache, check_dir_safety
 from compiler.cache.archive import ArchiveError, import_cache
 
+pytestmark = pytest.mark.compile
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEY = "ab" + "0" * 62
 OTHER = "cd" + "1" * 62
@@ -105,6 +107,7 @@ def populated(tmp_path_factory):
 
 # ------------------------------------------------------------------ export -> import -> zero compiles
 
+@pytest.mark.integration
 def test_export_import_strict_zero_compiles(populated, tmp_path):
     root, archive = populated
     with tarfile.open(archive) as tar:
@@ -136,6 +139,7 @@ def test_export_import_strict_zero_compiles(populated, tmp_path):
     assert cli("verify", "--cache-dir", str(empty)).returncode == 0
 
 
+@pytest.mark.integration
 def test_strict_mode_error_names_key(tmp_path, monkeypatch):
     res = run_kernel(tmp_path / "empty", strict=True)
     assert res.returncode != 0
@@ -253,6 +257,7 @@ def test_version_and_target_mismatch_refused(populated, tmp_path):
 
 # ------------------------------------------------------------------ verify / prune / clear
 
+@pytest.mark.no_toolchain
 def test_verify_finds_corrupted_artifact(tmp_path, capsys):
     root = tmp_path / "cache"
     KernelCache(root).get_or_build(KEY, builder())
@@ -267,6 +272,7 @@ def test_verify_finds_corrupted_artifact(tmp_path, capsys):
     assert cache_cli.main(["verify", "--cache-dir", str(root)]) == 0
 
 
+@pytest.mark.no_toolchain
 def test_prune_by_size_and_age_and_clear(tmp_path, capsys):
     root = tmp_path / "cache"
     keys = [f"{i:02x}" + "e" * 62 for i in range(4)]
@@ -288,6 +294,7 @@ def test_prune_by_size_and_age_and_clear(tmp_path, capsys):
 
 # ------------------------------------------------------------------ unsafe and read-only directories
 
+@pytest.mark.no_toolchain
 def test_world_writable_dir_refused(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     KernelCache(root).get_or_build(KEY, builder())
@@ -308,6 +315,7 @@ def test_world_writable_dir_refused(tmp_path, monkeypatch):
     os.chmod(root, 0o755)
 
 
+@pytest.mark.integration
 def test_read_only_cache_serves_kernel(populated, tmp_path):
     """Import, then make locks/ and tmp/ impossible to create (works as root); with chmod too
     when not root. A real kernel still runs with zero compiles in strict mode."""

@@ -11,6 +11,9 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 180
 

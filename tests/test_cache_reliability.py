@@ -22,6 +22,8 @@ from compiler.cache import cli as cache_cli
 from compiler.cache.archive import ArchiveError, export_cache, import_cache
 from compiler.cache.store import BadEntry, MANIFEST
 
+pytestmark = pytest.mark.no_toolchain
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 KEYS = ["ab" + "0" * 62, "cd" + "1" * 62, "ef" + "2" * 62]
 
@@ -111,6 +113,7 @@ KILLED_IMPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("where", ["staging", "published"])
 def test_killed_import_is_all_or_nothing_after_the_next_run(tmp_path, where):
     src = _cache_with_entries(tmp_path / "src")
@@ -169,6 +172,7 @@ def test_decision_that_cannot_run_is_refused_on_import(tmp_path, cfg, why):
     assert dest.lookup(KEYS[0]) is None and not (dest.root / "autotune").exists()
 
 
+@pytest.mark.compile
 def test_planted_decision_that_cannot_run_is_ignored_on_load(tmp_path, monkeypatch, caplog):
     import kernels
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
@@ -215,6 +219,7 @@ BUILD_WITH_KILLED_CXX = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 def test_killed_compiler_leaves_no_temporaries(tmp_path):
     cxx = tmp_path / "cxx"
     cxx.write_text(KILLED_CXX)
@@ -239,6 +244,7 @@ def _pruned(x_ptr, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.load(x_ptr + offs) + 3.0)
 
 
+@pytest.mark.compile
 def test_entry_pruned_between_lookup_and_load_is_rebuilt(tmp_path, monkeypatch):
     from compiler import jit
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "a"))

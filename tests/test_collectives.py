@@ -17,6 +17,8 @@ from runtime.collectives import (BackendUnavailable, CollectiveTimeout, resolve_
                                  split_counts)
 from runtime.layout import LayoutError, ParallelLayout
 
+pytestmark = pytest.mark.integration
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 
 

@@ -6,6 +6,7 @@ with carried values, conditional expressions, short-circuit and/or/not, and run-
 from __future__ import annotations
 
 import pytest
+from tiers import on_targets
 import torch
 
 import compiler
@@ -15,8 +16,10 @@ from compiler.frontend import ArgSpec, build_function
 from compiler.ir import print_function, verify
 from compiler.target import register_target
 
+pytestmark = pytest.mark.compile
+
 register_target("kunlun", targets.kunlun.TARGET)
-TARGETS = ["cpu", "kunlun:xpu3", "gpu:interpret"]
+TARGETS = on_targets("cpu", "kunlun:xpu3", "gpu:interpret")
 
 
 @kernel
@@ -168,6 +171,7 @@ def test_runtime_for_bounds(tgt):
         assert out.tolist() == [want, 3], (lo, hi, st)
 
 
+@pytest.mark.emulation
 @pytest.mark.parametrize("tgt", ["kunlun:xpu3", "gpu:interpret"])
 def test_strict_control_flow_is_bitwise_equal_to_cpu(tgt):
     ref = _run_branches("cpu", "strict")
@@ -189,6 +193,7 @@ def _ir(fn, specs):
     return print_function(f)
 
 
+@pytest.mark.no_toolchain
 def test_ir_has_structured_if_and_while_ops():
     specs = [ArgSpec("x_ptr", "tensor", dtype=compiler.language.pointer_type(tl.float32)),
              ArgSpec("out_ptr", "tensor", dtype=compiler.language.pointer_type(tl.float32)),
@@ -200,6 +205,7 @@ def test_ir_has_structured_if_and_while_ops():
     assert text.count("yield") >= 4
 
 
+@pytest.mark.no_toolchain
 def test_if_results_must_agree_in_shape():
     def bad(x_ptr, n):
         if n > 0:
@@ -211,6 +217,7 @@ def test_if_results_must_agree_in_shape():
         kernel(bad)[(1,)](torch.zeros(8), 3)
 
 
+@pytest.mark.no_toolchain
 def test_return_inside_a_loop_is_refused_with_the_alternative():
     def bad(x_ptr, n):
         for i in range(n):

@@ -13,6 +13,8 @@ import kernels
 from compiler import kernel, language as tl, numerics, use_target
 from targets.cpu import CPUTarget, toolchain
 
+pytestmark = pytest.mark.compile
+
 
 def _has_avx512_bf16() -> bool:
     """Whether the cpu target's flags (-march=native, or TILEJIT_CPU_ARCH) enable AVX512-BF16."""
@@ -58,6 +60,7 @@ def test_strict_bf16_dot_keeps_the_ascending_fma_chain(M, K, N):
         assert torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=False))
 
 
+@pytest.mark.integration
 def test_without_avx512_bf16_the_fast_dot_is_the_fma_chain(tmp_path):
     """A cache built for an ISA without the instruction (TILEJIT_CPU_ARCH=x86-64-v3) gets the
     ascending-k chain in the fast policy too."""

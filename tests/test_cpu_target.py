@@ -14,6 +14,8 @@ from compiler import CompilationError, kernel, language as tl
 from compiler.errors import TargetError
 from targets.cpu import toolchain
 
+pytestmark = pytest.mark.compile
+
 
 @kernel
 def scale_shift(x_ptr, y_ptr, n, a, BLOCK: tl.constexpr):
@@ -124,6 +126,7 @@ def _header_lib(tmp_path, extra_flags):
     return lib
 
 
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("flags", [[], ["-DTILEJIT_NO_FLOAT16"]], ids=["float16-type", "portable-bits"])
 def test_half_conversions_match_numpy(tmp_path, flags):
     lib = _header_lib(tmp_path, flags)
@@ -144,6 +147,7 @@ def test_half_conversions_match_numpy(tmp_path, flags):
         assert lib.f2bf(float(v)) == want_bf, v
 
 
+@pytest.mark.no_toolchain
 def test_integer_guards_define_what_c_leaves_undefined(tmp_path):
     lib = _header_lib(tmp_path, [])
     assert lib.idiv(7, 0) == 0
@@ -165,6 +169,7 @@ def test_integer_division_by_zero_in_a_kernel_does_not_crash():
     assert out.tolist() == [3, -3, 0, -3]
 
 
+@pytest.mark.no_toolchain
 def test_tiles_too_large_for_a_program_are_refused_clearly():
     @kernel
     def big(x_ptr, BLOCK: tl.constexpr):
@@ -252,6 +257,7 @@ def test_a_row_index_from_a_division_is_computed_once_per_row():
     assert len(re.findall(r"int32_t \w+\[8\];", body)) == 2   # r // H and r % H, eight rows each
 
 
+@pytest.mark.no_toolchain
 def test_cpu_arch_setting_empty_means_native_and_a_bad_one_names_the_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("TILEJIT_CPU_ARCH", "")
     assert toolchain.march_flags()[0].endswith("=native")
@@ -265,6 +271,7 @@ def test_cpu_arch_setting_empty_means_native_and_a_bad_one_names_the_variable(mo
         toolchain.build(str(src), str(tmp_path / "k.so"))
 
 
+@pytest.mark.no_toolchain
 def test_fingerprint_names_compiler_flags_and_isa():
     fp = toolchain.fingerprint()
     assert fp["cxx"] and "-fopenmp" in fp["flags"] and fp["isa"]
@@ -469,6 +476,7 @@ def _avx512() -> bool:
     return "__AVX512F__" in out.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not _avx512(), reason="this CPU has no AVX-512: there is no wider vector to compare AVX2 with")
 def test_fast_fp32_norms_and_attention_give_the_same_bits_with_avx2_and_avx512(tmp_path):
     """The fast sums' order is fixed by the 64 partials, not by the vector width, so a cache built

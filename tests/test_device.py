@@ -9,6 +9,8 @@ from runtime import DeviceError, InvalidFreeError, OutOfMemoryError
 from runtime.device import Device, get_device, register_device_backend
 from targets.cpu.device import CPUDevice, read_meminfo
 
+pytestmark = pytest.mark.no_toolchain
+
 
 @pytest.fixture
 def dev():

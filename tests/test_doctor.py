@@ -13,6 +13,8 @@ import pytest
 
 from compiler import doctor as doctor_module
 
+pytestmark = pytest.mark.no_toolchain
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -31,6 +33,7 @@ def _rows(res) -> dict[str, list[dict]]:
     return out
 
 
+@pytest.mark.integration
 def test_a_working_machine_exits_0_and_says_what_it_checked(tmp_path):
     cache = tmp_path / "cache"
     res = doctor(TILEJIT_CACHE_DIR=str(cache))
@@ -48,6 +51,7 @@ def test_a_working_machine_exits_0_and_says_what_it_checked(tmp_path):
     assert any("Kunlun" in r["detail"] or "XTDK" in r["detail"] for r in rows["kunlun target"])
 
 
+@pytest.mark.integration
 def test_a_missing_compiler_fails_with_its_name():
     res = doctor(CXX="no-such-clang++")
     assert res.returncode == 1
@@ -56,6 +60,7 @@ def test_a_missing_compiler_fails_with_its_name():
     assert "the default target (cpu) does not work here: see the FAIL lines" in res.stdout
 
 
+@pytest.mark.integration
 def test_a_foreign_kernels_package_fails(tmp_path):
     (tmp_path / "foreign" / "kernels").mkdir(parents=True)
     # it would not even import (as Hugging Face's without its dependencies): it is read, never run
@@ -67,6 +72,7 @@ def test_a_foreign_kernels_package_fails(tmp_path):
                      res.stdout, re.M), res.stdout
 
 
+@pytest.mark.integration
 def test_an_unsafe_cache_directory_fails(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()

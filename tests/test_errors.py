@@ -21,6 +21,8 @@ import torch
 import compiler
 from compiler import CompilationError, KernelArgumentError, kernel, language as tl
 
+pytestmark = pytest.mark.no_toolchain
+
 THIS_FILE = os.path.abspath(__file__)
 
 
@@ -135,6 +137,7 @@ def copy_kernel(src_ptr, dst_ptr, n_elements, BLOCK: tl.constexpr):
     tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m), mask=m)
 
 
+@pytest.mark.compile
 def test_copy_kernel_runs():
     """The kernel below the argument errors is fine when launched correctly."""
     x = torch.arange(20, dtype=torch.float32)

@@ -16,6 +16,8 @@ from compiler import jit as J  # noqa: E402
 from kernels.attention import SPEC as ATTENTION  # noqa: E402
 from kernels.matmul import SPEC as MATMUL  # noqa: E402
 
+pytestmark = pytest.mark.no_toolchain
+
 bf16 = torch.bfloat16
 
 
@@ -40,6 +42,7 @@ def test_fast_attention_dots_are_16_bit_only_where_the_target_has_matrix_units()
     assert _dot_operand_dtypes(_attention_launch("gpu:sm_90", "fast", q32, k32)) == [("fp32", "fp32")] * 2
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_narrow_attention_stays_within_the_probability_rounding_bound(dtype):
     """The interpreter runs the gpu target's fast source: p rounded to v's dtype moves each output
@@ -71,6 +74,7 @@ def test_decode_rows_keep_a_tensor_core_block_on_gpu_and_shrink_on_cpu():
                               "fast", compiler.get_target("gpu:sm_90").caps)["BLOCK_M"] == 8
 
 
+@pytest.mark.compile
 def test_configs_carry_launch_options_that_only_the_gpu_build_honours():
     a, b = torch.randn(40, 64, dtype=bf16), torch.randn(64, 48, dtype=bf16)
     tiles = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}

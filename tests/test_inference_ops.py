@@ -5,6 +5,7 @@ gpu:interpret (the Triton interpreter) against the cpu target, bitwise in strict
 tolerance in fast; batch invariance with torch.equal (a token/row alone vs inside batches of 2, 3,
 16 and a permuted batch); clear errors for bad arguments."""
 import pytest
+from tiers import on_targets
 import torch
 
 import targets.kunlun
@@ -18,6 +19,8 @@ import kernels.quant_matmul as QM
 import kernels.rope as RP
 import kernels.sampling as SM
 import kernels.serving_attention as SA
+
+pytestmark = pytest.mark.compile
 
 register_target("kunlun", targets.kunlun.TARGET)
 
@@ -66,7 +69,7 @@ def assert_batch_invariant(fn, n, rows_of):
         assert torch.equal(out[j], alone[i]), "rows differ inside a permuted batch"
 
 
-TARGETS = ("kunlun:xpu3", "kunlun:xpu2", "gpu:interpret")
+TARGETS = on_targets("kunlun:xpu3", "kunlun:xpu2", "gpu:interpret")
 POLICIES = ("fast", "strict")
 
 
@@ -79,6 +82,7 @@ def _rope_inputs(dtype, tokens=6, hq=3, hk=2, D=64, seed=1):
     return q, k, pos
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("neox", [True, False])
 @pytest.mark.parametrize("rot", [64, 32, 18])
@@ -105,6 +109,7 @@ def test_rope_q_only_int32_positions_and_table_dtype():
     torch.testing.assert_close(qo, RP.rope_ref(q, None, cos, sin, pos)[0], **TOL[BF16])
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_rope_matches_cpu_on_other_targets(target, policy):
@@ -125,6 +130,7 @@ def test_rope_batch_invariant(policy):
                                             for i in range(out[0].shape[0])])
 
 
+@pytest.mark.no_toolchain
 def test_rope_bad_arguments():
     q, k, pos = _rope_inputs(F32)
     cos, sin = RP.rope_cos_sin(200, 64)
@@ -165,6 +171,7 @@ def test_silu_and_gelu_and_mul_names():
     torch.testing.assert_close(AC.silu_and_mul(xt), AC.act_and_mul_ref(xt, "silu"), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_act_and_mul_matches_cpu_on_other_targets(target, policy):
@@ -182,6 +189,7 @@ def test_act_and_mul_batch_invariant(policy):
             assert_batch_invariant(lambda idx: AC.act_and_mul(x[idx], act), 20, lambda out: list(out))
 
 
+@pytest.mark.no_toolchain
 def test_act_and_mul_bad_arguments():
     with pytest.raises(ValueError, match="silu_and_mul: the last dim of x must be even"):
         AC.silu_and_mul(torch.zeros(2, 5))
@@ -230,6 +238,7 @@ def test_kv_cache_write_matches_cpu_on_other_targets(target):
     assert_same(run_on(target, "strict", fn), run_on("cpu", "strict", fn), "strict")
 
 
+@pytest.mark.no_toolchain
 def test_kv_cache_write_bad_arguments():
     k, v, kc, vc, slots = _kv_inputs(F32)
     with pytest.raises(ValueError, match=r"kv_cache_write: argument 'slot_mapping' has values in \[-?\d+, 99\]"):
@@ -245,6 +254,7 @@ def test_kv_cache_write_bad_arguments():
 # =============================================================================================
 # embedding
 # =============================================================================================
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64], ids=str)
 def test_embedding_matches_reference(dtype, id_dtype):
@@ -261,6 +271,7 @@ def test_embedding_matches_cpu_on_other_targets(target):
     assert_same(run_on(target, "strict", fn), run_on("cpu", "strict", fn), "strict")
 
 
+@pytest.mark.no_toolchain
 def test_embedding_bad_ids():
     with pytest.raises(ValueError, match=r"embedding: argument 'ids' has values in \[0, 50\], outside"):
         EM.embedding(torch.tensor([0, 50]), torch.zeros(50, 4))
@@ -295,6 +306,7 @@ def test_add_layer_norm_matches_reference_and_layer_norm(dtype, policy):
                                                                            else TOL[dtype]))
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_add_layer_norm_matches_cpu_on_other_targets(target, policy):
@@ -324,6 +336,7 @@ def test_add_layer_norm_replays_its_launch_plan_with_the_same_bits():
         AN.add_layer_norm(x, r[:2], w, b)
 
 
+@pytest.mark.no_toolchain
 def test_add_layer_norm_bad_arguments():
     x, r, w, b = _aln_inputs(F32)
     with pytest.raises(ValueError, match="add_layer_norm: residual has shape"):
@@ -378,6 +391,7 @@ SAMPLING = dict(temperature=torch.tensor([0.7, 1.0, 0.0, 1.3, 0.5, 1.0]), top_k=
                 offset=torch.tensor([0, 10, 20, 30, 40, 50]))
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_sample_matches_reference_draw(dtype, policy):
@@ -414,6 +428,7 @@ def test_sample_keeps_every_tie_of_the_kth_value():
     assert set(got.tolist()) == {0, 2, 4}    # top-2 ties with a third 5.0: all three are kept
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_sampling_matches_cpu_on_other_targets(target, policy):
@@ -437,6 +452,7 @@ def test_sampling_batch_invariant(policy):
                                lambda out: list(out))
 
 
+@pytest.mark.no_toolchain
 def test_sampling_bad_arguments():
     with pytest.raises(ValueError, match="softmax: temperature must be a positive number"):
         SM.softmax(torch.zeros(2, 4), 0.0)
@@ -485,6 +501,7 @@ MASKS = [dict(), dict(soft_cap=20.0), dict(window=100), dict(soft_cap=5.0, windo
 EXTEND = dict(lens=(600, 17, 3, 300, 2), q_lens=(5, 1, 0, 300, 3))
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy):
@@ -502,6 +519,7 @@ def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy
             assert SA.paged_decode_attention(q, kc, vc, bt, lens, out=out, **opts) is out and torch.equal(out, o)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_varlen_prefill_and_extend_match_reference_and_paged_equals_dense(dtype, policy):
@@ -579,19 +597,22 @@ def test_varlen_prefill_is_batch_invariant(policy):
                 assert torch.equal(out, alone[int(idx[j])])
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_serving_attention_matches_cpu_on_other_targets(target, policy):
+@pytest.mark.parametrize("op", ["paged_decode_attention", "decode_attention", "paged_attention"])
+def test_serving_attention_matches_cpu_on_other_targets(op, target, policy):
     q, kc, vc, bt, lens, _ = _decode_inputs(F16, lens=(300, 9, 0), hq=4, hk=2, D=32, page=8)
     _, _, k, v, cu = _dense(kc, vc, bt, lens)
     qp, kcp, vcp, btp, lensp, cu_q = _decode_inputs(F16, lens=(270, 6), q_lens=(4, 6), hq=2, hk=1, D=32, page=8)
+    args = {"paged_decode_attention": (q, kc, vc, bt, lens), "decode_attention": (q, k, v, cu),
+            "paged_attention": (qp, kcp, vcp, btp, lensp, cu_q)}[op]
     for opts in (dict(), dict(soft_cap=10.0, window=50)):
-        for fn in (lambda: SA.paged_decode_attention(q, kc, vc, bt, lens, **opts),
-                   lambda: SA.decode_attention(q, k, v, cu, **opts),
-                   lambda: SA.paged_attention(qp, kcp, vcp, btp, lensp, cu_q, **opts)):
-            assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
+        fn = lambda: getattr(SA, op)(*args, **opts)   # noqa: E731
+        assert_same(run_on(target, policy, fn), run_on("cpu", policy, fn), policy)
 
 
+@pytest.mark.emulation
 def test_serving_attention_head_dim_128_fits_kunlun_local_memory():
     """The scratchpad default chunks head_dim (BLOCK_DK 16, BLOCK_DO 32; no bit changes), so a
     head_dim-128 extend fits a Kunlun core's LM: strict bits equal the cpu target's."""
@@ -613,6 +634,7 @@ def test_block_table_entries_past_a_requests_pages_may_hold_anything():
         SA.paged_decode_attention(q, kc, vc, padded, lens)
 
 
+@pytest.mark.no_toolchain
 def test_serving_attention_bad_arguments():
     q, kc, vc, bt, lens, _ = _decode_inputs(F32)
     with pytest.raises(ValueError, match="paged_decode_attention: argument 'block_tables' has values"):
@@ -648,6 +670,7 @@ def _w8_inputs(dtype, M=37, K=96, N=50, group=None, seed=40):
     return a, w, sc
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("group", [None, 32])
 @pytest.mark.parametrize("out_dtype", [None, F32], ids=str)
@@ -660,6 +683,7 @@ def test_w8_matmul_matches_reference(dtype, group, out_dtype):
     torch.testing.assert_close(c, ref, **tol)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
 def test_w8_matmul_matches_cpu_on_other_targets(target, policy):
@@ -675,6 +699,7 @@ def test_w8_matmul_batch_invariant(policy):
         assert_batch_invariant(lambda idx: QM.w8_matmul(a[idx], w, sc), 20, lambda out: list(out))
 
 
+@pytest.mark.no_toolchain
 def test_w8_matmul_bad_arguments():
     a, w, sc = _w8_inputs(F32, group=32)
     with pytest.raises(TypeError, match="w8_matmul: argument 'w' has dtype float32"):

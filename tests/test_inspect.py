@@ -2,7 +2,11 @@
 import subprocess
 import sys
 
+import pytest
+
 from compiler.inspect import main
+
+pytestmark = pytest.mark.no_toolchain
 
 
 def test_inspect_prints_ir_and_source(capsys):
@@ -21,6 +25,7 @@ def test_inspect_single_stage_and_errors(capsys):
     assert "*fp16" in out and "tj_launch" not in out
 
 
+@pytest.mark.integration
 def test_inspect_wrong_signature_length_is_a_clear_error():
     res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.example_kernels:add_kernel", "-s", "*fp32",
                           "-c", "BLOCK=32"], capture_output=True, text=True)
@@ -28,6 +33,7 @@ def test_inspect_wrong_signature_length_is_a_clear_error():
     assert "4 run-time parameters" in res.stderr + res.stdout
 
 
+@pytest.mark.integration
 def test_inspect_unknown_target_lists_available():
     res = subprocess.run([sys.executable, "-m", "compiler.inspect", "examples.example_kernels:add_kernel",
                           "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=32", "--target", "nosuch"],

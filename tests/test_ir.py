@@ -11,6 +11,8 @@ from compiler.passes import optimize
 from targets.cfamily.dialect import CDialect
 from targets.cfamily.lowering import CLowering
 
+pytestmark = pytest.mark.no_toolchain
+
 
 def axpy(x_ptr, y_ptr, a, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -94,6 +96,7 @@ def test_every_op_is_covered_by_the_c_lowering():
             assert dialect.elementwise(op, ["a", "b", "c"][:len(ts)])
 
 
+@pytest.mark.compile
 def test_passes_fold_cse_and_accumulate_dot():
     @kernel
     def mm(a_ptr, c_ptr, K, B: tl.constexpr):

@@ -26,6 +26,8 @@ from compiler.cache import STATS
 
 from flag_kernels import PATIENCE, compile_both, set_flag, wait_for_flag  # tests/ is on sys.path (conftest.py lives there)
 
+pytestmark = pytest.mark.compile
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -155,6 +157,7 @@ def test_keyword_arguments_and_defaults():
     assert seen[0]["scale"] == 3.0 and seen[0]["BLOCK"] == 64
 
 
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("args", [
     pytest.param(2, id="too-few"),
     pytest.param(6, id="too-many"),
@@ -166,12 +169,14 @@ def test_wrong_number_of_arguments(args):
         add_one[(1,)](*full[:args])
 
 
+@pytest.mark.no_toolchain
 def test_unknown_keyword_argument():
     x, out = torch.randn(8), torch.empty(8)
     with pytest.raises(KernelArgumentError, match=r"add_one.*\bbogus\b|\bbogus\b.*add_one"):
         add_one[(1,)](x, out, 8, BLOCK=64, bogus=1)
 
 
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex64])
 def test_unsupported_tensor_dtype_names_the_argument(dtype):
     x = torch.zeros(8, dtype=dtype)
@@ -183,6 +188,7 @@ def test_unsupported_tensor_dtype_names_the_argument(dtype):
     assert str(dtype).replace("torch.", "") in msg
 
 
+@pytest.mark.no_toolchain
 def test_calling_kernel_directly_points_to_grid_syntax():
     x = torch.randn(8)
     with pytest.raises(TypeError, match=r"\[grid\]"):
@@ -205,6 +211,7 @@ def test_use_target_context_manager():
             pass
 
 
+@pytest.mark.no_toolchain
 def test_get_target_unknown_lists_available():
     with pytest.raises(TargetError) as ei:
         compiler.get_target("nosuch")
@@ -238,6 +245,7 @@ print("launched", flush=True)
 """
 
 
+@pytest.mark.integration
 def test_tilejit_target_env_unknown_fails_at_launch(tmp_path):
     script = tmp_path / "bad_target.py"
     script.write_text(_BAD_TARGET_SCRIPT.format(repo=str(REPO)))
@@ -300,6 +308,7 @@ print(json.dumps({{"ir": ck.ir, "ir_before": ck.ir_before, "key": ck.key, "sourc
 """
 
 
+@pytest.mark.integration
 def test_ir_and_key_stable_across_processes(tmp_path):
     (tmp_path / "stable_mod.py").write_text(_STABLE_MODULE)
     script = tmp_path / "child.py"

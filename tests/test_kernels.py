@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from kernels import (add_rms_norm, add_rms_norm_ref, attention, attention_ref, config_for, layer_norm,
                      layer_norm_ref, matmul, matmul_ref, rms_norm, rms_norm_ref)
 
+pytestmark = pytest.mark.compile
+
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 
 
@@ -47,6 +49,7 @@ MATMUL_CASES = [
 ]
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("M,N,K,dtype", MATMUL_CASES, ids=lambda v: str(v).replace("torch.", ""))
 def test_matmul_shapes_dtypes(M, N, K, dtype):
     a, b = randn(M, K, dtype=dtype, seed=1), randn(K, N, dtype=dtype, seed=2)
@@ -85,6 +88,7 @@ def test_matmul_batched_3d():
     assert_near(matmul(a3, b3), matmul_ref(a3, b3, out_dtype=torch.float64), 64)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("activation,dtype", [(None, F32), ("relu", F32), ("gelu", F32), ("silu", F32),
                                               ("gelu", BF16), ("silu", F16)], ids=str)
 def test_matmul_bias_activation(activation, dtype):
@@ -98,6 +102,7 @@ def test_matmul_bias_activation(activation, dtype):
         torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("a_dt,b_dt,out_dt", [(BF16, F32, None), (F32, BF16, None), (F16, BF16, None),
                                                (BF16, BF16, F32), (F32, F32, BF16), (F16, F32, F16)], ids=str)
 def test_matmul_mixed_dtypes_and_out_dtype(a_dt, b_dt, out_dt):
@@ -140,6 +145,7 @@ def test_matmul_gated_epilogue(activation, dtype):
         matmul(a.float().requires_grad_(), b.float(), activation="gelu_and_mul")
 
 
+@pytest.mark.no_toolchain
 def test_matmul_errors():
     a, b = randn(4, 5), randn(5, 6)
     with pytest.raises(ValueError, match=r"matmul.*inner dimensions"):
@@ -213,6 +219,7 @@ def test_add_rms_norm(shape, dtype, config):
     assert_near(normed, ref, shape[-1])
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 @pytest.mark.parametrize("N,BLOCK,dtype", [(1024, 1024, F32), (1000, 1024, torch.bfloat16), (77, 128, torch.float16),
                                         (512, 512, torch.bfloat16)])
@@ -261,6 +268,7 @@ def test_norms_without_affine_and_non_contiguous_rows():
     assert_near(rms_norm(x), rms_norm_ref(x, out_dtype=torch.float64), 7)
 
 
+@pytest.mark.no_toolchain
 def test_norm_errors():
     x, w = randn(4, 8), randn(8)
     with pytest.raises(ValueError, match=r"rms_norm.*weight.*8"):
@@ -317,6 +325,7 @@ def test_attention_vs_sdpa(B, Hq, Hkv, Sq, Sk, D, dtype, causal):
     torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 @pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk,D,causal,dtype", [
     (2, 8, 2, 1, 77, 64, False, F32), (2, 8, 2, 3, 40, 64, True, F32),
@@ -375,6 +384,7 @@ def test_attention_causal_rectangular_is_bottom_right_aligned():
     torch.testing.assert_close(lse, ref_lse, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.no_toolchain
 def test_attention_errors():
     q, k, v = _qkv(1, 4, 2, 8, 8, 16, F32)
     with pytest.raises(ValueError, match=r"attention.*kv heads \(3\).*q heads \(4\)"):
@@ -394,6 +404,7 @@ def test_attention_errors():
 # =============================================================================================
 # configs
 # =============================================================================================
+@pytest.mark.no_toolchain
 def test_config_for_ignores_batch_like_dims():
     # only params a target declares bit-neutral may follow a batch dim (cpu: matmul's BLOCK_M,
     # and its dot_tiles, since a cpu dot chains across tiles; see test_batch_invariance)

@@ -10,6 +10,8 @@ from compiler import get_target, numerics
 from targets.kunlun.plan.staging import team_size, votes_bytes
 from targets.kunlun.tune import cost_model, footprint
 
+pytestmark = pytest.mark.no_toolchain
+
 PREFILL = dict(batch=1, heads=32, seq_q=512, seq_k=512, head_dim=128, causal=True)
 # q [32, 128] fp32 alone is 16 KB, twice xpu2's LM: the plan cuts rows, keys and head_dim
 CUT = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_DK": 32, "BLOCK_DO": 128}
@@ -67,6 +69,7 @@ def test_the_plan_listing_says_how_much_more_a_cut_plan_moves(xpu2):
 DECODE = dict(batch=8, heads=32, seq_q=1, seq_k=2048, head_dim=128)
 
 
+@pytest.mark.compile
 @pytest.mark.slow
 @pytest.mark.parametrize("op,shape", [
     ("matmul", dict(M=16, N=4096, K=4096)), ("matmul", dict(M=512, N=4096, K=4096)),

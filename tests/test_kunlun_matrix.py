@@ -19,6 +19,7 @@ from compiler import numerics, use_target
 from compiler.target import register_target
 
 register_target("kunlun", targets.kunlun.TARGET)
+
 pytestmark = pytest.mark.slow
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

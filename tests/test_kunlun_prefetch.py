@@ -16,6 +16,8 @@ from targets.kunlun.plan.model import DMA, NOMINAL_TRIPS
 
 from test_kunlun_fidelity import _run_source
 
+pytestmark = pytest.mark.emulation
+
 register_target("kunlun", targets.kunlun.TARGET)
 _AHEAD = "fetched one loop iteration ahead into a second LM slot"
 
@@ -41,6 +43,7 @@ def _source(fn, grid, *args, arch="xpu3", policy="fast", **meta):
     return seen[0].source
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 @pytest.mark.parametrize("n", [1000, 1024, 100])   # a masked tail, whole chunks, one masked chunk
 def test_prefetched_loops_match_cpu(policy, n):
@@ -77,6 +80,7 @@ def _without_the_wait(src: str) -> str:
     return "\n".join(ln for i, ln in enumerate(lines) if i not in drop)
 
 
+@pytest.mark.no_toolchain
 def test_the_wait_that_ends_the_body_is_needed(tmp_path):
     """Without the body's closing mfence() the lint names `prefetch-wait` and the emulation fails
     on the first read of a tile still in flight."""
@@ -234,6 +238,7 @@ def test_half_rows_are_fetched_raw_and_widened_after_the_wait(dtype, arch):
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.no_toolchain
 def test_the_cost_model_prices_a_tile_fetched_ahead_without_a_wait():
     """A site fetched ahead in a loop of 8 trips moves 7 tiles (the last iteration fetches nothing)
     and the core waits for none of them; the same site as a plain batch waits once a tile."""

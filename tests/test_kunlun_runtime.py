@@ -36,6 +36,8 @@ from targets.kunlun.runtime import bkcl, xpurt
 from targets.kunlun.runtime.device import KunlunDevice, generation
 from targets.kunlun.runtime.xccl import XcclCommunicator
 
+pytestmark = pytest.mark.no_toolchain
+
 # -- without the SDK ------------------------------------------------------------------------------
 
 

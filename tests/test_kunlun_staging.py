@@ -16,6 +16,8 @@ from targets.kunlun.build import toolchain
 from targets.kunlun.codegen import lint as L
 from targets.kunlun.plan.staging import team_size
 
+pytestmark = pytest.mark.emulation
+
 register_target("kunlun", targets.kunlun.TARGET)
 
 
@@ -67,6 +69,7 @@ def _inputs():
     return torch.randn(2, 3, 48, generator=g), torch.randn(64, generator=g), torch.tensor([48, 16], dtype=torch.int32)
 
 
+@pytest.mark.no_toolchain
 def test_only_loads_every_program_of_a_team_reads_are_staged():
     q = torch.randn(1, 2, 32, 32)
     cfg = {"BLOCK_M": 8, "BLOCK_N": 16}
@@ -92,6 +95,7 @@ def test_only_loads_every_program_of_a_team_reads_are_staged():
     assert "sync_cluster();" not in carried
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("arch", ["xpu2", "xpu3"])
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
 def test_staged_kernel_with_ghost_programs_matches_cpu(arch, mode):
@@ -110,6 +114,7 @@ def test_staged_kernel_with_ghost_programs_matches_cpu(arch, mode):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq_q", [64, 20, 1])   # 8 query blocks, 3 (a ghost per team), decode (no team)
@@ -153,6 +158,7 @@ def barrier_lib(tmp_path_factory):
     return lib
 
 
+@pytest.mark.no_toolchain
 @pytest.mark.parametrize("mode, message", [
     (0, None),
     (1, "do not reach it equally often"),
@@ -168,6 +174,7 @@ def test_the_emulated_barrier_fails_instead_of_hanging(barrier_lib, mode, messag
         assert rc == -1 and message in err, err
 
 
+@pytest.mark.no_toolchain
 def test_team_size_is_one_rule_in_the_kernel_and_the_cost_model(barrier_lib):
     for g0 in (1, 2, 3, 5, 8, 63, 64, 65, 1000):
         for cores in (8, 64):

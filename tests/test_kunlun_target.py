@@ -18,6 +18,8 @@ from targets.kunlun import ARCHS
 from targets.kunlun.build import sdk as kunlun_sdk, toolchain
 from targets.kunlun.runtime.launcher import KunlunLaunchError
 
+pytestmark = pytest.mark.emulation
+
 register_target("kunlun", targets.kunlun.TARGET)
 
 SOURCES: list[str] = []   # every generated .xpu source, for the lint
@@ -152,6 +154,7 @@ def _run(target, policy, run):
     return outs, ck
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("policy", ["strict", "fast"])
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -199,6 +202,7 @@ def _lib_cases():
 LIB_CASES = sorted(_lib_cases())
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("arch", sorted(ARCHS))
 @pytest.mark.parametrize("policy", ["strict", "fast"])
 @pytest.mark.parametrize("case", LIB_CASES)
@@ -223,6 +227,7 @@ def test_library_kernels_match_cpu(case, policy, arch):
             torch.testing.assert_close(got, ref)
 
 
+@pytest.mark.no_toolchain
 def test_library_defaults_fit_lm_and_so_does_the_shared_space():
     """The kunlun defaults fit the LM budget as the plan counts it; so does the shared config space's
     attention tile (16 x 16 at head_dim 128), which the memory plan strip-mines to fit."""
@@ -287,6 +292,7 @@ def test_tiles_over_lm_are_strip_mined_and_run():
     assert re.search(rf"__simd__ __local__ char tj_lm\[{arena}\]; TJ_LM_USE\(tj_lm\);", ck.source)
 
 
+@pytest.mark.no_toolchain
 def test_rejects_fp64():
     with use_target("kunlun:xpu3"):
         x = torch.randn(8)
@@ -294,6 +300,7 @@ def test_rejects_fp64():
             K.add_kernel[(1,)](x.double(), x.double(), torch.empty(8, dtype=torch.float64), 8, BLOCK=8)
 
 
+@pytest.mark.compile
 def test_zz_dialect_lint_over_all_generated_sources():
     """Runs after the parity tests (name order): every .xpu source they generated keeps every rule
     of the dialect lint (targets/kunlun/codegen/lint.py; each rule's own failing case is in
@@ -341,6 +348,7 @@ def _regions(lib, t):
     lib.tj_emu_set_regions(1, lo, hi)
 
 
+@pytest.mark.no_toolchain
 def test_emulation_runs_every_core_once_and_checks_dma_bounds(emu_lib):
     x = torch.zeros(8 * 64)
     _regions(emu_lib, x)
@@ -352,6 +360,7 @@ def test_emulation_runs_every_core_once_and_checks_dma_bounds(emu_lib):
     assert b"outside every tensor" in emu_lib.tj_emu_error()
 
 
+@pytest.mark.no_toolchain
 def test_emulation_checks_live_lm_at_run_time(emu_lib):
     x = torch.zeros(8 * 64)
     _regions(emu_lib, x)
@@ -359,6 +368,7 @@ def test_emulation_checks_live_lm_at_run_time(emu_lib):
     assert b"local memory overflow" in emu_lib.tj_emu_error()
 
 
+@pytest.mark.no_toolchain
 def test_kernel_launch_reports_an_emulation_error_as_an_exception():
     import compiler
     from targets.kunlun.runtime.launcher import KunlunLauncher
@@ -366,6 +376,7 @@ def test_kernel_launch_reports_an_emulation_error_as_an_exception():
     assert KunlunLauncher   # errors surface through KunlunLaunchError (see the header tests above)
 
 
+@pytest.mark.no_toolchain
 def test_toolchain_falls_back_to_emulation_without_xtdk(monkeypatch):
     monkeypatch.delenv("XTDK_DIR", raising=False)
     if kunlun_sdk.find_xtdk() is None:
@@ -394,6 +405,7 @@ def _fake_sdk(root, xdnn=True):
     return xtdk, xre, xd
 
 
+@pytest.mark.no_toolchain
 def test_xtdk_build_lines_take_includes_and_the_runtime_from_the_sdk_layout(tmp_path, monkeypatch):
     xtdk, xre, xd = _fake_sdk(tmp_path)
     monkeypatch.setenv("XTDK_DIR", str(xtdk))
@@ -420,6 +432,7 @@ def test_xtdk_build_lines_take_includes_and_the_runtime_from_the_sdk_layout(tmp_
         toolchain.xtdk_commands(clang, ARCHS["xpu3"], "k.xpu", str(tmp_path / "out"))
 
 
+@pytest.mark.no_toolchain
 def test_dots_use_the_vector_fma_in_both_policies_and_only_fast_vectorises_elementwise():
     """The dot's inner loop is svmac_float32x16 (one rounding: the fma chain 16 lanes at a time) in
     both policies; fast also vectorises elementwise nests, strict keeps those scalar. The parity
@@ -440,6 +453,7 @@ def test_dots_use_the_vector_fma_in_both_policies_and_only_fast_vectorises_eleme
     assert not re.search(r"vv(add|mul|max)_float32x16|svmul_float32x16", strict)
 
 
+@pytest.mark.compile
 def test_fast_norms_accumulate_and_centre_on_the_vector_unit_with_a_scalar_tail():
     """layer_norm's carried sums (acc += x), x - mean (a + (-b): svadd of the negated scalar) and
     where(cols < N, x - mean, 0) (a vector nest when the chunk is in bounds, the scalar select on
@@ -461,6 +475,7 @@ def test_fast_norms_accumulate_and_centre_on_the_vector_unit_with_a_scalar_tail(
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.no_toolchain
 def test_inspect_shows_the_xpu_source_and_the_lm_footprint(capsys):
     from compiler.inspect import main  # noqa: PLC0415
     assert main(["examples.example_kernels:add_kernel", "-s", "*fp32,*fp32,*fp32,i32", "-c", "BLOCK=256",

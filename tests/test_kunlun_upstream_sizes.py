@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 import torch
 import torch.nn.functional as F
 
@@ -16,6 +18,8 @@ from compiler import use_target
 from compiler.target import register_target
 
 import kunlun_triton_style as K  # tests/ is on sys.path (conftest.py lives there)
+
+pytestmark = pytest.mark.emulation
 
 register_target("kunlun", targets.kunlun.TARGET)
 TARGET = "kunlun:xpu3"

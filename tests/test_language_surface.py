@@ -7,6 +7,7 @@ indices, umulhi, block pointers, tensor descriptors and fp8 storage, checked aga
 from __future__ import annotations
 
 import pytest
+from tiers import on_targets
 import torch
 import triton.language as ttl
 from triton.language.extra import libdevice
@@ -17,8 +18,10 @@ from compiler import kernel
 from compiler import language as tl
 from compiler.target import register_target
 
+pytestmark = pytest.mark.compile
+
 register_target("kunlun", targets.kunlun.TARGET)
-TARGETS = ["cpu", "kunlun:xpu3", "gpu:interpret"]
+TARGETS = on_targets("cpu", "kunlun:xpu3", "gpu:interpret")
 MODE_SCALE: ttl.constexpr = ttl.constexpr(1)        # module constexprs, as real kernels hold them
 LOG2E = ttl.constexpr(1.4426950408889634)
 
@@ -65,6 +68,7 @@ def test_triton_style_row_kernel(tgt):
     torch.testing.assert_close(y.float(), ref.half().float(), rtol=2e-3, atol=1e-4)
 
 
+@pytest.mark.no_toolchain
 def test_tl_range_options_reach_the_gpu_source_only():
     x = torch.zeros(1, 16)
     with compiler.use_target("gpu:interpret"), compiler.render_only() as seen:
@@ -246,6 +250,7 @@ def test_scalar_where_maximum_full_and_int64_pids(tgt):
     assert o.tolist() == [1.0, 8.0, 8.0, 8.0] * 2     # 1.5 + 1.5 + 2.0 + 3 ; clamp(1.5) = 1
 
 
+@pytest.mark.no_toolchain
 def test_int64_program_id_arithmetic_is_64_bit_on_cpu_and_gpu():
     for tgt in ("cpu", "gpu:interpret"):
         with compiler.use_target(tgt), compiler.render_only() as seen:

@@ -12,6 +12,8 @@ from compiler import language as tl
 from compiler.errors import KernelArgumentError
 from compiler.launch_options import LAUNCH, for_target
 
+pytestmark = pytest.mark.compile
+
 
 def _double(x, y, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -43,6 +45,7 @@ def test_options_in_the_decorator():
     assert k.launch_defaults == {"num_warps": 8, "num_stages": 2}
 
 
+@pytest.mark.no_toolchain
 def test_misspelt_options_name_themselves_and_the_valid_ones():
     k = kernel(_double)
     x, y = torch.randn(4), torch.zeros(4)

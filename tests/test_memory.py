@@ -8,6 +8,8 @@ import torch
 from runtime import InvalidFreeError, KVCachePlanError, OutOfMemoryError
 from runtime.memory import MemoryPool, free_memory_now, plan_kv_cache
 
+pytestmark = pytest.mark.no_toolchain
+
 MiB = 1 << 20
 
 

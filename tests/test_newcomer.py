@@ -15,10 +15,11 @@ build and tilejit, editable, from the clone), finding torch and triton already t
 long quick-start commands get the arguments the README gives for a short run (`--quick`, pytest
 arguments). The kernel cache starts as a copy of the test session's.
 
-The slow tier (TILEJIT_RUN_SLOW=1; .ci/run sets it) follows the README's Install section in a fresh
-environment with nothing reused: torch's CPU build, `pip install .`, then checks that no CUDA wheel
-came, that the installed package works outside the checkout, and that a foreign `kernels`
-installed over it is reported with the fix.
+The slow tier (`bash scripts/test.sh --all`, as .ci/run runs it) has the README's commands above
+(about a minute: the quick start installs `.venv`), and follows the README's Install section in a
+fresh environment with nothing reused: torch's CPU build, `pip install .`, then checks that no
+CUDA wheel came, that the installed package works outside the checkout, and that a foreign
+`kernels` installed over it is reported with the fix.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ import sys
 import sysconfig
 
 import pytest
+
+pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # the quick start's two long commands, with the arguments the README gives for a short run
@@ -106,8 +109,7 @@ def _report(cmd: str, res: subprocess.CompletedProcess) -> str:
     return f"$ {cmd}\nexit {res.returncode}\n--- stdout\n{res.stdout[-3000:]}\n--- stderr\n{res.stderr[-3000:]}"
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory, cache_dir):
+def _new_clone(tmp_path_factory, cache_dir):
     base = tmp_path_factory.mktemp("newcomer")
     repo = clone_to(base / "tilejit")
     cache = base / "cache"
@@ -116,8 +118,18 @@ def clone(tmp_path_factory, cache_dir):
     return repo, _user_env(base, cache), base
 
 
-def test_readme_commands_run_as_written(clone):
-    repo, env, _ = clone
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory, cache_dir):
+    """A clone whose `.venv` the quick start's scripts have set up (as their first run does)."""
+    repo, env, base = _new_clone(tmp_path_factory, cache_dir)
+    res = _sh("bash scripts/run.sh true", repo, env, False)
+    assert res.returncode == 0, _report("bash scripts/run.sh true", res)
+    return repo, env, base
+
+
+@pytest.mark.slow    # about a minute: the quick start installs .venv and runs the demo and a test file
+def test_readme_commands_run_as_written(tmp_path_factory, cache_dir):
+    repo, env, _ = _new_clone(tmp_path_factory, cache_dir)
     commands, install = readme_commands((repo / "README.md").read_text())
     assert install and [c.split("#")[0].strip() for c in commands[:2]] == list(SHORT_RUN), "quick start first"
     assert "source .venv/bin/activate" in commands
@@ -152,9 +164,6 @@ def test_every_script_runs_as_a_file(clone, script):
     """From another directory, with .venv's python: nothing of the library is shadowed by a
     neighbour module, and the script's own imports resolve."""
     repo, env, base = clone
-    if not (repo / ".venv" / ".tilejit-installed").is_file():
-        res = _sh("bash scripts/run.sh true", repo, env, False)      # what the quick start does first
-        assert res.returncode == 0, _report("bash scripts/run.sh true", res)
     args = QUICK_MODE.get(script, ["--help"])
     cmd = [str(repo / ".venv" / "bin" / "python"), str(repo / script), *args]
     res = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True, timeout=600)

@@ -19,6 +19,8 @@ import torch
 
 from compiler import kernel, language as tl
 
+pytestmark = pytest.mark.compile
+
 SIZES = (1, 17, 1000)
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 INTS = (torch.int32, torch.int64)

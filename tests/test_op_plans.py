@@ -14,12 +14,14 @@ import warnings
 
 import pytest
 import torch
-from test_torch_ops import _samples
+from test_torch_ops import LIBRARY_OPS, _samples
 
 import kernels
 from compiler import fastpath, kernel, language as tl, numerics, render_only
 from compiler.launch_record import recording
 from kernels import configs, op_plans, torch_ops
+
+pytestmark = pytest.mark.compile
 
 F32 = torch.float32
 
@@ -37,7 +39,7 @@ def _plan_of(lop, args):
 
 
 @pytest.mark.parametrize("policy", ["fast", "strict"])
-@pytest.mark.parametrize("name", sorted(_samples(False)))
+@pytest.mark.parametrize("name", LIBRARY_OPS)
 def test_every_library_op_replays_its_first_call_bit_for_bit(name, policy):
     lop = torch_ops.library_op(name)
     args = _samples(False)[name]
@@ -166,6 +168,7 @@ def test_a_rebound_global_of_a_replayed_kernel_recompiles():
     assert torch.equal(op(x, 2.0), x * 2 + 1.0)
 
 
+@pytest.mark.no_toolchain
 def test_scalars_of_equal_value_but_other_type_are_other_signatures():
     x = randn(10, seed=10)
     assert op_plans.signature((x, 2.0)) != op_plans.signature((x, 2))
@@ -186,6 +189,7 @@ def test_aliased_arguments_never_leave_a_plan_that_mixes_them_up():
     assert torch.equal(s2, x + x) and torch.equal(y2, y)
 
 
+@pytest.mark.no_toolchain
 def test_a_call_that_raised_leaves_no_plan_and_raises_again():
     x, w = randn(2, 64, seed=14), randn(63, seed=15)
     for _ in range(2):

@@ -16,6 +16,8 @@ import kernels
 from compiler import get_target
 from compiler.opspec import library_ops
 
+pytestmark = pytest.mark.integration
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 TOY_OP = textwrap.dedent('''
@@ -113,6 +115,7 @@ def test_a_new_op_file_gets_defaults_and_runs_on_every_target(repo_with_toy_op, 
     assert "TOY OP OK" in res.stdout
 
 
+@pytest.mark.no_toolchain
 def test_the_library_ops_are_found_through_their_specs():
     specs = library_ops()
     assert {"matmul", "layer_norm", "rms_norm", "add_rms_norm", "attention"} <= set(specs)
@@ -128,6 +131,7 @@ def test_the_library_ops_are_found_through_their_specs():
                 assert spec.effective(cfg, dims, "fast")[1] is None   # a default is never pruned
 
 
+@pytest.mark.no_toolchain
 def test_strict_fixes_the_order_parameter_and_prunes_other_values():
     spec = kernels.OP_SPECS["rms_norm"]
     eff, why = spec.effective({"BLOCK": 512}, {"N": 4096}, "strict")

@@ -11,6 +11,8 @@ import kernels as K
 from kernels import outputs
 from kernels.outputs import HUGE_MIN_BYTES, HUGE_PAGE
 
+pytestmark = pytest.mark.no_toolchain
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -55,6 +57,7 @@ def test_the_size_rule():
     assert not outputs.wants_huge_pages(1 << 30, torch.device("meta"))
 
 
+@pytest.mark.compile
 def test_a_maker_allocates_fresh_tensors_as_torch_empty_strided_would():
     cpu = torch.device("cpu")
     for shape, strides, dt in [((2, 3), (3, 1), torch.bfloat16), ((0, 4), (4, 1), torch.float32), ((5,), (1,), torch.int64)]:
@@ -83,6 +86,7 @@ def test_a_large_output_is_advised():
     assert _advised(_aligned_inside(like))
 
 
+@pytest.mark.compile
 @needs_madvise
 def test_layer_norm_output_is_advised_on_its_first_call_and_on_replays():
     x = torch.randn(1024, 2048)   # 8 MiB
@@ -95,6 +99,7 @@ def test_layer_norm_output_is_advised_on_its_first_call_and_on_replays():
         assert y.untyped_storage().resizable()   # still torch's own storage
 
 
+@pytest.mark.integration
 @needs_madvise
 def test_the_switch_turns_it_off():
     code = ("import torch; from kernels import outputs; "

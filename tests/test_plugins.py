@@ -17,6 +17,8 @@ from compiler.target import TargetPlugin
 from compiler.target import requirements as plugins
 from compiler.target.requirements import PluginVersionError, Requirement, parse_version
 
+pytestmark = pytest.mark.no_toolchain
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = os.path.join(ROOT, "tests", "toy_target")
 
@@ -177,6 +179,7 @@ TOY_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.integration
 def test_toy_target_through_its_own_entry_point(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -200,6 +203,7 @@ def test_toy_target_through_its_own_entry_point(tmp_path):
     assert re.search(r"^cpu\s+\S+\s+available$", listing, re.M), listing
 
 
+@pytest.mark.integration
 def test_python_m_targets_lists_cpu():
     res = subprocess.run([sys.executable, "-m", "targets", "--json"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)

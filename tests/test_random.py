@@ -19,6 +19,8 @@ import targets.kunlun
 from compiler import CompilationError
 from compiler.target import register_target
 
+pytestmark = pytest.mark.compile
+
 register_target("kunlun", targets.kunlun.TARGET)
 SEEDS = (0, 12345, -7, 2 ** 33 + 5)
 N = 128
@@ -61,6 +63,7 @@ def triton_reference(tmp_path_factory):
     return torch.load(out)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tgt", ["cpu", "kunlun:xpu3", "gpu:interpret"])
 def test_philox_bits_equal_tritons(tgt, triton_reference):
     k = compiler.kernel(rng_kernel)
@@ -77,6 +80,7 @@ def test_philox_bits_equal_tritons(tgt, triton_reference):
     assert 0 < outs[1].min() and outs[1].max() < 1
 
 
+@pytest.mark.no_toolchain
 def test_randn_has_no_strict_lowering():
     with compiler.numerics("strict"), pytest.raises(CompilationError, match="tl.cos has no strict"):
         compiler.kernel(rng_kernel)[(1,)](0, *_outputs(), N=N)

@@ -17,6 +17,8 @@ import torch
 import compiler
 from compiler import kernel, language as tl
 
+pytestmark = pytest.mark.integration
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 CHILD = HERE / "reliability_child.py"

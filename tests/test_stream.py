@@ -17,6 +17,8 @@ from runtime.stream import Event, Stream, launch, use
 
 from flag_kernels import PATIENCE, compile_both, set_flag, wait_for_flag  # tests/ is on sys.path (conftest.py lives there)
 
+pytestmark = pytest.mark.no_toolchain
+
 
 @kernel
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -34,6 +36,7 @@ def test_order_and_result():
     assert seen == list(range(200)) and all(h.done() for h in hs)
 
 
+@pytest.mark.compile
 def test_launch_runs_kernel():
     x, y = torch.randn(1000), torch.randn(1000)
     out = torch.zeros(1000)
@@ -99,6 +102,7 @@ def test_context_follows_submission():
         assert h.wait() == "at-submit"
 
 
+@pytest.mark.integration
 def test_no_hang_at_exit():
     code = ("import time; from runtime.stream import Stream\n"
             "s = Stream(); s.submit(time.sleep, 0.2)\n"        # pending work, never closed
@@ -110,6 +114,7 @@ def test_no_hang_at_exit():
     assert time.monotonic() - t0 < 15
 
 
+@pytest.mark.compile
 def test_two_streams_overlap():
     """A kernel on s1 spins until a kernel launched after it on s2 sets a flag: it sees the flag
     only if the two launches run at the same time (ctypes and the compiled launcher release the

@@ -6,6 +6,8 @@ import torch
 
 from compiler import CompilationError, kernel, language as tl, numerics
 
+pytestmark = pytest.mark.compile
+
 F = np.float32
 
 
@@ -186,6 +188,7 @@ def test_policy_is_part_of_the_key_and_changes_the_code():
     assert "reduction(+:" in fast.source and "reduction(+:" not in strict.source and "tree" in strict.source
 
 
+@pytest.mark.no_toolchain
 def test_sin_has_no_strict_lowering():
     @kernel
     def sine(x_ptr, BLOCK: tl.constexpr):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tiers import on_targets
 import torch
 from triton.language.extra import libdevice
 
@@ -15,6 +16,8 @@ from compiler import kernel, language as tl
 from compiler.strict_math import ERF_SMALL, ERFC_MID, EXPM1_Q
 from compiler.target import register_target
 from test_strict import F, emu_exp, emu_log, fma, pow2
+
+pytestmark = pytest.mark.compile
 
 register_target("kunlun", targets.kunlun.TARGET)
 OPS = ("tanh", "erf", "expm1", "log1p", "rint", "pow")
@@ -182,7 +185,7 @@ def test_strict_pow_has_ieee_special_cases():
                                                                 close.tolist()) if not c]
 
 
-@pytest.mark.parametrize("tgt", ["kunlun:xpu3", "gpu:interpret"])
+@pytest.mark.parametrize("tgt", on_targets("kunlun:xpu3", "gpu:interpret"))
 def test_strict_math_bits_equal_cpus(tgt):
     _, _, ref = _run_all("cpu")
     _, _, got = _run_all(tgt)

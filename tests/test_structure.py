@@ -10,6 +10,8 @@ import pytest
 
 from compiler.ir.ops import OPS
 
+pytestmark = pytest.mark.no_toolchain
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("compiler", "kernels", "targets", "runtime")
 MAX_MODULE_LINES = 600

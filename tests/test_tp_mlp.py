@@ -2,10 +2,14 @@
 the second matmul's K is split across ranks, which changes the summation order)."""
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from examples.tp_mlp import make_weights, mlp_single, tp_mlp_rank
 from runtime.collectives import run_ranks
+
+pytestmark = pytest.mark.integration
 
 
 def test_tp_mlp_equals_single_rank():

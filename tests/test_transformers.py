@@ -14,6 +14,8 @@ transformers = pytest.importorskip("transformers", reason="the optional extra 'h
                                                           "pip install 'tilejit[hf]'")
 from kernels.integrations import transformers as tj_hf  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 warnings.filterwarnings("ignore", module="transformers")
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

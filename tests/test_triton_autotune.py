@@ -18,6 +18,8 @@ from compiler.errors import CompilationError, KernelArgumentError
 from compiler.triton import Config, language as tl
 from compiler.triton.tuning import op_name
 
+pytestmark = pytest.mark.compile
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -107,6 +109,7 @@ _SECOND_PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 def test_second_process_reuses_the_decision_without_tuning(tmp_path):
     script = tmp_path / "tuned_script.py"
     script.write_text(_SECOND_PROCESS.format(repo=str(REPO)))
@@ -202,6 +205,7 @@ def test_cache_results_false_keeps_the_decision_in_process(tcache):
     assert not (tcache / "autotune").exists() or not list((tcache / "autotune").glob("*_scale_fn*"))
 
 
+@pytest.mark.emulation
 def test_unmeasured_target_takes_first_config_that_renders_and_labels_it(tcache):
     # kunlun's timings in host emulation are not its speed: nothing is timed; the 64K-element
     # prefix sum does not fit its local memory (a scan cannot be strip-mined) and is pruned by the
@@ -263,6 +267,7 @@ def test_heuristics_compute_constexprs_at_launch(tcache):
     torch.testing.assert_close(y, x * scaled.best_config.kwargs["SCALE"])
 
 
+@pytest.mark.no_toolchain
 def test_config_and_launch_conflicts_are_errors():
     with pytest.raises(KernelArgumentError, match="num_warp'.*Did you mean 'num_warps'"):
         Config({"BLOCK": 16}, num_warp=4)

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import pytest
+from tiers import on_targets
 import torch
 
 import compiler
@@ -16,6 +17,8 @@ from compiler import kernel, triton, use_target
 from compiler import language as ours
 from compiler.errors import CompilationError
 from compiler.triton import language as tl
+
+pytestmark = pytest.mark.no_toolchain
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -34,6 +37,7 @@ def test_surface_and_version():
         tl.no_such_builtin  # noqa: B018
 
 
+@pytest.mark.compile
 def test_math_and_libdevice_names_map_to_builtins():
     from compiler.triton.language.extra import cuda, libdevice  # noqa: PLC0415
     assert tl.math.exp is ours.exp and tl.math.rsqrt is ours.rsqrt and tl.math.exp2 is ours.exp2
@@ -70,6 +74,7 @@ def test_a_name_without_a_builtin_imports_and_refuses_at_the_call():
     assert "cyl_bessel_i0(tl.load" in msg   # the source line of the call
 
 
+@pytest.mark.compile
 def test_jit_function_surface():
     def body(x, y, n, BLOCK: tl.constexpr):
         offs = tl.arange(0, BLOCK)
@@ -137,6 +142,7 @@ def test_tensor_descriptor_host_side():
         TensorDescriptor.from_tensor(t.t(), [4, 4])
 
 
+@pytest.mark.compile
 def test_kernel_of_a_real_triton_jit_function():
     real = pytest.importorskip("triton")
     import triton.language as rtl  # noqa: PLC0415
@@ -192,6 +198,7 @@ _ALIASED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["runner", "env", "function"])
 def test_alias_serves_the_front_door_as_triton(tmp_path, how):
     pytest.importorskip("triton")
@@ -226,6 +233,7 @@ def test_alias_in_process_is_undone_by_uninstall(tmp_path):
     assert after is real and not triton.alias_installed()
 
 
+@pytest.mark.integration
 def test_as_triton_usage_errors():
     out = subprocess.run([sys.executable, "-m", "compiler.as_triton"], cwd=str(REPO), capture_output=True,
                          text=True, timeout=60)
@@ -235,7 +243,7 @@ def test_as_triton_usage_errors():
     assert out.returncode == 2 and "no such script" in out.stderr
 
 
-@pytest.mark.parametrize("target", ["cpu", "kunlun:xpu3"])
+@pytest.mark.parametrize("target", on_targets("cpu", "kunlun:xpu3"))
 def test_tensor_type_attribute_and_loop_carried_pointer_tiles(target):
     @triton.jit
     def colsum(x, out, n_rows, n_cols: tl.constexpr, BLOCK: tl.constexpr):

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 
 from compiler import use_target
 
+pytestmark = pytest.mark.integration
+
 TARGETS = ["cpu", "gpu:interpret", "kunlun:xpu3"]
 # (kernel, targets) -> (why it fails today, the error it fails with); every Liger kernel tried runs today
 XFAIL: dict = {}
@@ -101,6 +103,7 @@ NAMES = ["rms_norm", "layer_norm", "rope", "swiglu", "geglu", "cross_entropy", "
          "fused_add_rms_norm"]
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("name,target", cases(NAMES))
 def test_liger_forward(liger, name, target):
     g = torch.Generator().manual_seed(sum(map(ord, name)))

@@ -14,6 +14,8 @@ from compiler import use_target
 
 from .test_liger import cases
 
+pytestmark = pytest.mark.integration
+
 # every kernel tried runs on every target (on kunlun the memory plan strip-mines the tiles larger than LM)
 XFAIL: dict = {}
 
@@ -86,6 +88,7 @@ NAMES = ["vector_add", "vector_add_block256", "fused_softmax", "matmul", "matmul
          "fused_attention"]
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("name,target", cases(NAMES, XFAIL))
 def test_tritonbench_forward(tritonbench, name, target):
     g = torch.Generator().manual_seed(sum(map(ord, name)))

@@ -28,6 +28,8 @@ import torch
 
 from . import diff_kernels as dk
 
+pytestmark = pytest.mark.compile
+
 CASE_IDS = [c.id for c in dk.CASES]
 BF16_ULP = (2.0 ** -7, 1e-30)   # one bf16 ulp, relative (the interpreter's truncating downcast)
 
@@ -68,6 +70,7 @@ def _loosest(a, b):
     return (max(a[0], b[0]), max(a[1], b[1]))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_interpreter_matches_torch(case_id, interpreter_results):
     case = dk.CASES_BY_ID[case_id]
@@ -82,6 +85,7 @@ def test_interpreter_matches_torch(case_id, interpreter_results):
         _compare(got[name], want[name].to(got[name].dtype), tol, f"{case_id}: interpreter {name!r} vs torch")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case_id", CASE_IDS)
 def test_tilejit_matches_interpreter(case_id, interpreter_results):
     from compiler import kernel
