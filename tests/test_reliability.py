@@ -28,7 +28,7 @@ LAUNCH_CASES = ["meta_after_cpu_launch", "fake_tensor_kernel", "fake_tensor_libr
                 "grid_four", "int_2**64", "int_2**63", "int_-2**63-1", "config_zero", "config_missing",
                 "config_unknown", "kunlun_meta", "gpu_interpret_meta", "kunlun_trip_count",
                 "gpu_interpret_trip_count"]
-BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "in_bounds_checked"]
+BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "oob_view", "in_bounds_checked"]
 MODES = {"compiled": {}, "python": {"TILEJIT_FAST_LAUNCH": "0"}}
 
 
@@ -169,6 +169,28 @@ def test_out_of_bounds_access_is_an_error_naming_it(bounds, case, what, arg, off
     msg = _error(bounds[1], case, "KernelBoundsError", what, f"argument '{arg}'", offset, extent,
                  "reliability_child.py:")
     assert "kernel '" in msg
+
+
+def _line_of(text: str) -> int:
+    return next(i for i, line in enumerate(CHILD.read_text().splitlines(), 1) if text in line)
+
+
+def test_overruns_of_a_view_inside_a_larger_buffer_are_caught(bounds):
+    """Checked against the view, not its storage: a store past a 100-float view of a 256-float
+    buffer is refused before it reaches the neighbour, as is a store past a column's last row."""
+    res = _result(bounds[1], "oob_view")
+    fix = ("Mask the access (e.g. mask=offs < n) or fix the offsets. The access was skipped; the outputs are "
+           "incomplete. (bounds-checked launch: TILEJIT_CPU_BOUNDS_CHECK=1)")
+    assert res["view"] == (
+        f"kernel 'unmasked_store': store to argument 'o_ptr' at {CHILD}:{_line_of('offs.to(tl.float32)')} at "
+        "element offset 100, outside its extent [0, 100) (the elements of its view, from its first to its last, "
+        f"counted from its data pointer). {fix}")
+    assert res["neighbour"] == 0.0
+    assert res["column"] == (
+        f"kernel 'strided_store': store to argument 'o_ptr' at {CHILD}:{_line_of('offs * stride, 1.0')} at "
+        "element offset 32, outside its extent [0, 29) (the elements of its view, from its first to its last, "
+        f"counted from its data pointer). {fix}")
+    assert res["grid"] == 8.0
 
 
 def test_in_bounds_accesses_pass_the_checks(bounds):

@@ -45,9 +45,16 @@ def ctype_of(dt: D.dtype):
     return ctypes.c_void_p if dt.is_ptr() else _CTYPES[dt]
 
 
-def storage_range(t: torch.Tensor, ptr: int) -> tuple[int, int, int]:
-    st = t.untyped_storage()
-    return ptr, st.data_ptr(), st.data_ptr() + st.nbytes()
+def view_range(t: torch.Tensor, ptr: int) -> tuple[int, int, int]:
+    """(data pointer, first byte, one past the last byte) of what tensor `t`'s view spans: from its
+    data pointer to its last element as its sizes and strides reach (torch strides are never
+    negative); nothing when it has no elements. The bounds-checked mode checks accesses against
+    it, so a view of a larger buffer does not let a kernel write its neighbours (tjfast.c's
+    view_range is the same rule)."""
+    if t.numel() == 0:
+        return ptr, ptr, ptr
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return ptr, ptr, ptr + (last + 1) * t.element_size()
 
 
 class CPULauncher:
@@ -98,7 +105,7 @@ class CPULauncher:
             if dt.is_ptr():
                 p = tensor_pointer(self.name, name, a, "cpu", tdt)
                 values.append(p)
-                ranges.append(storage_range(a, p) if self.bounds else None)
+                ranges.append(view_range(a, p) if self.bounds else None)
             else:
                 values.append(scalar_value(self.name, name, a, dt.name))
                 ranges.append(None)
@@ -135,7 +142,8 @@ class CPULauncher:
                 "a pointer that may come from several arguments"
             raise KernelBoundsError(
                 f"kernel '{self.name}': {what} {who}{where} at element offset {offset}, outside its extent "
-                f"[{lo}, {hi}) (the elements of its storage, counted from its data pointer). Mask the access "
+                f"[{lo}, {hi}) (the elements of its view, from its first to its last, counted from its data "
+                "pointer). Mask the access "
                 "(e.g. mask=offs < n) or fix the offsets. The access was skipped; the outputs are incomplete. "
                 "(bounds-checked launch: TILEJIT_CPU_BOUNDS_CHECK=1)")
         raise TargetError(f"kernel '{self.name}': the launch reported status {code}")
