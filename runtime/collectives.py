@@ -221,9 +221,10 @@ class Communicator:
 
     def _diagnose(self, op: str, seq: int, peers, cause: BaseException) -> CollectiveError:
         """Which ranks of `peers` ((channel, global rank) pairs) had not reached op `seq`, or, when
-        all had, which went away during it. The store is held until the other survivors have read
-        it (collective_checks.hold_store); when it cannot be read (its host is gone), the ranks
-        whose processes on this host have exited are named from the table read at the first op."""
+        all had, which went away during it. The rank serving the store returns only once the
+        other survivors have read it (collective_checks.hold_store); when it cannot be read (the
+        rank serving it is gone), the ranks whose processes on this host have exited are named
+        from the table read at the first op."""
         ranks = [r for _, r in peers]
         what = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), "
                 f"seen from rank {self.global_rank}")

@@ -175,6 +175,7 @@ def _line_of(text: str) -> int:
     return next(i for i, line in enumerate(CHILD.read_text().splitlines(), 1) if text in line)
 
 
+@pytest.mark.integration
 def test_overruns_of_a_view_inside_a_larger_buffer_are_caught(bounds):
     """Checked against the view, not its storage: a store past a 100-float view of a 256-float
     buffer is refused before it reaches the neighbour, as is a store past a column's last row."""
@@ -191,6 +192,25 @@ def test_overruns_of_a_view_inside_a_larger_buffer_are_caught(bounds):
         "element offset 32, outside its extent [0, 29) (the elements of its view, from its first to its last, "
         f"counted from its data pointer). {fix}")
     assert res["grid"] == 8.0
+
+
+@kernel
+def _fill_256(o_ptr, BLOCK: tl.constexpr):
+    tl.store(o_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@pytest.mark.emulation
+def test_kunlun_emulation_refuses_a_copy_past_a_view_into_its_neighbour():
+    """The host emulation's DMA check covers each tensor's view, not its storage."""
+    import re
+    from compiler import use_target
+    buf = torch.zeros(256)
+    with use_target("kunlun"), pytest.raises(Exception) as e:
+        _fill_256[(1,)](buf[:100], BLOCK=256)
+    assert type(e.value).__name__ == "KunlunLaunchError"
+    assert re.fullmatch(r"kernel '_fill_256' on kunlun \(host emulation\): LM2GM: GM address 0x[0-9a-f]+ \(\+1024 "
+                        r"bytes\) is outside every tensor passed to the kernel \(cluster 0, core 0\)", str(e.value))
+    assert buf[100:].abs().sum().item() == 0.0
 
 
 def test_in_bounds_accesses_pass_the_checks(bounds):

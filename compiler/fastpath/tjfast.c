@@ -130,7 +130,7 @@ static int convert_int(PyObject* v, long long lo, long long hi, int64_t* out) {
 /* The bytes tensor `t`'s view spans (bounds-checked mode): from its data pointer to one past its
  * last element as its sizes and strides reach (torch strides are never negative); nothing when it
  * has no elements. `dtype` is the specialisation's (checked, or known to match). The same rule as
- * targets/cpu/launcher.py's view_range. */
+ * compiler/target/args.py's view_range. */
 static int view_range(PyObject* t, PyObject* dtype, int64_t base, tj_range* r) {
     PyObject* sh = PyObject_GetAttr(t, s_shape);
     PyObject* st = sh ? PyObject_CallMethodNoArgs(t, s_stride) : NULL;

@@ -2,11 +2,12 @@
 store touches is checked against the view of the tensor its pointer came from.
 
 The launcher passes each pointer argument's view range (`tj_range`: the data pointer, and the bytes
-from its first to one past its last element: launcher.view_range); the generated code wraps each
-access's address in `tj_bc`, which lets it through when it lies inside, and otherwise skips the
-access (a load reads 0), records the first such access in the launch's status and goes on, so the launcher raises an error naming the
-kernel, the op, the argument, the element offset and the extent, instead of crashing. Masked-off
-elements are never checked: the masked paths evaluate the address only where the mask is true.
+from its first to one past its last element: compiler/target/args.py); the generated code wraps
+each access's address in `tj_bc`, which lets it through when it lies inside, and otherwise skips
+the access (a load reads 0), records the first such access in the launch's status and goes on, so
+the launcher raises an error naming the kernel, the op, the argument, the element offset and the
+extent, instead of crashing. Masked-off elements are never checked: the masked paths evaluate the
+address only where the mask is true.
 
 Which argument a pointer came from is found statically by following the IR from the access back
 to a parameter through pointer arithmetic, views, casts and loop-carried values; a pointer that

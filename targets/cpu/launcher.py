@@ -20,7 +20,7 @@ from compiler import dtypes as D
 from compiler.errors import DeviceAssertionError, KernelArgumentError, KernelBoundsError, TargetError
 from compiler.fastpath import fast_module
 from compiler.target import launch_grid
-from compiler.target.args import scalar_value, tensor_pointer
+from compiler.target.args import scalar_value, tensor_pointer, view_range
 
 log = logging.getLogger("targets.cpu")
 
@@ -43,18 +43,6 @@ class Range(ctypes.Structure):
 
 def ctype_of(dt: D.dtype):
     return ctypes.c_void_p if dt.is_ptr() else _CTYPES[dt]
-
-
-def view_range(t: torch.Tensor, ptr: int) -> tuple[int, int, int]:
-    """(data pointer, first byte, one past the last byte) of what tensor `t`'s view spans: from its
-    data pointer to its last element as its sizes and strides reach (torch strides are never
-    negative); nothing when it has no elements. The bounds-checked mode checks accesses against
-    it, so a view of a larger buffer does not let a kernel write its neighbours (tjfast.c's
-    view_range is the same rule)."""
-    if t.numel() == 0:
-        return ptr, ptr, ptr
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    return ptr, ptr, ptr + (last + 1) * t.element_size()
 
 
 class CPULauncher:
