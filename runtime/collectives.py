@@ -244,7 +244,8 @@ class Communicator:
                 else:
                     missing, how = checks.exited(procs, ranks)
             gone = set(missing) | set(checks.exited(procs, ranks)[0])
-            checks.hold_store(self.store, peers[0][0], seq, self.global_rank, self._store_host == self.global_rank,
+            serving = self._store_host == self.global_rank
+            checks.hold_store(self.store, peers[0][0], seq, self.global_rank, serving,
                               [r for r in ranks if r not in gone], self.timeout)
         except Exception as unread:           # noqa: BLE001 - the store's host may be the dead rank
             dead, how = checks.exited(procs, ranks)
@@ -257,8 +258,8 @@ class Communicator:
                        f"may be the rank that went away): {str(unread).splitlines()[0]}. Cause: {first}",
                        op=op, group=self.name, seq=seq)
         if how:
-            return CollectiveError(f"{what}, failed after every rank arrived: rank(s) {missing} went away during it "
-                                   f"({'; '.join(how)}). Cause: {first}",
+            return CollectiveError(f"{what}, failed after every rank arrived: rank(s) {missing} went away "
+                                   f"during it ({'; '.join(how)}). Cause: {first}",
                                    op=op, group=self.name, seq=seq, missing=missing)
         if missing:
             msg = (f"{what} {'timed out after ' + str(self.timeout) + ' s' if timed_out else 'failed'}: "

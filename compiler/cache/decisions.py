@@ -277,9 +277,10 @@ def lookup(op: str, target, policy: str, shape_key: str, root=None):
             elif (op, k, str(cfg), why) not in _warned:
                 _warned.add((op, k, str(cfg), why))
                 what = f"config {cfg}: {why}" if cfg is not None else why
-                log.warning("tilejit: ignoring the tuned decision for op %r, shape %s in %s: %s. The op runs its "
-                            "default config; the next tune of it replaces the decision (`python -m compiler.autotune "
-                            "--kernels %s`).", op, k, store.path(op, target.name, fp, policy), what, op)
+                log.warning("tilejit: ignoring the tuned decision for op %r, shape %s in %s: %s. The op runs "
+                            "its default config; the next tune of it replaces the decision (`python -m "
+                            "compiler.autotune --kernels %s`).", op, k, store.path(op, target.name, fp, policy),
+                            what, op)
         _MEMO[fast_key] = table
     cfg = table.get(shape_key)
     return dict(cfg) if cfg is not None else None

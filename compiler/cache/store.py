@@ -218,8 +218,9 @@ class KernelCache:
             return private.get_or_build(key, build, counted=counted)
         except CacheUnwritable as exc:
             raise CacheError(f"cannot compile a kernel: the kernel cache {self.root} cannot be written "
-                             f"({self._unwritable.reason}), nor this process's private directory {private.root} "
-                             f"({exc.reason}). Free space, or point TILEJIT_CACHE_DIR at a writable directory.") from exc
+                             f"({self._unwritable.reason}), nor this process's private directory "
+                             f"{private.root} ({exc.reason}). Free space, or point TILEJIT_CACHE_DIR at a "
+                             "writable directory.") from exc
 
     def _build_here(self, key: str, build: Callable[[pathlib.Path], dict], counted: bool) -> CacheEntry:
         self.sweep_stale()
