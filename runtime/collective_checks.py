@@ -7,10 +7,16 @@ all-gather the descriptors over the group's own backend (a few dozen bytes) and 
 (`disagreement`). A mismatch is reported on every rank, naming each rank's call, and nothing is
 transferred - where a mismatched transfer would abort the process (gloo) or return garbage.
 
-Liveness: at init every rank records `tj/proc/<rank> = host:pid` in the store. When an op fails
-after every rank arrived, each survivor records that it saw the failure and waits briefly for the
-others to say the same; a rank whose process is gone (checked directly when it ran on this host)
-or that never reports is the one that went away.
+Liveness: at init every rank records `tj/proc/<rank> = host:pid` in the store (and rank 0, when
+its process serves the store, `tj/store_host`); each communicator reads its peers' entries at its
+first op (`peer_table`), so that a survivor can still check its peers' processes when the store is
+gone with the rank that served it. When an op fails after every rank arrived, each survivor
+records that it saw the failure and waits briefly for the others to say the same; a rank whose
+process is gone (checked directly when it ran on this host) or that never reports is the one that
+went away. Then each survivor records that it has read what it needed, and the rank serving the
+store waits for the other survivors to say so (`hold_store`) before it raises: raising first and
+exiting, it would take the store down while they still read it. Only that rank waits: the others
+raise at once, and their exits are what tell a survivor still blocked in the transfer on them.
 """
 from __future__ import annotations
 
@@ -59,8 +65,23 @@ def disagreement(rows: torch.Tensor, ranks) -> str | None:
     return f"the ranks' calls differ ({calls})"
 
 
-def register_process(store, rank: int) -> None:
+def register_process(store, rank: int, hosts_store: bool) -> None:
+    """Records this rank's process (and, for the rank whose process serves the store, that it does)."""
     store.set(f"tj/proc/{rank}", f"{socket.gethostname()}:{os.getpid()}")
+    if hosts_store:
+        store.set("tj/store_host", str(rank))
+
+
+def peer_table(store, ranks) -> tuple[dict[int, str], int | None]:
+    """(`host:pid` of each of `ranks` that registered at init, the rank whose process serves the
+    store or None: not a rank of this world), read while the store is up."""
+    keys = [f"tj/proc/{r}" for r in ranks]
+    if store.check(keys):
+        procs = {r: v.decode() for r, v in zip(ranks, store.multi_get(keys))}
+    else:
+        procs = {r: store.get(k).decode() for r, k in zip(ranks, keys) if store.check([k])}
+    host = int(store.get("tj/store_host")) if store.check(["tj/store_host"]) else None
+    return procs, host
 
 
 def _process_gone(pid: int) -> bool:
@@ -81,29 +102,47 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
-def gone_ranks(store, channel: str, seq: int, me: int, peers, wait_s: float) -> tuple[list[int], list[str]]:
-    """After op `seq` failed with every rank arrived: (ranks that went away, how each was told).
-    Records this rank's failure; a peer on this host whose process has exited is named at once,
-    otherwise the peers that do not record theirs within `wait_s` are named."""
-    key = f"tj/failed/{channel}/{seq}"
-    store.set(f"{key}/{me}", "1")
-    host = socket.gethostname()
-    dead, how = [], []
-    for r in peers:
-        info = store.get(f"tj/proc/{r}").decode() if r != me and store.check([f"tj/proc/{r}"]) else ""
-        h, _, pid = info.rpartition(":")
+def exited(procs: dict[int, str], ranks) -> tuple[list[int], list[str]]:
+    """(ranks of `ranks` whose process ran on this host and has exited, how each was seen)."""
+    host, dead, how = socket.gethostname(), [], []
+    for r in ranks:
+        h, _, pid = procs.get(r, "").rpartition(":")
         if h == host and pid.isdigit() and _process_gone(int(pid)):
             dead.append(r)
             how.append(f"rank {r}'s process {pid} on this host has exited")
-    if dead:
-        return sorted(dead), how   # seen directly: no need to wait for the others' word
+    return dead, how
+
+
+def gone_ranks(store, procs: dict[int, str], channel: str, seq: int, me: int, peers,
+               wait_s: float) -> tuple[list[int], list[str]]:
+    """After op `seq` failed with every rank arrived: (ranks that went away, how each was told).
+    Records this rank's failure; a peer on this host whose process has exited is named as soon as
+    that is seen (checked again while waiting: a killed process may still be closing), otherwise
+    the peers that do not record theirs within `wait_s` are named."""
+    key = f"tj/failed/{channel}/{seq}"
+    store.set(f"{key}/{me}", "1")
     silent = [r for r in peers if r != me]
     end = time.monotonic() + wait_s
-    while silent and time.monotonic() < end:
+    while True:
+        dead, how = exited(procs, silent)
+        if dead:
+            return dead, how   # seen directly: no need to wait for the others' word
         silent = [r for r in silent if not store.check([f"{key}/{r}"])]
-        if silent:
-            time.sleep(0.02)
-    for r in silent:
-        dead.append(r)
-        how.append(f"rank {r} did not report the failure within {wait_s:.1f} s (gone or hung)")
-    return sorted(dead), how
+        if not silent or time.monotonic() >= end:
+            break
+        time.sleep(0.02)
+    return silent, [f"rank {r} did not report the failure within {wait_s:.1f} s (gone or hung)" for r in silent]
+
+
+def hold_store(store, channel: str, seq: int, me: int, host: bool, survivors, wait_s: float) -> None:
+    """Records that this rank has read what it needed about failed op `seq`; the rank whose
+    process serves the store (`host`) then waits, at most `wait_s`, until every other survivor has
+    recorded the same, so that it raises (and may exit, closing the store) only after they read it."""
+    key = f"tj/diagnosed/{channel}/{seq}"
+    store.set(f"{key}/{me}", "1")
+    waiting = [r for r in survivors if r != me] if host else []
+    end = time.monotonic() + wait_s
+    while waiting and time.monotonic() < end:
+        waiting = [r for r in waiting if not store.check([f"{key}/{r}"])]
+        if waiting:
+            time.sleep(0.01)

@@ -29,8 +29,10 @@ side channel that outlives the collective. A wait that does not finish by `timeo
 the op was issued (or that fails because a peer went away) raises `CollectiveTimeout` /
 `CollectiveError` naming the ranks whose key is behind: the ranks that never arrived. When every
 rank arrived and the op still failed (a rank died during it), the error names the rank(s) that
-went away (collective_checks.gone_ranks). The store is hosted by rank 0, so if rank 0 itself is
-gone the error says the arrivals could not be read.
+went away (collective_checks.gone_ranks). The store is served by rank 0's process, which raises
+only once the other survivors have read it (collective_checks.hold_store), so it cannot take the
+store down under them by raising first and exiting; when rank 0 itself is gone, a survivor names
+it from its process, as it does any rank that ran on its host.
 After such an error the process group is broken; tear it down (`close()`) and re-initialise.
 
 Backends: "gloo" and "nccl" through torch.distributed; "xccl" (BKCL on Kunlun XPUs) through the
@@ -138,9 +140,10 @@ def init(rank: int, world: int, *, backend: str | None = None, host: str = "127.
     (default: rank % device count)."""
     be = resolve_backend(backend)
     td = datetime.timedelta(seconds=timeout)
+    hosts = store is None and rank == 0
     if store is None:
-        store = dist.TCPStore(host, port, world, rank == 0, timeout=td)
-    checks.register_process(store, rank)
+        store = dist.TCPStore(host, port, world, hosts, timeout=td)
+    checks.register_process(store, rank, hosts)
     if be == "xccl":
         return plugin_backend(be)[0].init(rank, world, store=store, timeout=timeout, device=device)
     dist.init_process_group(be, store=dist.PrefixStore("pg", store), rank=rank, world_size=world, timeout=td)
@@ -182,6 +185,8 @@ class Communicator:
         self.rank = ranks.index(self.global_rank)       # rank within this group
         self.size = len(ranks)
         self._seq = 0
+        self._procs: dict[int, str] | None = None   # peers' host:pid, read at the first op
+        self._store_host: int | None = None         # the rank whose process serves the store
         self._p2p_seq: dict[tuple[int, int], int] = {}
         self._lock = threading.Lock()
         # check that every rank makes the same call before each transfer (a tiny all_gather)
@@ -189,6 +194,8 @@ class Communicator:
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _arrive(self, channel: str, seq: int) -> None:
+        if self._procs is None:   # every rank registered at init; read now, while the store is up
+            self._procs, self._store_host = checks.peer_table(self.store, self.ranks)
         self.store.set(f"tj/arrive/{channel}/{self.global_rank}", str(seq))
 
     def _next(self) -> int:
@@ -214,36 +221,52 @@ class Communicator:
 
     def _diagnose(self, op: str, seq: int, peers, cause: BaseException) -> CollectiveError:
         """Which ranks of `peers` ((channel, global rank) pairs) had not reached op `seq`, or, when
-        all had, which went away during it."""
-        missing, unread, how = [], None, []
+        all had, which went away during it. The rank serving the store returns only once the
+        other survivors have read it (collective_checks.hold_store); when it cannot be read (the
+        rank serving it is gone), the ranks whose processes on this host have exited are named
+        from the table read at the first op."""
+        ranks = [r for _, r in peers]
+        what = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), "
+                f"seen from rank {self.global_rank}")
+        first = str(cause).splitlines()[0] if str(cause) else repr(cause)
+        timed_out = "timed out" in str(cause).lower() or "timeout" in str(cause).lower()
+        procs = self._procs or {}
         try:
+            missing, how = [], []
             for channel, r in peers:
                 key = f"tj/arrive/{channel}/{r}"
                 if not self.store.check([key]) or int(self.store.get(key)) < seq:
                     missing.append(r)
-            if not missing and len(peers) > 1:
-                missing, how = checks.gone_ranks(self.store, peers[0][0], seq, self.global_rank,
-                                                 [r for _, r in peers], min(2.0, max(0.5, self.timeout / 4)))
-                if missing:
-                    msg = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), seen from rank "
-                           f"{self.global_rank}, failed after every rank arrived: rank(s) {missing} went away during "
-                           f"it ({'; '.join(how)}). Cause: {str(cause).splitlines()[0] if str(cause) else cause!r}")
-                    return CollectiveError(msg, op=op, group=self.name, seq=seq, missing=missing)
-        except Exception as e:                # noqa: BLE001 - the store's host may be the dead rank
-            unread = e
-        timed_out = "timed out" in str(cause).lower() or "timeout" in str(cause).lower()
-        what = (f"{op} #{seq} on group '{self.name}' (ranks {list(self.ranks)}), "
-                f"seen from rank {self.global_rank}")
-        if unread is not None:
-            msg = (f"{what} failed and the arrivals could not be read from the store (hosted by rank 0, "
-                   f"which may be the rank that went away): {unread}. Cause: {cause}")
-        elif missing:
+            if not missing:
+                if len(peers) > 1:
+                    missing, how = checks.gone_ranks(self.store, procs, peers[0][0], seq, self.global_rank, ranks,
+                                                     min(2.0, max(0.5, self.timeout / 4)))
+                else:
+                    missing, how = checks.exited(procs, ranks)
+            gone = set(missing) | set(checks.exited(procs, ranks)[0])
+            serving = self._store_host == self.global_rank
+            checks.hold_store(self.store, peers[0][0], seq, self.global_rank, serving,
+                              [r for r in ranks if r not in gone], self.timeout)
+        except Exception as unread:           # noqa: BLE001 - the store's host may be the dead rank
+            dead, how = checks.exited(procs, ranks)
+            if dead:
+                return CollectiveError(f"{what} failed: rank(s) {dead} went away during it ({'; '.join(how)}; the "
+                                       f"store could not be read: {str(unread).splitlines()[0]}). Cause: {first}",
+                                       op=op, group=self.name, seq=seq, missing=dead)
+            cls = CollectiveTimeout if timed_out else CollectiveError
+            return cls(f"{what} failed and the arrivals could not be read from the store (hosted by rank 0, which "
+                       f"may be the rank that went away): {str(unread).splitlines()[0]}. Cause: {first}",
+                       op=op, group=self.name, seq=seq)
+        if how:
+            return CollectiveError(f"{what}, failed after every rank arrived: rank(s) {missing} went away "
+                                   f"during it ({'; '.join(how)}). Cause: {first}",
+                                   op=op, group=self.name, seq=seq, missing=missing)
+        if missing:
             msg = (f"{what} {'timed out after ' + str(self.timeout) + ' s' if timed_out else 'failed'}: "
-                   f"rank(s) {missing} did not arrive. Cause: {str(cause).splitlines()[0]}")
-        else:
-            msg = f"{what} failed after every rank arrived: {cause}"
-        cls = CollectiveTimeout if timed_out or missing else CollectiveError
-        return cls(msg, op=op, group=self.name, seq=seq, missing=missing)
+                   f"rank(s) {missing} did not arrive. Cause: {first}")
+            return CollectiveTimeout(msg, op=op, group=self.name, seq=seq, missing=missing)
+        cls = CollectiveTimeout if timed_out else CollectiveError
+        return cls(f"{what} failed after every rank arrived: {cause}", op=op, group=self.name, seq=seq)
 
     def _peers(self):
         return [(self.name, r) for r in self.ranks]

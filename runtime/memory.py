@@ -6,8 +6,9 @@ it after the weights are loaded: by default it takes `ratio` (0.85) of the memor
 moment, which leaves the rest for the framework, activations of other libraries and the OS.
 
 The pool is thread-safe: one lock guards its free-block index and counters (alloc, free, stats,
-check, release). After `release()` every call, and every view of a block, raises a DeviceError
-saying the pool was released.
+check, release, and the checks of Block.tensor). After `release()` every call, and every view of a
+block, raises a DeviceError saying the pool was released. The KV-cache planner is a pure function
+(no state), safe from any thread.
 
 Allocation rounds a request to its size class (alignment multiples up to 4 KiB, then 8 classes
 per power of two: at most 12.5% slack, and freed blocks fit later requests of a similar size),
@@ -76,10 +77,10 @@ class Block:
         return self.pool.base_ptr + self.offset
 
     def tensor(self, dtype: torch.dtype = torch.uint8, shape=None) -> torch.Tensor:
-        """A view of the block as `shape` elements of `dtype` (default: as many as fit in nbytes)."""
-        self.pool._check_live("Block.tensor")
-        if self.freed:
-            raise self.pool._error(DeviceError, errno.EFAULT, f"use of {self!r} after free")
+        """A view of the block as `shape` elements of `dtype` (default: as many as fit in nbytes).
+        Taken under the pool's lock, so a free or release in another thread comes before (an
+        error) or after it; a view taken stays a view of the arena, so free a block only when no
+        thread uses its views any more."""
         item = torch.empty((), dtype=dtype).element_size()
         if shape is None:
             shape = (self.nbytes // item,)
@@ -87,11 +88,15 @@ class Block:
         count = 1
         for s in shape:
             count *= s
-        if count * item > self.size:
-            raise self.pool._error(DeviceError, errno.EINVAL,
-                                   f"a {tuple(shape)} {dtype} view needs {count * item} bytes; {self!r} has {self.size}")
-        start = self.pool.base_offset + self.offset
-        return self.pool.arena.storage[start:start + count * item].view(dtype).view(shape)
+        with self.pool._lock:
+            self.pool._check_live("Block.tensor")
+            if self.freed:
+                raise self.pool._error(DeviceError, errno.EFAULT, f"use of {self!r} after free")
+            if count * item > self.size:
+                raise self.pool._error(DeviceError, errno.EINVAL, f"a {tuple(shape)} {dtype} view needs "
+                                       f"{count * item} bytes; {self!r} has {self.size}")
+            start = self.pool.base_offset + self.offset
+            return self.pool.arena.storage[start:start + count * item].view(dtype).view(shape)
 
     def free(self) -> None:
         self.pool.free(self)

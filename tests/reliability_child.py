@@ -52,6 +52,12 @@ def scalar_store_at(o_ptr, i):
 
 
 @kernel
+def strided_store(o_ptr, stride, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(o_ptr + offs * stride, 1.0, mask=offs < n)
+
+
+@kernel
 def masked_ok(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     m = offs < n
@@ -179,13 +185,35 @@ def case_oob_loop():
     loop_copy[(1,)](x, o, 40, BLOCK=16)
 
 
+def case_oob_view():
+    """The overruns a storage-wide check missed: past a view of a larger buffer, into its
+    neighbour, and past the last element of a strided view (a column)."""
+    from compiler.errors import KernelBoundsError
+    buf = torch.zeros(256)
+    out = {}
+    try:
+        unmasked_store[(1,)](buf[:100], BLOCK=256)       # 156 floats past the 100-float view
+    except KernelBoundsError as e:
+        out["view"] = str(e)
+    out["neighbour"] = buf[100:].abs().sum().item()
+    grid = torch.zeros(8, 4)
+    try:
+        strided_store[(1,)](grid[:, 0], 4, 9, BLOCK=16)   # a 9th row of an 8-row column
+    except KernelBoundsError as e:
+        out["column"] = str(e)
+    out["grid"] = grid.sum().item()
+    return out
+
+
 def case_in_bounds_checked():
     x = torch.randn(40)
     o = torch.empty(40)
     masked_ok[(1,)](x, o, 40, BLOCK=64)
     view = torch.randn(100)[10:50]                    # a view: its storage starts before it
     masked_ok[(1,)](view, o, 40, BLOCK=64)
-    return {"equal": bool(torch.equal(o, view + 1.0))}
+    grid = torch.zeros(8, 4)
+    strided_store[(1,)](grid[:, 3], 4, 8, BLOCK=16)   # the last column, up to its last element
+    return {"equal": bool(torch.equal(o, view + 1.0)) and grid[:, 3].sum().item() == 8.0 and grid.sum().item() == 8.0}
 
 
 def case_other_target_meta(target):
@@ -258,6 +286,7 @@ CASES = {
     "oob_load": case_oob_load,
     "oob_scalar_store": case_oob_scalar_store,
     "oob_loop": case_oob_loop,
+    "oob_view": case_oob_view,
     "in_bounds_checked": case_in_bounds_checked,
     "matmul_out_alias": case_matmul_out_alias,
     "matmul_out_expanded": case_matmul_out_expanded,

@@ -187,6 +187,119 @@ def test_planted_decision_that_cannot_run_is_ignored_on_load(tmp_path, monkeypat
     assert kernels.config_for("rms_norm", N=64)["BLOCK"] > 0
 
 
+NOT_A_DOCUMENT = "not a decision document (a JSON object with format 1 and 'entries')"
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("content, why", [
+    (b"[1, 2]", f"it holds a JSON array, {NOT_A_DOCUMENT}"),
+    (b"null", f"it holds JSON null, {NOT_A_DOCUMENT}"),
+    (b"3.5", f"it holds a JSON number, {NOT_A_DOCUMENT}"),
+    (b'"winner"', f"it holds a JSON string, {NOT_A_DOCUMENT}"),
+    (b"true", f"it holds JSON true/false, {NOT_A_DOCUMENT}"),
+    (b"", "it is empty"),
+    (b'{"format": 1, "entr', "it is not valid JSON (Unterminated string starting at: line 1 column 15 (char 14))"),
+    (b"\xff\xfe garbage", "it is not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+    (b'{"format": 1, "entries": [1]}', "it is not a decision document of format 1 with 'entries'"),
+    (b'{"format": 2, "entries": {}}', "it is not a decision document of format 1 with 'entries'")])
+def test_decision_file_that_is_not_a_document_is_ignored_with_one_warning(tmp_path, monkeypatch, caplog,
+                                                                          content, why):
+    import kernels
+    from compiler import get_target
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path))
+    tgt = get_target("cpu")
+    path = DecisionStore(tmp_path).path("rms_norm", tgt.name, decisions.fingerprint_hash(tgt), "fast")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    decisions.clear_memo()
+    x = torch.randn(3, 64)
+    with caplog.at_level(logging.WARNING, logger="compiler.cache"):
+        for _ in range(2):
+            assert torch.allclose(kernels.rms_norm(x), kernels.rms_norm_ref(x), atol=1e-5)
+        decisions.clear_memo()    # read again (a new process would): still one warning per file and problem
+        kernels.rms_norm(x)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"tilejit: ignoring the autotune decision file {path}: {why}. Op 'rms_norm' runs its default configs; the "
+        "next tune of it replaces the file (`python -m compiler.autotune --kernels rms_norm`)."]
+    assert kernels.config_for("rms_norm", N=64) == {"BLOCK": 64}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("content", [b"[1, 2]", b'{"format": 1, "entr',
+                                     b'{"format": 1, "entries": {"N=64": [1], "N=128": {"results": {"BLOCK=8": 3}}}}'])
+def test_the_next_tune_replaces_a_decision_file_that_is_not_a_document(tmp_path, caplog, content):
+    from compiler import get_target
+    from compiler.autotune import tune_ops
+    tgt = get_target("cpu")
+    path = DecisionStore(tmp_path).path("rms_norm", tgt.name, decisions.fingerprint_hash(tgt), "fast")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    decisions.clear_memo()
+    with caplog.at_level(logging.WARNING, logger="compiler.cache"):
+        rows = tune_ops(["rms_norm"], {"rms_norm": [{"rows": 2, "N": 64}]}, cache_dir=tmp_path, progress=False,
+                        spaces={"rms_norm": [{"BLOCK": 64}]}, repeat=1)
+    assert rows[0]["winner"] == "BLOCK=64"
+    doc, problem = decisions.load_document(path)
+    assert problem is None and doc["entries"]["N=64"]["winner_config"] == {"BLOCK": 64}
+    assert decisions.lookup("rms_norm", tgt, "fast", "N=64", root=tmp_path) == {"BLOCK": 64}
+    assert len(caplog.records) <= 1 and all(str(path) in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.no_toolchain
+def test_verify_reports_a_decision_file_that_is_not_a_document(tmp_path):
+    store = _bad_decision(tmp_path, {"BLOCK": 32})          # a valid file
+    bad = store.dir / "matmul.cpu.0123456789abcdef.fast.json"
+    bad.write_text("null")
+    rc, out = _cli("verify", "--cache-dir", str(tmp_path))
+    assert rc == 1 and out == (
+        f"0 ok, 0 bad in {tmp_path}\n"
+        f"BAD  decision file {bad.name}: it holds JSON null, {NOT_A_DOCUMENT}; its ops run their default configs "
+        f"until the next tune replaces it, or `python -m compiler.cache verify --delete --cache-dir {tmp_path}` "
+        "removes it\n"
+        f"decision files: 1 ok, 1 bad in {store.dir}\n")
+    rc, out = _cli("verify", "--delete", "--cache-dir", str(tmp_path))
+    assert rc == 1 and "(deleted; the next tune writes it again)" in out and not bad.exists()
+    assert _cli("verify", "--cache-dir", str(tmp_path)) == (
+        0, f"0 ok, 0 bad in {tmp_path}\ndecision files: 1 ok, 0 bad in {store.dir}\n")
+
+
+@pytest.mark.no_toolchain
+def test_two_writers_of_one_key_leave_one_valid_decision(tmp_path):
+    """Eight threads record results for the same key at once (each takes the file's lock, merges
+    and replaces the file) while readers read it: every reader sees a whole document, and the
+    file ends with every writer's results and one winner among them."""
+    import threading
+    store = DecisionStore(tmp_path)
+    args = ("rms_norm", "cpu", "f" * 16, "fast", "N=64")
+    torn, stop = [], threading.Event()
+
+    def write(i):
+        for j in range(10):
+            cfg = {"BLOCK": 16 * (i + 1), "num_warps": j + 1}
+            store.record(*args, {"N": 64}, {decisions.config_key(cfg): decisions.result(cfg, "ok", 1e-3 + i * 1e-5)})
+
+    def read():
+        while not stop.is_set():
+            _doc, problem = decisions.load_document(store.path(*args[:4]))
+            if problem:
+                torn.append(problem)
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    writers = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not torn, torn[:3]
+    doc, problem = decisions.load_document(store.path(*args[:4]))
+    entry = doc["entries"]["N=64"]
+    assert problem is None and len(entry["results"]) == 80
+    assert entry["winner_config"]["BLOCK"] == 16 and not list(store.dir.glob("*.tmp"))
+
+
 # -- builds that die, and entries that vanish -------------------------------------------------------------
 KILLED_CXX = textwrap.dedent("""\
     #!/bin/sh

@@ -181,6 +181,69 @@ def test_eight_threads_fuzz_keeps_every_invariant():
     assert st.in_use == 0 and st.live_blocks == 0 and st.allocs == st.frees > 1000
 
 
+@pytest.mark.no_toolchain
+def test_kv_planner_sizing_from_the_pool_in_eight_threads():
+    """Scheduler threads of a serving process: each sizes KV caches from the pool's largest free
+    block (half of it kept as headroom) and allocates them while the others do the same. Every
+    plan and every refusal is the one the planner gives alone for the same arguments, the blocks
+    never overlap and the pool's invariants hold."""
+    import sys
+    import threading
+    pool = MemoryPool("cpu", 8 * MiB, alignment=64)
+    shapes = [(layers, heads, dim, dt) for layers in (1, 2, 4) for heads in (1, 2, 8) for dim in (16, 64, 128)
+              for dt in ("fp32", "bf16", torch.float16, "int8")]
+    seen, errors = [], []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def work(seed):
+        rng, live = random.Random(seed), []
+        try:
+            for _ in range(1000):
+                shape = rng.choice(shapes)
+                args = (*shape, rng.choice([None, rng.randrange(0, 400)]))
+                kw = {"memory_bytes": pool.stats().largest_free, "headroom": 0.5}
+                try:
+                    plan = plan_kv_cache(*args, **kw)
+                except KVCachePlanError as e:
+                    seen.append((args, kw, str(e)))
+                    continue
+                seen.append((args, kw, plan))
+                if plan.total_bytes:
+                    try:
+                        live.append(pool.alloc(plan.total_bytes))
+                        live[-1].tensor(torch.uint8).fill_(seed)
+                    except OutOfMemoryError:
+                        pass
+                if live and rng.random() < 0.6:
+                    b = live.pop(rng.randrange(len(live)))
+                    assert bool((b.tensor(torch.uint8) == seed).all()), "another thread wrote into this block"
+                    b.free()
+            for b in live:
+                b.free()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[:3]
+    for args, kw, got in seen:
+        try:
+            alone = plan_kv_cache(*args, **kw)
+        except KVCachePlanError as e:
+            alone = str(e)
+        assert got == alone, (args, kw)
+    assert len(seen) == 8000 and any(isinstance(g, str) for *_, g in seen)
+    pool.check()
+    assert pool.stats().in_use == 0
+
+
 def test_released_pool_says_so():
     from runtime.errors import DeviceError
     pool = MemoryPool("cpu", 1 * MiB)

@@ -30,7 +30,7 @@ LAUNCH_CASES = ["meta_after_cpu_launch", "fake_tensor_kernel", "fake_tensor_libr
                 "grid_four", "int_2**64", "int_2**63", "int_-2**63-1", "config_zero", "config_missing",
                 "config_unknown", "kunlun_meta", "gpu_interpret_meta", "kunlun_trip_count",
                 "gpu_interpret_trip_count"]
-BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "in_bounds_checked"]
+BOUNDS_CASES = ["oob_store", "oob_load", "oob_scalar_store", "oob_loop", "oob_view", "in_bounds_checked"]
 MODES = {"compiled": {}, "python": {"TILEJIT_FAST_LAUNCH": "0"}}
 
 
@@ -171,6 +171,48 @@ def test_out_of_bounds_access_is_an_error_naming_it(bounds, case, what, arg, off
     msg = _error(bounds[1], case, "KernelBoundsError", what, f"argument '{arg}'", offset, extent,
                  "reliability_child.py:")
     assert "kernel '" in msg
+
+
+def _line_of(text: str) -> int:
+    return next(i for i, line in enumerate(CHILD.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.integration
+def test_overruns_of_a_view_inside_a_larger_buffer_are_caught(bounds):
+    """Checked against the view, not its storage: a store past a 100-float view of a 256-float
+    buffer is refused before it reaches the neighbour, as is a store past a column's last row."""
+    res = _result(bounds[1], "oob_view")
+    fix = ("Mask the access (e.g. mask=offs < n) or fix the offsets. The access was skipped; the outputs are "
+           "incomplete. (bounds-checked launch: TILEJIT_CPU_BOUNDS_CHECK=1)")
+    assert res["view"] == (
+        f"kernel 'unmasked_store': store to argument 'o_ptr' at {CHILD}:{_line_of('offs.to(tl.float32)')} at "
+        "element offset 100, outside its extent [0, 100) (the elements of its view, from its first to its last, "
+        f"counted from its data pointer). {fix}")
+    assert res["neighbour"] == 0.0
+    assert res["column"] == (
+        f"kernel 'strided_store': store to argument 'o_ptr' at {CHILD}:{_line_of('offs * stride, 1.0')} at "
+        "element offset 32, outside its extent [0, 29) (the elements of its view, from its first to its last, "
+        f"counted from its data pointer). {fix}")
+    assert res["grid"] == 8.0
+
+
+@kernel
+def _fill_256(o_ptr, BLOCK: tl.constexpr):
+    tl.store(o_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@pytest.mark.emulation
+def test_kunlun_emulation_refuses_a_copy_past_a_view_into_its_neighbour():
+    """The host emulation's DMA check covers each tensor's view, not its storage."""
+    import re
+    from compiler import use_target
+    buf = torch.zeros(256)
+    with use_target("kunlun"), pytest.raises(Exception) as e:
+        _fill_256[(1,)](buf[:100], BLOCK=256)
+    assert type(e.value).__name__ == "KunlunLaunchError"
+    assert re.fullmatch(r"kernel '_fill_256' on kunlun \(host emulation\): LM2GM: GM address 0x[0-9a-f]+ \(\+1024 "
+                        r"bytes\) is outside every tensor passed to the kernel \(cluster 0, core 0\)", str(e.value))
+    assert buf[100:].abs().sum().item() == 0.0
 
 
 def test_in_bounds_accesses_pass_the_checks(bounds):

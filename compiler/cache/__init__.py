@@ -5,6 +5,7 @@ safe for concurrent processes, shippable as one archive.
     keys.py       stable_hash: the canonical-JSON sha256 every cache key is built with
     safety.py     strict (no-compile) mode, refusal of directories other users can write to
     decisions.py  DecisionStore: per-config autotune results and winners, under <root>/autotune/
+    unwritable.py where a build goes when the cache cannot take it (a full disk, a read-only directory)
     archive.py    export / import of a whole cache (entries and decisions) as one .tar.gz
     cli.py        `python -m compiler.cache {ls, stats, export, import, verify, prune, clear}`
 """

@@ -2,7 +2,8 @@
 
 The default directory is ``$TILEJIT_CACHE_DIR``, else the platform default (see
 ``compiler.cache.store.default_cache_dir``). Exit status: 0 on success, 1 when ``verify`` found bad
-entries (even if ``--delete`` removed them), 2 on an error (message on stderr).
+entries or decision files that are not decision documents (even if ``--delete`` removed them), 2 on
+an error (message on stderr).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import time
 
 from .archive import export_cache, import_cache
-from .decisions import DecisionStore
+from .decisions import DecisionStore, load_document
 from .safety import CacheError
 from .store import MANIFEST, BadEntry, KernelCache
 
@@ -144,7 +145,31 @@ def cmd_verify(cache: KernelCache, args) -> int:
         else:
             good += 1
     print(f"{good} ok, {bad} bad in {cache.root}")
-    return 1 if bad else 0
+    bad_files = _verify_decisions(cache, args)
+    return 1 if bad or bad_files else 0
+
+
+def _verify_decisions(cache: KernelCache, args) -> int:
+    """Reports each decision file that is not a decision document (the ops ignore such a file
+    and the next tune replaces it); with --delete removes it. Returns how many were bad."""
+    store = DecisionStore(cache.root)
+    files = store.files()
+    bad = 0
+    for p in files:
+        _doc, problem = load_document(p)
+        if not problem:
+            continue
+        bad += 1
+        if args.delete:
+            p.unlink(missing_ok=True)
+            action = " (deleted; the next tune writes it again)"
+        else:
+            action = (f"; its ops run their default configs until the next tune replaces it, or `python -m "
+                      f"compiler.cache verify --delete{_dir_opt(args)}` removes it")
+        print(f"BAD  decision file {p.name}: {problem}{action}")
+    if files:
+        print(f"decision files: {len(files) - bad} ok, {bad} bad in {store.dir}")
+    return bad
 
 
 def cmd_prune(cache: KernelCache, args) -> int:
@@ -202,7 +227,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("archive")
     s.add_argument("--force", action="store_true", help="import despite a version/target mismatch")
     s.set_defaults(func=cmd_import)
-    s = sub.add_parser("verify", parents=[common], help="re-hash every entry")
+    s = sub.add_parser("verify", parents=[common], help="re-hash every entry and read every decision file")
     s.add_argument("--delete", action="store_true", help="delete bad entries")
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("prune", parents=[common], help="delete old entries / shrink to a size")

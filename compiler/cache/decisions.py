@@ -38,6 +38,7 @@ from .store import default_cache_dir
 FORMAT = 1
 SUBDIR = "autotune"
 MIN_GAIN = 0.05   # a measured candidate must beat the baseline by more than this fraction
+_warned: set = set()   # (file or op, problem) already warned about in this process: one warning each
 
 
 def config_key(config: dict) -> str:
@@ -84,19 +85,24 @@ class DecisionStore:
         return self.dir / f"{op}.{safe_target}.{fp_hash[:16]}.{policy}.json"
 
     def read(self, op, target_name, fp_hash, policy) -> dict:
-        """The file's contents (an empty document when missing or unreadable)."""
+        """The file's contents; an empty document when it is missing, and also, with one warning
+        naming the file, when it cannot be read, does not parse or is not a decision document (a
+        JSON list, null, a number, ...): the op then runs its default configs, and the next tune
+        of the op replaces the file."""
         p = self.path(op, target_name, fp_hash, policy)
-        try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-            if doc.get("format") == FORMAT and isinstance(doc.get("entries"), dict):
-                return doc
-        except (OSError, ValueError):
-            pass
+        doc, problem = load_document(p)
+        if problem is None:
+            return doc
+        if problem and (str(p), problem) not in _warned:
+            _warned.add((str(p), problem))
+            log.warning("tilejit: ignoring the autotune decision file %s: %s. Op %r runs its default configs; the "
+                        "next tune of it replaces the file (`python -m compiler.autotune --kernels %s`).",
+                        p, problem, op, op)
         return {"format": FORMAT, "op": op, "target": target_name, "fingerprint_hash": fp_hash,
                 "policy": policy, "entries": {}}
 
     def results(self, op, target_name, fp_hash, policy, shape_key) -> dict:
-        return self.read(op, target_name, fp_hash, policy)["entries"].get(shape_key, {}).get("results", {})
+        return _entry(self.read(op, target_name, fp_hash, policy), shape_key, {})["results"]
 
     def record(self, op, target_name, fp_hash, policy, shape_key, shape: dict, results: dict,
                space_keys=None, baseline: str | None = None) -> dict:
@@ -106,7 +112,7 @@ class DecisionStore:
         (self.dir / "locks").mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dir / "locks" / (p.name + ".lock"))):
             doc = self.read(op, target_name, fp_hash, policy)
-            entry = doc["entries"].setdefault(shape_key, {"shape": shape, "results": {}})
+            entry = _entry(doc, shape_key, shape)
             entry["results"].update(results)
             if baseline is not None:
                 entry["baseline"] = baseline
@@ -125,6 +131,51 @@ class DecisionStore:
                 raise
         clear_memo()   # lookups in this process see the new decision
         return entry
+
+
+_JSON_TYPES = {dict: "a JSON object", list: "a JSON array", str: "a JSON string", int: "a JSON number",
+               float: "a JSON number", bool: "JSON true/false", type(None): "JSON null"}
+
+
+def load_document(path) -> tuple[dict | None, str | None]:
+    """(the decision document in file `path`, None), or (None, why it is not one): '' when the
+    file does not exist, else a sentence (unreadable, empty, not JSON, the wrong JSON shape)."""
+    try:
+        raw = pathlib.Path(path).read_bytes()
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"it cannot be read ({exc.strerror or exc})"
+    if not raw.strip():
+        return None, "it is empty"
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:   # UnicodeDecodeError included
+        return None, f"it is not valid JSON ({exc})"
+    if not isinstance(doc, dict):
+        return None, (f"it holds {_JSON_TYPES.get(type(doc), type(doc).__name__)}, not a decision document "
+                      f"(a JSON object with format {FORMAT} and 'entries')")
+    if doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
+        return None, f"it is not a decision document of format {FORMAT} with 'entries'"
+    return doc, None
+
+
+def _result_ok(r) -> bool:
+    """Whether stored result `r` has the shape the winner's choice reads (hand edits may not)."""
+    if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
+        return False
+    t = r.get("time_s")
+    return t is None or (isinstance(t, (int, float)) and not isinstance(t, bool))
+
+
+def _entry(doc: dict, shape_key: str, shape) -> dict:
+    """The entry for `shape_key` in `doc`, made whole: a missing or malformed entry becomes an
+    empty one, and results of the wrong shape are dropped (a tune measures those configs again)."""
+    entry = doc["entries"].get(shape_key)
+    if not isinstance(entry, dict) or not isinstance(entry.get("results"), dict):
+        entry = doc["entries"][shape_key] = {"shape": shape, "results": {}}
+    entry["results"] = {k: r for k, r in entry["results"].items() if _result_ok(r)}
+    return entry
 
 
 def _pick_winner(entry: dict, space_keys=None) -> None:
@@ -201,9 +252,6 @@ def validate_document(doc) -> list[str]:
     return out
 
 
-_warned: set = set()
-
-
 def lookup(op: str, target, policy: str, shape_key: str, root=None):
     """The winning config for (op, target fingerprint, policy, shape key), or None. Each store
     file is read once per process (then served from memory; ``clear_memo()`` forgets it). A
@@ -217,17 +265,22 @@ def lookup(op: str, target, policy: str, shape_key: str, root=None):
         doc = store.read(op, target.name, fp, policy)
         table = {}
         for k, e in doc["entries"].items():
-            cfg = e.get("winner_config") if isinstance(e, dict) else None
-            if not cfg:
-                continue
-            why = config_problem_for(op, cfg)
+            if not isinstance(e, dict):
+                why, cfg = f"the entry holds {_JSON_TYPES.get(type(e), type(e).__name__)}, not an object", None
+            else:
+                cfg = e.get("winner_config")
+                if not cfg:
+                    continue
+                why = config_problem_for(op, cfg)
             if why is None:
                 table[k] = cfg
-            elif (op, k, str(cfg)) not in _warned:
-                _warned.add((op, k, str(cfg)))
-                log.warning("tilejit: ignoring the tuned decision for op %r, shape %s in %s: config %s: %s. "
-                            "The op runs its default config; delete the file and re-tune (`python -m compiler.autotune "
-                            "--kernels %s`).", op, k, store.path(op, target.name, fp, policy), cfg, why, op)
+            elif (op, k, str(cfg), why) not in _warned:
+                _warned.add((op, k, str(cfg), why))
+                what = f"config {cfg}: {why}" if cfg is not None else why
+                log.warning("tilejit: ignoring the tuned decision for op %r, shape %s in %s: %s. The op runs "
+                            "its default config; the next tune of it replaces the decision (`python -m "
+                            "compiler.autotune --kernels %s`).", op, k, store.path(op, target.name, fp, policy),
+                            what, op)
         _MEMO[fast_key] = table
     cfg = table.get(shape_key)
     return dict(cfg) if cfg is not None else None

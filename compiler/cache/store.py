@@ -35,8 +35,9 @@ from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
-from . import staging
+from . import staging, unwritable
 from .safety import CacheError, check_dir_safety, log, strict_mode
+from .unwritable import CacheUnwritable
 
 __all__ = ["KernelCache", "CacheEntry", "BadEntry", "STATS", "MANIFEST", "KEY_RE", "SHA_RE", "default_cache_dir",
            "safe_name", "sha256_file", "compiler_tmpdir"]
@@ -154,11 +155,15 @@ class KernelCache:
     read-only cache directory can serve every entry it holds.
     """
 
-    def __init__(self, root: pathlib.Path | str | None = None) -> None:
+    def __init__(self, root: pathlib.Path | str | None = None, *, fallback: bool = True) -> None:
         # absolute(): a later chdir must not move the cache. Nothing is created until a write.
         self.root = (pathlib.Path(root).expanduser() if root is not None else default_cache_dir()).absolute()
         self._mem: dict[str, CacheEntry] = {}
         self._swept = False
+        # fallback: a build that cannot be written here goes to this process's private cache
+        # (unwritable.py); _unwritable: why this root could not be written, once it could not
+        self.fallback = fallback
+        self._unwritable: CacheUnwritable | None = None
 
     def __repr__(self) -> str:
         return f"KernelCache({str(self.root)!r})"
@@ -188,6 +193,8 @@ class KernelCache:
 
         ``build`` writes plain files directly into ``tmpdir`` (no subdirectories, no symlinks, not
         named ``manifest.json``) and returns a JSON-serialisable dict that is stored as ``meta``.
+        When the cache cannot take the entry (a full disk, a read-only directory), it is built in
+        this process's private directory instead, with one warning (unwritable.py).
         """
         entry = self.lookup(key, counted=counted)
         if entry is not None:
@@ -198,6 +205,24 @@ class KernelCache:
                 f"strict-cache mode forbids compiling. Populate the cache first: run the workload once "
                 f"without TILEJIT_CACHE_STRICT (or run autotune) and then `python -m compiler.cache export "
                 f"ARCHIVE`, and `python -m compiler.cache import ARCHIVE --cache-dir {self.root}` here.")
+        if self._unwritable is None or not self.fallback:
+            try:
+                return self._build_here(key, build, counted)
+            except CacheUnwritable as exc:
+                if not self.fallback:
+                    raise
+                self._unwritable = exc
+        private = unwritable.private_cache(KernelCache)
+        unwritable.warn_once(self.root, self._unwritable.reason, private.root)
+        try:
+            return private.get_or_build(key, build, counted=counted)
+        except CacheUnwritable as exc:
+            raise CacheError(f"cannot compile a kernel: the kernel cache {self.root} cannot be written "
+                             f"({self._unwritable.reason}), nor this process's private directory "
+                             f"{private.root} ({exc.reason}). Free space, or point TILEJIT_CACHE_DIR at a "
+                             "writable directory.") from exc
+
+    def _build_here(self, key: str, build: Callable[[pathlib.Path], dict], counted: bool) -> CacheEntry:
         self.sweep_stale()
         with self.lock(key, blocking=True):
             entry = self.load(key)  # someone may have published while we waited for the lock
@@ -369,10 +394,10 @@ class KernelCache:
         except Timeout:
             raise
         except OSError as exc:
-            raise CacheError(
+            raise CacheUnwritable(
                 f"kernel cache directory {self.root} is not writable ({exc}); it is read-only here and "
                 f"has no valid entry for key {key}. Point TILEJIT_CACHE_DIR at a writable directory, "
-                f"or pre-populate this cache."
+                f"or pre-populate this cache.", str(exc)
             ) from exc
 
     def _discard_bad(self, key: str) -> CacheEntry | None:
@@ -417,8 +442,8 @@ class KernelCache:
             (self.root / "tmp").mkdir(parents=True, exist_ok=True)
             work = pathlib.Path(tempfile.mkdtemp(prefix=f"{key}.", suffix=".build", dir=self.root / "tmp"))
         except OSError as exc:
-            raise CacheError(f"cannot create a build directory under {self.root}/tmp ({exc}); "
-                             f"set TILEJIT_CACHE_DIR to a writable directory") from exc
+            raise CacheUnwritable(f"cannot create a build directory under {self.root}/tmp ({exc}); "
+                                  f"set TILEJIT_CACHE_DIR to a writable directory", str(exc)) from exc
         try:
             meta = build(work)
             if not isinstance(meta, dict):
@@ -449,7 +474,10 @@ class KernelCache:
                     return existing
                 self.move_aside(key)
                 os.rename(work, final)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(work, ignore_errors=True)
+            full = unwritable.out_of_space(exc)
+            if full is not None:   # the disk, not the kernel: build it elsewhere (get_or_build)
+                raise CacheUnwritable(f"kernel cache {self.root} is full: {full}", full) from exc
             raise
         return CacheEntry(key=key, path=final, meta=json.loads(text)["meta"], files=frozenset(files))

@@ -37,7 +37,7 @@ typedef int (*tj_entry_fn)(tj_status*, const int32_t*, const tj_arg*);
 enum { K_PTR = 0, K_I1 = 1, K_I8 = 2, K_I16 = 3, K_I32 = 4, K_I64 = 5, K_F32 = 6 };
 #define MAX_PARAMS 256
 
-static PyObject *s_data_ptr, *s_dtype, *s_untyped_storage, *s_nbytes, *s_launch_key, *s_launcher, *s_captured;
+static PyObject *s_data_ptr, *s_dtype, *s_itemsize, *s_launch_key, *s_launcher, *s_captured;
 static PyObject *s_requires_grad, *s_shape, *s_stride, *s_device, *s_packed, *s_layout, *s_is_cpu;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -127,19 +127,28 @@ static int convert_int(PyObject* v, long long lo, long long hi, int64_t* out) {
     return 1;
 }
 
-static int storage_range(PyObject* t, int64_t base, tj_range* r) {
-    PyObject* st = PyObject_CallMethodNoArgs(t, s_untyped_storage);
-    if (st == NULL) return 0;
-    PyObject* dp = PyObject_CallMethodNoArgs(st, s_data_ptr);
-    PyObject* nb = dp ? PyObject_CallMethodNoArgs(st, s_nbytes) : NULL;
-    Py_DECREF(st);
-    if (nb == NULL) { Py_XDECREF(dp); return 0; }
-    r->base = base;
-    r->lo = (int64_t)PyLong_AsLongLong(dp);
-    r->hi = r->lo + (int64_t)PyLong_AsLongLong(nb);
-    Py_DECREF(dp);
-    Py_DECREF(nb);
-    return !PyErr_Occurred();
+/* The bytes tensor `t`'s view spans (bounds-checked mode): from its data pointer to one past its
+ * last element as its sizes and strides reach (torch strides are never negative); nothing when it
+ * has no elements. `dtype` is the specialisation's (checked, or known to match). The same rule as
+ * compiler/target/args.py's view_range. */
+static int view_range(PyObject* t, PyObject* dtype, int64_t base, tj_range* r) {
+    PyObject* sh = PyObject_GetAttr(t, s_shape);
+    PyObject* st = sh ? PyObject_CallMethodNoArgs(t, s_stride) : NULL;
+    PyObject* isz = st ? PyObject_GetAttr(dtype, s_itemsize) : NULL;
+    int ok = 0;
+    if (isz != NULL && PyTuple_Check(sh) && PyTuple_Check(st) && PyTuple_GET_SIZE(sh) == PyTuple_GET_SIZE(st)) {
+        int64_t last = 0, empty = 0;
+        for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(sh); ++d) {
+            int64_t n = PyLong_AsLongLong(PyTuple_GET_ITEM(sh, d)), s = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+            if (n == 0) empty = 1;
+            else last += (n - 1) * s;
+        }
+        r->base = r->lo = base;
+        r->hi = empty ? base : base + (last + 1) * (int64_t)PyLong_AsLongLong(isz);
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(sh); Py_XDECREF(st); Py_XDECREF(isz);
+    return ok;
 }
 
 static PyObject* Launcher_raw(Launcher* self, PyObject* args);
@@ -189,7 +198,11 @@ static PyObject* launch(Launcher* self, PyObject* grid, PyObject* const* args, P
         switch (self->kind[i]) {
         case K_PTR:
             ok = convert_tensor(self, v, i, checks, &a[i].p);
-            if (ok && self->bounds && !storage_range(v, (int64_t)(intptr_t)a[i].p, &rng[i])) { PyErr_Clear(); ok = 0; }
+            if (ok && self->bounds
+                && !view_range(v, PyTuple_GET_ITEM(self->dtypes, i), (int64_t)(intptr_t)a[i].p, &rng[i])) {
+                PyErr_Clear();
+                ok = 0;
+            }
             break;
         case K_I1: ok = v == Py_True || v == Py_False; a[i].i = v == Py_True; break;
         case K_I8: ok = convert_int(v, -128, 127, &a[i].i); break;
@@ -903,9 +916,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's
 
 PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&DispatcherType) < 0) return NULL;
-    PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_untyped_storage, &s_nbytes, &s_launch_key, &s_launcher, &s_captured,
+    PyObject** slots[] = {&s_data_ptr, &s_dtype, &s_itemsize, &s_launch_key, &s_launcher, &s_captured,
                           &s_requires_grad, &s_shape, &s_stride, &s_device, &s_packed, &s_layout, &s_is_cpu};
-    const char* names[] = {"data_ptr", "dtype", "untyped_storage", "nbytes", "launch_key", "launcher", "captured",
+    const char* names[] = {"data_ptr", "dtype", "itemsize", "launch_key", "launcher", "captured",
                            "requires_grad", "shape", "stride", "device", "packed", "layout", "is_cpu"};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i)
         if ((*slots[i] = PyUnicode_InternFromString(names[i])) == NULL) return NULL;

@@ -67,6 +67,19 @@ def tensor_pointer(kernel: str, arg: str, t, device_type: str, dtype=None) -> in
     return p
 
 
+def view_range(t, ptr: int) -> tuple[int, int, int]:
+    """(data pointer, first byte, one past the last byte) of what tensor `t`'s view spans: from its
+    data pointer to its last element as its sizes and strides reach (torch strides are never
+    negative); nothing when it has no elements. The bounds checks of host-run kernels (the cpu
+    target's bounds-checked mode, Kunlun's host emulation) check accesses against it, so a view of
+    a larger buffer does not let a kernel write its neighbours (compiler/fastpath/tjfast.c's
+    view_range is the same rule)."""
+    if t.numel() == 0:
+        return ptr, ptr, ptr
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return ptr, ptr, ptr + (last + 1) * t.element_size()
+
+
 def check_int(kernel: str, arg: str, value: int, bits: int = 64) -> int:
     """`value` if it fits a signed `bits`-bit parameter; a clear error instead of a truncation."""
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1

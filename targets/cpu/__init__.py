@@ -2,7 +2,7 @@
 OpenMP across programs, launched through the compiled launch path (ctypes where it is missing).
 
 TILEJIT_CPU_BOUNDS_CHECK=1 (read when the target is first used) renders every load and store
-with a check against the tensor it came from (bounds.py): an out-of-bounds access becomes a
+with a check against the view of the tensor it came from (bounds.py): an out-of-bounds access becomes a
 KernelBoundsError naming the kernel, the argument, the offset and the extent, instead of a crash.
 It is part of the fingerprint, so checked and unchecked builds are separate cache entries."""
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The cpu target's bounds-checked lowering (TILEJIT_CPU_BOUNDS_CHECK=1): every element a load or
-store touches is checked against the storage of the tensor its pointer came from.
+store touches is checked against the view of the tensor its pointer came from.
 
-The launcher passes each pointer argument's storage range (`tj_range`: the data pointer and the
-storage's first and last byte); the generated code wraps each access's address in `tj_bc`, which
-lets it through when it lies inside, and otherwise skips the access (a load reads 0), records the
-first such access in the launch's status and goes on, so the launcher raises an error naming the
-kernel, the op, the argument, the element offset and the extent, instead of crashing. Masked-off
-elements are never checked: the masked paths evaluate the address only where the mask is true.
+The launcher passes each pointer argument's view range (`tj_range`: the data pointer, and the bytes
+from its first to one past its last element: compiler/target/args.py); the generated code wraps
+each access's address in `tj_bc`, which lets it through when it lies inside, and otherwise skips
+the access (a load reads 0), records the first such access in the launch's status and goes on, so
+the launcher raises an error naming the kernel, the op, the argument, the element offset and the
+extent, instead of crashing. Masked-off elements are never checked: the masked paths evaluate the
+address only where the mask is true.
 
 Which argument a pointer came from is found statically by following the IR from the access back
 to a parameter through pointer arithmetic, views, casts and loop-carried values; a pointer that

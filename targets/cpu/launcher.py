@@ -20,7 +20,7 @@ from compiler import dtypes as D
 from compiler.errors import DeviceAssertionError, KernelArgumentError, KernelBoundsError, TargetError
 from compiler.fastpath import fast_module
 from compiler.target import launch_grid
-from compiler.target.args import scalar_value, tensor_pointer
+from compiler.target.args import scalar_value, tensor_pointer, view_range
 
 log = logging.getLogger("targets.cpu")
 
@@ -43,11 +43,6 @@ class Range(ctypes.Structure):
 
 def ctype_of(dt: D.dtype):
     return ctypes.c_void_p if dt.is_ptr() else _CTYPES[dt]
-
-
-def storage_range(t: torch.Tensor, ptr: int) -> tuple[int, int, int]:
-    st = t.untyped_storage()
-    return ptr, st.data_ptr(), st.data_ptr() + st.nbytes()
 
 
 class CPULauncher:
@@ -98,7 +93,7 @@ class CPULauncher:
             if dt.is_ptr():
                 p = tensor_pointer(self.name, name, a, "cpu", tdt)
                 values.append(p)
-                ranges.append(storage_range(a, p) if self.bounds else None)
+                ranges.append(view_range(a, p) if self.bounds else None)
             else:
                 values.append(scalar_value(self.name, name, a, dt.name))
                 ranges.append(None)
@@ -135,7 +130,8 @@ class CPULauncher:
                 "a pointer that may come from several arguments"
             raise KernelBoundsError(
                 f"kernel '{self.name}': {what} {who}{where} at element offset {offset}, outside its extent "
-                f"[{lo}, {hi}) (the elements of its storage, counted from its data pointer). Mask the access "
+                f"[{lo}, {hi}) (the elements of its view, from its first to its last, counted from its data "
+                "pointer). Mask the access "
                 "(e.g. mask=offs < n) or fix the offsets. The access was skipped; the outputs are incomplete. "
                 "(bounds-checked launch: TILEJIT_CPU_BOUNDS_CHECK=1)")
         raise TargetError(f"kernel '{self.name}': the launch reported status {code}")

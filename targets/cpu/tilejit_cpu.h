@@ -206,7 +206,7 @@ extern "C" int tj_assert_status(int* rec) {
 
 // ---- the launch ABI; compiler/fastpath/tjfast.c declares the same three layouts ---------------
 // One kernel argument of the packed entry, a status the kernel reports to its launcher (the first
-// error wins; the launcher raises it), and the storage range of one tensor (bounds-checked mode).
+// error wins; the launcher raises it), and the byte range of one tensor's view (bounds-checked mode).
 typedef union { void* p; int64_t i; float f; } tj_arg;
 struct tj_status { int32_t code, site, arg, store; int64_t offset, lo, hi; };
 struct tj_range { int64_t base, lo, hi; };
@@ -222,9 +222,10 @@ static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t ar
 }
 
 #ifdef TILEJIT_BOUNDS_CHECK
-// Bounds-checked mode: every element address is checked against the storage of the tensor the
-// pointer came from; an access outside it is skipped (a load reads 0 from a private sink) and
-// reported with the element offset and extent, counted from the tensor's data pointer.
+// Bounds-checked mode: every element address is checked against the view of the tensor the
+// pointer came from (its first to its last element); an access outside it is skipped (a load
+// reads 0 from a private sink) and reported with the element offset and extent, counted from the
+// tensor's data pointer.
 alignas(64) static thread_local unsigned char tj_sink[64];
 static inline bool tj_in(const tj_range& q, int64_t a, int64_t n) { return a >= q.lo && a + n <= q.hi; }
 template <class T> static inline T* tj_oob(T* p, const tj_range& q, tj_status* st, int arg, int site, int store) {
@@ -236,7 +237,7 @@ template <class T> static inline T* tj_oob(T* p, const tj_range& q, tj_status* s
 template <class T> static inline T* tj_bc(T* p, const tj_range* r, tj_status* st, int arg, int site, int store) {
     return tj_in(r[arg], (int64_t)(intptr_t)p, (int64_t)sizeof(T)) ? p : tj_oob(p, r[arg], st, arg, site, store);
 }
-// a pointer that may come from any of `n` arguments (chosen at run time): any of their storages
+// a pointer that may come from any of `n` arguments (chosen at run time): any of their views
 template <class T> static inline T* tj_bc_any(T* p, const tj_range* r, tj_status* st, const int* args, int n,
                                               int site, int store) {
     for (int i = 0; i < n; ++i)

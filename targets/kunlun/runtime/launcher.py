@@ -11,7 +11,7 @@ import torch
 from compiler import dtypes as D
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.target import launch_grid
-from compiler.target.args import scalar_value, tensor_pointer
+from compiler.target.args import scalar_value, tensor_pointer, view_range
 
 # an int64 argument is tj_i64 in the kernel: 8 bytes, passed like an int64_t
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
@@ -53,12 +53,11 @@ class KunlunLauncher:
         vals = [tensor_pointer(self.name, n, args[i], "cpu") if ptr else scalar_value(self.name, n, args[i], t.name)
                 for (i, ptr), n, t in zip(self.plan, self.param_names, self.param_types)]
         with self._lock:
-            if self.emulation:
-                tensors = [args[i] for i, ptr in self.plan if ptr]
-                n = len(tensors)
-                st = [t.untyped_storage() for t in tensors]
-                lo = (ctypes.c_uint64 * max(n, 1))(*[s.data_ptr() for s in st])
-                hi = (ctypes.c_uint64 * max(n, 1))(*[s.data_ptr() + s.nbytes() for s in st])
+            if self.emulation:   # the GM a DMA may touch: each tensor's view (not its whole storage)
+                views = [view_range(args[i], v) for (i, ptr), v in zip(self.plan, vals) if ptr]
+                n = len(views)
+                lo = (ctypes.c_uint64 * max(n, 1))(*[r[1] for r in views])
+                hi = (ctypes.c_uint64 * max(n, 1))(*[r[2] for r in views])
                 self.lib.tj_emu_set_regions(n, lo, hi)
             rc = self.entry(None, *g, *vals)
             if rc != 0:
