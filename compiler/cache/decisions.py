@@ -31,6 +31,7 @@ import time
 from filelock import FileLock
 
 from ..opspec import config_problem
+from . import usage
 from .keys import stable_hash
 from .safety import CacheError, log, strict_mode
 from .store import default_cache_dir
@@ -215,6 +216,8 @@ def lookup(op: str, target, policy: str, shape_key: str, root=None):
     if table is None:
         store = DecisionStore(root)
         doc = store.read(op, target.name, fp, policy)
+        if doc["entries"]:   # TILEJIT_CACHE_RECORD lists the decision files a process used
+            usage.note_decisions(store.path(op, target.name, fp, policy).name)
         table = {}
         for k, e in doc["entries"].items():
             cfg = e.get("winner_config") if isinstance(e, dict) else None
