@@ -21,7 +21,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from compiler import current_target  # noqa: E402
-from compiler.autotune.timing import checked, measure_pair  # noqa: E402
+from compiler.autotune.timing import checked, far_apart, measure_pair  # noqa: E402
 from compiler.cache import STATS  # noqa: E402
 from compiler.clihelp import line_buffered  # noqa: E402
 from examples.example_kernels import EXAMPLES, tolerance  # noqa: E402
@@ -70,14 +70,15 @@ def main(argv=None) -> int:
             compile_s = f"{max(first - c.m.a.best, 0.0):.2f}" + ("" if compiled else "*")
             dtype = str(next(x.dtype for x in inputs if isinstance(x, torch.Tensor))).replace("torch.", "")
             mark = "?" if c.why else " (1t)" if c.one_thread else ""
+            off = "~" if far_apart(c.m.ratio, c.m.ratio_best) else " "
             doubts += bool(c.why)
             print(f"{name:<18} {'x'.join(map(str, shape)):<16} {dtype:<9} {err:>9.2e} {compile_s:>10} "
                   f"{c.m.a.best * 1e3:>8.3f} {c.m.b.best * 1e3:>9.3f} {1 / c.m.ratio_best:>14.2f}x "
-                  f"{1 / c.m.ratio:>8.2f}x  {check}{mark}")
+                  f"{1 / c.m.ratio:>7.2f}x{off}  {check}{mark}")
     print("\n* = loaded from the kernel cache, no compiler run. run ms / torch ms: the fastest sample of each "
-          "(samples taken in turn); speed vs torch = their ratio, (median) = the median of the per-pair ratios: "
-          "> 1 means tilejit is faster. (1t): the parallel runs waited for busy cores, so both sides were timed on "
-          "one thread.")
+          "(samples taken in turn); speed vs torch = their ratio, (median) = the median of the per-pair ratios, ~ "
+          "where it is over 2x off (busy spells, not the kernels, set it): > 1 means tilejit is faster. (1t): the "
+          "parallel runs waited for busy cores, so both sides were timed on one thread.")
     if doubts:
         print(f"?: {doubts} row(s) whose fastest samples did not settle even on one thread: the machine is too busy "
               "for those ratios")

@@ -117,3 +117,34 @@ def test_a_row_far_from_its_neighbours_is_timed_again_and_marked_when_it_stays(m
         assert (rows[0]["untrusted"] is None) == believed, rows[0]
         assert rows[0]["best_s"] == (seconds if believed else 8e-3) and rows[1]["best_s"] == 1e-4
     assert "where [4096, 4096] (as much work or more) took 0.1 ms" in rows[0]["untrusted"]
+
+
+def test_a_gain_that_does_not_show_again_is_not_stored(tmp_path, monkeypatch):
+    """While the default's samples are slowed (other work), a candidate of the same speed looks 2x
+    faster; when that load is gone before the confirming pairs, the gain does not show again: the
+    candidate is not stored and the default stays the decision."""
+    from compiler.autotune import tuner
+    from compiler.autotune.tuner import DecisionKey, tune
+
+    clock = Clock(monkeypatch)
+    busy = {"on": True}
+
+    def run(cfg):   # both configs cost 10 us; the default's calls take twice that while busy
+        clock.now += 10e-6 * (2 if cfg["B"] == 1 and busy["on"] else 1)
+        return cfg["B"]
+    real = tuner.winner_of
+
+    def load_gone(*args, **kw):   # the confirmation starts: the other work has finished
+        busy["on"] = False
+        return real(*args, **kw)
+    monkeypatch.setattr(tuner, "winner_of", load_gone)
+    key = DecisionKey("demo", "cpu", "f" * 16, "fast", "N=1", {"N": 1})
+    out = tune([{"B": 1}, {"B": 2}], run, lambda o: None, key, store=DecisionStore(tmp_path), baseline="B=1")
+    assert out.entry["winner"] == "B=1" and "B=2" not in out.entry["results"]
+    (ck, why), = out.untrusted_now
+    assert ck == "B=2" and "did not show again: 2.00x, then 1.00x" in why
+
+    busy["on"] = True   # a gain that is real shows again and is stored
+    monkeypatch.setattr(tuner, "winner_of", real)
+    out = tune([{"B": 1}, {"B": 2}], run, lambda o: None, key, store=DecisionStore(tmp_path / "2"), baseline="B=1")
+    assert out.entry["winner"] == "B=2" and not out.untrusted_now

@@ -9,7 +9,7 @@ import os
 import re
 
 from ..cache.decisions import MIN_GAIN
-from .timing import MAX_SAMPLES, SPREAD_GOAL
+from .timing import MAX_SAMPLES, SPREAD_GOAL, far_apart
 
 
 def _ms(t):
@@ -30,9 +30,10 @@ def _counts(r: dict) -> tuple:
 def _measured_cells(r: dict) -> tuple:
     doubt = "?" if r.get("untrusted") else ""
     threads = " (1t)" if r.get("one_thread") else ""
+    best, median = r.get("vs_torch"), r.get("vs_torch_median")
+    off = "~" if best and median and far_apart(best, median) and not doubt else ""
     return (r["op"], r["shape"], r["shape_key"], r["winner"] or "-", _ms(r["time_s"]) + threads, _ms(r.get("best_s")),
-            _ratio(r.get("vs_default")) + doubt, _ratio(r.get("vs_torch")) + doubt,
-            _ratio(r.get("vs_torch_median")) + doubt, *_counts(r))
+            _ratio(r.get("vs_default")) + doubt, _ratio(best) + doubt, _ratio(median) + doubt + off, *_counts(r))
 
 
 def _estimated_cells(r: dict) -> tuple:
@@ -50,7 +51,8 @@ MEASURED_LEGEND = (
     "time ms = the winner's median sample, best ms = its fastest. vs default = t(default config) / t(winner) and "
     "vs torch = t(torch eager) / t(winner), from samples of the two sides taken in turn (other load meets both): "
     "the ratio of their fastest samples, taken until the odd and the even pairs agree on it within "
-    f"{SPREAD_GOAL:.0%} (up to {MAX_SAMPLES} pairs); (median) = the median of the per-pair ratios. > 1x means the "
+    f"{SPREAD_GOAL:.0%} (up to {MAX_SAMPLES} pairs); (median) = the median of the per-pair ratios, ~ where it is "
+    "over 2x off the fastest samples' (busy spells, not the kernels, set it). > 1x means the "
     "winner is faster. A candidate replaces the default only when faster by more than that agreement (at least "
     f"{MIN_GAIN:.0%}) and its median agrees. Every timing is checked against a run on one thread and re-timed when "
     "implausible; where the parallel runs kept waiting for busy cores, both sides were timed on one thread "
@@ -121,8 +123,8 @@ def untrusted_lines(rows: list[dict]) -> list[str]:
                        "stands)")
     n = sum(r.get("untrusted_configs", 0) for r in rows)
     if n:
-        out.append(f"untrusted: {n} candidate timing(s) stayed implausible after re-timing and were not stored; "
-                   "the next run measures them again")
+        out.append(f"untrusted: {n} candidate(s) not stored: a timing that stayed implausible after re-timing, or a "
+                   "gain over the default that did not show again in new pairs; the next run measures them again")
     if out:
         out.append("the machine was busy: rerun when it is quiet (`--force` re-measures everything)")
     return out

@@ -72,6 +72,12 @@ class Paired:
         return self.best_spread <= SPREAD_GOAL
 
 
+def far_apart(a: float, b: float, factor: float = 2.0) -> bool:
+    """Whether two estimates of one ratio (the fastest samples', the median pair's) differ by more
+    than `factor` either way: the median then measured other work, not the kernels."""
+    return max(a, b) > factor * min(a, b)
+
+
 def spread(samples: list[float]) -> float:
     """(q3 - q1) / median of the samples ((max - min) / median under 4 samples; 0 for one)."""
     if len(samples) < 2:

@@ -4,9 +4,11 @@
 `check(output)` -> None or why it is wrong), times the ones that pass in pairs with a reference
 (the baseline, else the first candidate: timing.py, the ratio of the fastest samples with the
 median per-pair ratio beside it, each side checked against a run on one thread), records each
-result per config in the decision store under `key` and lets the store pick the winner. A
-candidate whose timing stays implausible is not stored: it is reported untrusted and measured
-again by the next run, as is a result stored before this way of timing. Where the target cannot
+result per config in the decision store under `key` and lets the store pick the winner; a
+candidate that would displace the baseline is timed against it once more first, and stored only
+if its gain shows again. A candidate whose timing stays implausible, or whose gain does not
+show again, is not stored: it is reported untrusted and measured again by the next run, as is a
+result stored before this way of timing. Where the target cannot
 run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and every
 result is labelled estimated. A config whose result the store already holds for this key is not
 measured again, so adding a candidate measures only it; `force=True` measures (or estimates)
@@ -19,7 +21,7 @@ import contextvars
 import dataclasses
 import time
 
-from ..cache.decisions import DecisionStore, config_key, result
+from ..cache.decisions import MIN_GAIN, DecisionStore, config_key, result, winner_of
 from ..errors import TilejitError
 from .timing import MAX_SAMPLES, METHOD, SPREAD_GOAL, Timing, checked, measure_call, measure_pair, spread
 
@@ -193,8 +195,31 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
             by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
             new[ck] = r
     out.skipped += len(todo) - b
-    out.fresh = set(new)
     space_keys = {config_key(c) for c in space}
+    if estimate is None and ref is not None and ref[0] == baseline:
+        stored = store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
+        _confirm(new, stored, baseline, space_keys, effs, run, ref, repeat, out)
+    out.fresh = set(new)
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
                              space_keys, baseline=baseline)
     return out
+
+
+def _confirm(new: dict, stored: dict, baseline: str, space_keys, effs: dict, run, ref, repeat: int, out) -> None:
+    """A candidate measured in this run that would displace the baseline is timed against it once
+    more, in new pairs: a gain that does not show again (a busy spell that slowed the baseline's
+    samples only, or sped up the candidate's) is not stored, and the next best is confirmed."""
+    while True:
+        w = winner_of({**stored, **new}, baseline, space_keys)
+        if w is None or w == baseline or w not in new or "same_as" in new[w] or effs.get(w) is None:
+            return
+        fn = lambda eff=effs[w]: run(eff)   # noqa: E731
+        c = checked(lambda: measure_pair(fn, ref[1], repeat), (fn, ref[1]))
+        margin = max(MIN_GAIN, new[w].get("ratio_spread") or 0.0, c.m.best_spread)
+        if not c.why and c.m.ratio_best * (1 + margin) < 1 and c.m.ratio < 1:
+            return
+        why = c.why or (f"its gain over the default did not show again: {1 / new[w]['ratio']:.2f}x, then "
+                        f"{1 / c.m.ratio_best:.2f}x in new pairs")
+        out.untrusted_now.append((w, why))
+        for k in [k for k, r in new.items() if k == w or r.get("same_as") == w]:
+            del new[k]

@@ -133,6 +133,13 @@ class DecisionStore:
         return entry
 
 
+def winner_of(results: dict, baseline: str | None, space_keys=None) -> str | None:
+    """The config key `record` would make the winner of these results (config key -> result)."""
+    entry = {"results": results, "baseline": baseline}
+    _pick_winner(entry, space_keys)
+    return entry["winner"]
+
+
 def _pick_winner(entry: dict, space_keys=None) -> None:
     ok = [(k, r) for k, r in entry["results"].items()
           if r.get("status") == "ok" and r.get("time_s") is not None and (space_keys is None or k in space_keys)]
