@@ -34,7 +34,8 @@ RETRIES = 1          # re-measurements of an implausible timing before it is tak
 # (so a 2 us kernel whose OpenMP fork costs 3 us is not suspected), or a median this many times
 # its fastest sample
 PARALLEL_FACTOR, SLOW_BY, ERRATIC_FACTOR = 2.0, 50e-6, 3.0
-LONG_S = 0.05        # calls this long are not compared with one thread (checked)
+LONG_S = 0.5         # calls this long are not compared with one thread (checked): at a load of 8 on 2
+                     # cores, a 70 ms torch op of three parallel regions still waited slices in each
 UNSETTLED = 0.25     # a pair whose halves still disagree by more than this is not believed (a smaller
                      # disagreement is kept: it widens the margin a candidate must win by)
 METHOD = 2           # stored with each measured result: results timed before it are measured again
@@ -220,8 +221,7 @@ def checked(measure, fns, retries: int = RETRIES) -> Checked:
     against one-thread runs of `fns`. When the parallel runs keep waiting for busy cores, it is
     taken once more on one thread (the comparison still holds there: both sides of a pair run
     alike); what stays implausible comes back with the reason. Calls of LONG_S or more are not
-    compared with one thread: a scheduler slice (milliseconds) cannot dominate them, and a slow
-    call on one thread would cost more than the check is worth."""
+    compared with one thread: the check would cost more than it can find."""
     singles: list[float | None] = [None] * len(fns)
     why = None
     for attempt in range(retries + 1):
