@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 import kernels as K  # noqa: E402
 from compiler import numerics  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 POLICIES = ("fast", "strict")
@@ -164,6 +164,7 @@ def main(argv=None) -> None:
     ap.add_argument("--policies", default=",".join(POLICIES), help="comma-separated subset of fast,strict")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
 
     wanted = [w.strip() for w in args.kernels.split(",") if w.strip()]
     names = [n for n in CASES if not wanted or any(w == n for w in wanted)] or \

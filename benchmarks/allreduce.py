@@ -24,7 +24,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from runtime.collectives import run_ranks  # noqa: E402
 
 
@@ -65,6 +65,7 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--min-time", type=float, default=0.1, help="seconds per timed block")
     a = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     sizes = [float(s) for s in a.sizes_mib.split(",")]
     rows = run_ranks(_bench, a.world, sizes, a.repeat, a.min_time, timeout=120, deadline=900)[0]
     n = a.world

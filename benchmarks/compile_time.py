@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 import compiler  # noqa: E402
 from compiler import KernelFunction, kernel, language as tl  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 
 GOAL_S = 1.0
 
@@ -118,6 +118,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=description(__doc__))
     ap.add_argument("--target", default=None, help="target to compile for (default: TILEJIT_TARGET or cpu)")
     args = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     target_cm = compiler.use_target(args.target) if args.target else contextlib.nullcontext()
 
     found = _example_cases()

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 import kernels  # noqa: E402
 from compiler import fastpath, kernel, language as tl  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from kernels.norm import rms_norm_kernel  # noqa: E402
 
 ADD_GOAL, LIB_GOAL_US = 2.0, 5.0
@@ -98,6 +98,7 @@ def main(argv=None) -> None:
     ap.add_argument("--calls", type=int, default=5000, help="calls per sample (default 5000)")
     ap.add_argument("--repeat", type=int, default=9, help="samples per row; the median is reported (default 9)")
     a = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
 
     x = torch.randn(16)
     ck = noop[(1,)](x, 1000)   # n: not 1 and not a multiple of 16, an ordinary runtime int

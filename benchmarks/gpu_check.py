@@ -30,7 +30,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 
 
 class PathCounter:
@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=270.0,
                     help="seconds after which the remaining timings are skipped (default 270)")
     args = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     t_start = time.perf_counter()
     if not args.dry_run and not torch.cuda.is_available():
         print("gpu_check: no CUDA/ROCm device visible to torch; nothing to check (skipped). "

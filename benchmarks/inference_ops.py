@@ -4,8 +4,10 @@ head), on the cpu target.
 
     python -m benchmarks.inference_ops [--quick] [--repeat R] [--dtype fp32|bf16] [--only TEXT]
 
-Each case is timed with benchmarks.speed.time_interleaved (samples taken round-robin in this
-one process; median per call). Ratio = t_baseline / t_tilejit (> 1: tilejit is faster). Baselines:
+Each case is timed with benchmarks.speed.checked_samples (samples taken round-robin in this one
+process; the median per call, the fastest sample's ratio beside it, each side checked against a run
+on one thread: "?" marks a ratio whose parallel runs kept waiting for busy cores). Ratio =
+t_baseline / t_tilejit (> 1: tilejit is faster). Baselines:
 
 - rope:            torch ops (index the tables, rotate-half, cat), out of place;
 - silu_and_mul:    F.silu(x[..., :d]) * x[..., d:];   gelu_and_mul: F.gelu(tanh) likewise;
@@ -31,13 +33,14 @@ if __package__ in (None, ""):   # run as a file: import from this checkout, as `
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import kernels  # noqa: E402
-from benchmarks.speed import time_interleaved  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from benchmarks.speed import best_ratio, checked_samples  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from kernels import activation, add_norm, embedding, kv_cache, quant_matmul, rope, sampling  # noqa: E402
 from kernels import serving_attention as sa  # noqa: E402
 
@@ -163,16 +166,25 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--only", default="", help="run the cases whose name contains this text")
     args = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     print(f"tilejit (cpu) inference ops vs torch {torch.__version__}, {args.dtype}, "
           f"{'quick' if args.quick else 'full'} shapes, median of {args.repeat}; ratio = t_base / t_tilejit")
-    print(f"{'case':<58} {'tilejit':>10} {'baseline':>10} {'ratio':>7}")
+    print(f"{'case':<58} {'tilejit':>10} {'baseline':>10} {'ratio':>7} {'(best)':>7}")
+    doubts = []
     for name, tj, base, inp in build(args.quick, dt):
         if args.only not in name:
             continue
         _check(name, tj(*inp), base(*inp), dt)
-        t_tj, t_base = time_interleaved([tj, base], inp, args.repeat)
-        print(f"{name:<58} {t_tj * 1e6:>8.1f}us {t_base * 1e6:>8.1f}us {t_base / t_tj:>7.2f}")
+        (s_tj, s_base), doubt = checked_samples([tj, base], inp, args.repeat)
+        t_tj, t_base = statistics.median(s_tj), statistics.median(s_base)
+        mark = "?" if doubt else ""
+        doubts += [f"{name}: {doubt}"] if doubt else []
+        print(f"{name:<58} {t_tj * 1e6:>8.1f}us {t_base * 1e6:>8.1f}us {t_base / t_tj:>6.2f}{mark or ' '} "
+              f"{best_ratio(s_base, s_tj):>6.2f}{mark}", flush=True)
+    print("ratio: of the median samples; (best): of the fastest samples (other work only adds time).")
+    for d in doubts:
+        print(f"? {d}: not to be believed")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 from benchmarks import dispatch, machine, model_step, speed  # noqa: E402
 from compiler.cache.decisions import DecisionStore, fingerprint_hash  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from compiler.numerics import current_policy  # noqa: E402
 from compiler.target import current_target  # noqa: E402
 from kernels.configs import tuned_decisions  # noqa: E402
@@ -65,9 +65,9 @@ def _kernel_rows():
 
 
 def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
-    """(t_tilejit, t_eager, vs_eager, vs_compile, whether tilejit computed what eager did): vs_* are
-    the (median, spread) of the per-sample speed-ups (speed.paired_ratio); vs_compile is (None, None)
-    without torch.compile."""
+    """(t_tilejit, t_eager, vs_eager, vs_compile, whether tilejit computed what eager did, why the
+    timing cannot be believed or None: speed.checked_samples): vs_* are the (median, spread) of the
+    per-sample speed-ups (speed.paired_ratio); vs_compile is (None, None) without torch.compile."""
     inputs = case.make(dtype)
     got, want = case.tj(*inputs).float(), case.ref(*inputs).float()
     ok = (got - want).abs().max().item() <= case.tol * max(want.abs().max().item(), 1e-30)
@@ -75,9 +75,9 @@ def _measure_kernel(case, dtype, with_compile: bool, repeat: int):
     if with_compile:
         fns.append(torch.compile(case.ref, dynamic=False))
         fns[-1](*inputs)
-    tj, eager, *compiled = speed.sample_interleaved(fns, inputs, repeat)
+    (tj, eager, *compiled), doubt = speed.checked_samples(fns, inputs, repeat)
     vs_compile = speed.paired_ratio(compiled[0], tj) if compiled else (None, None)
-    return statistics.median(tj), statistics.median(eager), speed.paired_ratio(eager, tj), vs_compile, ok
+    return statistics.median(tj), statistics.median(eager), speed.paired_ratio(eager, tj), vs_compile, ok, doubt
 
 
 def _model_rows(repeat: int):
@@ -95,6 +95,7 @@ def main(argv=None) -> None:
     ap.add_argument("--defaults", action="store_true",
                     help="ignore the autotuner's stored decisions (measure the built-in configs)")
     a = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     with tuned_decisions(not a.defaults):
         _run(a)
 
@@ -122,9 +123,10 @@ def _run(a) -> None:
     for label, case, dt, goal, goal_c in _kernel_rows():
         if not picked(label):
             continue
-        t_tj, t_eager, (r, sp), (rc, sp_c), ok = _measure_kernel(case, dt, goal_c is not None, a.repeat)
-        met = ok and r >= goal and (rc is None or rc >= goal_c)
-        ratio = f"{r:.2f}x eager" + (f", {rc:.2f}x compile" if rc else "") + ("" if ok else " MISMATCH")
+        t_tj, t_eager, (r, sp), (rc, sp_c), ok, doubt = _measure_kernel(case, dt, goal_c is not None, a.repeat)
+        met = ok and not doubt and r >= goal and (rc is None or rc >= goal_c)
+        ratio = (f"{r:.2f}x eager" + (f", {rc:.2f}x compile" if rc else "") + ("" if ok else " MISMATCH")
+                 + (" ? (its threads waited for busy cores)" if doubt else ""))
         spreads = f"{sp:.0%}" + (f", {sp_c:.0%}" if rc else "")
         want = f">= {goal}x eager" + (f", >= {goal_c}x compile" if goal_c else "")
         table.append((label, f"{t_tj * 1e3:.3f} ms", f"{t_eager * 1e3:.3f} ms", ratio, spreads, want, met))

@@ -21,7 +21,7 @@ import argparse  # noqa: E402
 
 import kernels  # noqa: E402
 from compiler import get_target, numerics  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from targets.kunlun.tune import cost_model, footprint  # noqa: E402
 
 F32 = 4
@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="xpu2,xpu3")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"))
     args = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     print(f"{'arch':5} {'op':10} {'shape':28} {'config':38} {'vec %':>5} {'dma x':>5} {'est ms':>9} {'roof ms':>9} {'roof_simd ms':>12} "
           f"{'est/roof_simd':>13}")
     for arch in args.arch.split(","):

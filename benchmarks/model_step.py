@@ -36,7 +36,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks.speed import paired_ratio  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MIN_SAMPLE_S = 0.05
@@ -130,6 +130,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> None:
     ap = parser()
     a = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     for d in a.dtypes.split(","):
         if d not in DTYPES:
             ap.error(f"--dtypes: unknown dtype {d!r}; choose from {', '.join(DTYPES)}")

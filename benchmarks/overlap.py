@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import kernels  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler.clihelp import description, line_buffered  # noqa: E402
 from runtime.collectives import run_ranks  # noqa: E402
 from runtime.stream import Stream  # noqa: E402
 
@@ -72,6 +72,7 @@ def main(argv=None):
     ap.add_argument("--matmul", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args(argv)
+    line_buffered()   # each row reaches a log file as it is printed
     os.environ["OMP_NUM_THREADS"] = "1"          # inherited by the ranks: one core per kernel
     kernels.matmul(torch.randn(a.matmul, a.matmul), torch.randn(a.matmul, a.matmul))   # compile once here
     res = run_ranks(_bench, a.world, a.mib, a.matmul, a.repeat, timeout=120, deadline=600)

@@ -107,6 +107,10 @@ def check_cpu() -> list[dict]:
                  + ("" if sat else f"; {r.hint}")) for r, sat, found in report]
     if not ok:
         return rows + [_row(FAIL, "cpu target", why)]
+    cannot = requirements.build_problem("cpu", plugin)
+    if cannot:
+        return rows + [_row(FAIL, "cpu target", f"{cannot}; only kernels already in the kernel cache run here "
+                                                "(an imported cache: docs/deployment.md)")]
     return rows + [_run_test_kernel()]
 
 
@@ -233,7 +237,7 @@ def check_targets() -> list[dict]:
         try:
             plugin = load_plugin(name)
             ok, why = requirements.availability(name, plugin)
-            limited = plugin.limited_here() if ok else ""
+            limited = requirements.limited(name, plugin) if ok else ""
             status = list(plugin.status())
         except Exception as e:  # noqa: BLE001
             rows.append(_row(WARN, f"{name} target", f"{type(e).__name__}: {e}"))

@@ -66,6 +66,11 @@ class TargetError(TilejitError):
     """A target is unknown, unavailable here, or its toolchain failed."""
 
 
+class ToolchainMissingError(TargetError):
+    """A kernel missing from the kernel cache needs a build this machine cannot do (its target's
+    toolchain is not installed); compiler/cache_miss.py words it."""
+
+
 class IRError(CompilationError):
     """The Tile IR failed verification: a compiler bug, reported at the offending op's source line."""
 

@@ -23,21 +23,23 @@ import torch
 
 from . import dtypes as D
 from . import launch_options as LO
-from .cache import KernelCache, stable_hash
+from . import cache_miss
+from .cache import CacheMissError, KernelCache, stable_hash, strict_mode
 from .captured import is_current, refreshed
-from .errors import CompilationError, KernelArgumentError
+from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
 from .frontend import ArgSpec, build_function, constexpr_params
 from .ir import print_function, structural_hash, verify
-from .launch_record import active as recording_launches
+from .launch_record import active as recording_launches, current_op
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
 from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
 
-# errors about the user's kernel or launch: shown without the compiler's frames unless TILEJIT_DEBUG=1
-_USER_ERRORS = (CompilationError, KernelArgumentError)
+# errors about the user's kernel or launch, or a kernel that is not in the cache and cannot be
+# built here: shown without the compiler's frames unless TILEJIT_DEBUG=1
+_USER_ERRORS = (CompilationError, KernelArgumentError, CacheMissError, ToolchainMissingError)
 _cache_lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
 # (mode, records) while a render_only / compile_only block is active
@@ -253,7 +255,12 @@ class KernelFunction:
         dispatch = make_dispatcher(self, current_target, current_policy, _DRY, torch.Tensor)
         if dispatch is None:
             def dispatch(grid, *args, **kwargs):
-                return self.run(grid, args, kwargs)
+                try:
+                    return self.run(grid, args, kwargs)
+                except _USER_ERRORS as exc:   # one frame of the compiler's shown, not two
+                    if _debug():
+                        raise
+                    raise exc.with_traceback(None) from None
         self._dispatch = dispatch
         return dispatch
 
@@ -290,6 +297,7 @@ class KernelFunction:
                 ck = self._first_launch(grid, key, args, target, dry, topts)
             except _USER_ERRORS as exc:
                 if not _debug():   # the user's line is in the message: the compiler's frames are noise
+                    exc.__tilejit_launch_error__ = True   # the compiled warm path drops this frame too
                     raise exc.with_traceback(None) from None
                 raise
             if dry is not None:
@@ -442,7 +450,7 @@ class KernelFunction:
                 captured: dict = {}
                 ir_before, fn_ir, source = self.lower(specs, target, policy, options, captured)
                 entry_key = cache_key(fn_ir, target, policy)
-                launcher = _build_and_load(kernel_cache(), entry_key, fn_ir, source, target, runtime)
+                launcher = _build_and_load(kernel_cache(), entry_key, fn_ir, source, target, runtime, policy)
                 ck = CompiledKernel(self.__name__, ir_before, print_function(fn_ir), source, launcher, runtime,
                                     entry_key, time.perf_counter() - t0, tuple(captured.values()))
                 self.compiled[key] = ck
@@ -452,18 +460,39 @@ class KernelFunction:
                 self._building.pop(key, None)
 
 
-def _build_and_load(cache: KernelCache, key: str, fn_ir, source: str, target, runtime):
+def _build_and_load(cache: KernelCache, key: str, fn_ir, source: str, target, runtime, policy: str):
     """The launcher of cache entry `key`, built first if needed. An entry removed between its
     verified lookup and the load (a concurrent prune) is rebuilt once instead of failing."""
-    entry = cache.get_or_build(key, lambda d: target.build(fn_ir, source, d))
+    entry = _entry(cache, key, fn_ir, source, target, policy)
     try:
         return target.load(fn_ir, entry, runtime, cache)
     except OSError:
         if cache.still_valid(entry):
             raise
     cache.drop(key)
-    entry = cache.get_or_build(key, lambda d: target.build(fn_ir, source, d))
+    entry = _entry(cache, key, fn_ir, source, target, policy)
     return target.load(fn_ir, entry, runtime, cache)
+
+
+def _entry(cache: KernelCache, key: str, fn_ir, source: str, target, policy: str):
+    """The cache entry of `key`; on a miss it is built, unless strict mode forbids it or the
+    target cannot build here (both say which kernel, and how to pre-build it: cache_miss.py)."""
+    entry = cache.lookup(key)
+    if entry is not None:
+        return entry
+    op, compiler = current_op(), compiler_source_hash()[:16]
+    if strict_mode():
+        raise cache_miss.strict_miss(cache, key, fn_ir, target, policy, op, compiler)
+    why = target.cannot_build()
+    if why:
+        raise cache_miss.no_toolchain(cache, key, fn_ir, target, policy, op, compiler, why)
+
+    def build(d):
+        meta = target.build(fn_ir, source, d)
+        # what `cache ls`, `export --op` and a later miss's message read back
+        return {**meta, "policy": policy, "specialization": cache_miss.specialisation(fn_ir),
+                "compiler": compiler, **({"op": op} if op else {})}
+    return cache.get_or_build(key, build)
 
 
 def cache_key(fn_ir, target, policy: str) -> str:

@@ -6,6 +6,10 @@ launch path (compiler/jit.py `KernelFunction.run`) and, after it ran, appends
 (a callable grid already evaluated) and the whole bound argument tuple, constexprs included, as
 `compiled_kernel.launcher(grid, args)` takes it. The library ops' launch plans
 (kernels/op_plans.py) are built from it.
+
+`launching_op(name)` / `current_op()`: which library op is launching (kernels/torch_ops.py sets it
+around an op's launches), so a kernel built then records its op (`python -m compiler.cache export
+--op`) and a kernel missing from a strict cache names the op and the command that pre-builds it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import contextlib
 import contextvars
 
 _RECORD: contextvars.ContextVar[list | None] = contextvars.ContextVar("tilejit_launch_record", default=None)
+_OP: contextvars.ContextVar[str | None] = contextvars.ContextVar("tilejit_library_op", default=None)
 
 
 @contextlib.contextmanager
@@ -29,3 +34,17 @@ def recording():
 def active() -> list | None:
     """The list launches are recorded into, or None outside a `recording()` block."""
     return _RECORD.get()
+
+
+def launching_op(name: str):
+    """Marks the launches that follow as library op `name`'s; returns the token `done` takes."""
+    return _OP.set(name)
+
+
+def done(token) -> None:
+    _OP.reset(token)
+
+
+def current_op() -> str | None:
+    """The library op whose launches run now (None: a user's own kernel)."""
+    return _OP.get()

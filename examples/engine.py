@@ -33,6 +33,9 @@ if __package__ in (None, ""):   # run as a file: the repository root first, as w
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
+from compiler import current_target  # noqa: E402
+from compiler.cache import STATS  # noqa: E402
+from compiler.clihelp import line_buffered, step  # noqa: E402
 from examples.llama import add_model_args, build_model  # noqa: E402
 from kernels import activation, embedding, kv_cache, rope, sampling  # noqa: E402
 from kernels import serving_attention as sa  # noqa: E402
@@ -165,17 +168,29 @@ def hf_generate_batched(model, prompts, new_tokens):
                               do_sample=False)
 
 
+def _first_generate(engine, prompts, new, pick):
+    """The first generate compiles (or loads from the kernel cache) every kernel the engine runs."""
+    b0 = STATS.builds
+    with step("first generate: compiles the engine's kernels, or loads them from the kernel cache"):
+        out = engine.generate(prompts, new, pick)
+    print(f"  kernels built {STATS.builds - b0}, loaded {STATS.disk_hits} (the rest were already in this process)",
+          flush=True)
+    return out
+
+
 def run_greedy(a, model, engine, prompts) -> int:
     greedy = lambda logits, step: sampling.greedy(logits)   # noqa: E731
-    tokens, first = engine.generate(prompts, a.new, greedy)   # also compiles (or loads) the kernels
-    ref_tokens, ref_first = hf_generate(model, prompts, a.new)
+    tokens, first = _first_generate(engine, prompts, a.new, greedy)
+    with step("transformers' greedy generate of each prompt alone"):
+        ref_tokens, ref_first = hf_generate(model, prompts, a.new)
     same = torch.equal(tokens, ref_tokens)
     diff = (first - ref_first).abs().max().item()
     print(f"first-step logits: max |engine - transformers| = {diff:.3e}")
     print(f"greedy tokens equal to transformers' generate: {same}")
-    t_engine = _best(lambda: engine.generate(prompts, a.new, greedy))
-    hf_generate_batched(model, prompts, a.new)
-    t_hf = _best(lambda: hf_generate_batched(model, prompts, a.new))
+    with step("timing both (best of 3 generates each)"):
+        t_engine = _best(lambda: engine.generate(prompts, a.new, greedy))
+        hf_generate_batched(model, prompts, a.new)
+        t_hf = _best(lambda: hf_generate_batched(model, prompts, a.new))
     n = len(prompts) * a.new
     print(f"tokens/s: transformers generate (left-padded batch) {n / t_hf:.1f}, engine (paged, no padding) "
           f"{n / t_engine:.1f} (ratio engine/transformers {t_hf / t_engine:.2f}; {torch.get_num_threads()} threads)")
@@ -187,8 +202,9 @@ def run_sample(a, engine, prompts) -> int:
 
     def pick_for(idx):
         return lambda logits, step: sampling.sample(logits, 0.8, 40, 0.9, seed=seeds[idx], offset=step)
-    batch, _ = engine.generate(prompts, a.new, pick_for(torch.arange(len(prompts))))
-    alone = [engine.generate([p], a.new, pick_for(torch.tensor([i])))[0][0] for i, p in enumerate(prompts)]
+    batch, _ = _first_generate(engine, prompts, a.new, pick_for(torch.arange(len(prompts))))
+    with step("each request alone"):
+        alone = [engine.generate([p], a.new, pick_for(torch.tensor([i])))[0][0] for i, p in enumerate(prompts)]
     same = all(torch.equal(batch[i], t) for i, t in enumerate(alone))
     print(f"sampled tokens (T 0.8, top-k 40, top-p 0.9), request 0: {batch[0].tolist()}")
     print(f"every request draws the same tokens alone and in the batch of {len(prompts)}: {same}")
@@ -223,8 +239,12 @@ def main(argv=None) -> int:
         print("this example needs the optional extra 'hf': pip install 'tilejit[hf]'", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
-    model = build_model(a)
-    engine = Engine(model)
+    line_buffered()
+    print(f"engine on target '{current_target().name}' (TILEJIT_TARGET), {torch.get_num_threads()} threads",
+          flush=True)
+    with step("building the model (random weights from a config)"):
+        model = build_model(a)
+        engine = Engine(model)
     prompts = make_prompts(a)
     print(f"llama: {a.layers} layers, hidden {a.hidden}, heads {a.heads}/{a.kv_heads} kv, vocab {a.vocab}; "
           f"{a.batch} requests of {[p.numel() for p in prompts]} prompt tokens, {a.new} new tokens; paged KV "

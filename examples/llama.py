@@ -33,6 +33,8 @@ if __package__ in (None, ""):   # run as a file: the repository root first, as w
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from compiler.clihelp import line_buffered, step  # noqa: E402
+
 
 def build_config(a):
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
@@ -112,10 +114,12 @@ def run_default(a):
           f"batch {a.batch} x {a.prompt} (left-padded), {a.new} new tokens; target '{current_target().name}'")
     print(f"swapped: {tiled.tilejit_applied}")
     keep = am.bool()
-    diff = (prefill_logits(tiled, ids, am) - prefill_logits(ref, ids, am))[keep].abs().max().item()
+    with step("prefill of both (the first compiles, or loads, tilejit's kernels)"):
+        diff = (prefill_logits(tiled, ids, am) - prefill_logits(ref, ids, am))[keep].abs().max().item()
     print(f"prefill logits: max |tilejit - eager transformers| = {diff:.3e} (real positions)")
-    tps_ref, out_ref = tokens_per_second(ref, ids, am, a.new)
-    tps_tj, out_tj = tokens_per_second(tiled, ids, am, a.new)
+    with step("generate and time both"):
+        tps_ref, out_ref = tokens_per_second(ref, ids, am, a.new)
+        tps_tj, out_tj = tokens_per_second(tiled, ids, am, a.new)
     same = torch.equal(out_ref, out_tj)
     print(f"greedy tokens equal: {same}")
     print(f"tokens/s: eager transformers {tps_ref:.1f}, tilejit {tps_tj:.1f} (ratio tilejit/eager "
@@ -132,9 +136,10 @@ def run_strict(a):
     with numerics("strict"):
         for t in targets:
             with use_target(t):
+                print(f"target '{t}': prefill and generate, strict policy ...", flush=True)
                 t0 = time.perf_counter()
                 results[t] = (prefill_logits(tiled, ids, am), generate(tiled, ids, am, a.new))
-                print(f"{t}: logits {tuple(results[t][0].shape)} in {time.perf_counter() - t0:.1f} s")
+                print(f"{t}: logits {tuple(results[t][0].shape)} in {time.perf_counter() - t0:.1f} s", flush=True)
     first = targets[0]
     ok = True
     for t in targets[1:]:
@@ -207,7 +212,10 @@ def run_tp(a):
     from runtime.collectives import run_ranks
     ids, am = prompts(a)
     single = tilejit_model(build_model(a), a.linear)
-    ref_logits, ref_tokens = prefill_logits(single, ids, am), generate(single, ids, am, a.new)   # compiles once
+    from compiler import current_target
+    with step(f"single-rank reference on target '{current_target().name}' (compiles, or loads, the kernels)"):
+        ref_logits, ref_tokens = prefill_logits(single, ids, am), generate(single, ids, am, a.new)
+    print(f"{a.tp} cpu ranks (gloo) ...", flush=True)
     t0 = time.perf_counter()
     results = run_ranks(tp_rank, a.tp, a, timeout=120, deadline=600)
     print(f"{a.tp} cpu ranks (gloo), {time.perf_counter() - t0:.1f} s")
@@ -247,6 +255,7 @@ def main(argv=None) -> int:
         print("this example needs the optional extra 'hf': pip install 'tilejit[hf]'", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore")
+    line_buffered()
     if a.tp:
         return run_tp(a)
     if a.strict:

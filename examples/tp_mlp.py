@@ -32,7 +32,8 @@ import argparse  # noqa: E402
 import torch  # noqa: E402
 
 import kernels  # noqa: E402
-from compiler.clihelp import description  # noqa: E402
+from compiler import current_target  # noqa: E402
+from compiler.clihelp import description, line_buffered, step  # noqa: E402
 from runtime.collectives import run_ranks, split_counts  # noqa: E402
 from runtime.stream import Event, Stream  # noqa: E402
 
@@ -99,8 +100,13 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--micro-batches", type=int, default=4)
     a = ap.parse_args(argv)
-    ref = mlp_single(*make_weights(a.dim, a.hidden, a.batch))    # also compiles the kernels once
-    ys = run_ranks(tp_mlp_rank, a.world, a.dim, a.hidden, a.batch, a.micro_batches)
+    line_buffered()
+    print(f"a tensor-parallel MLP ({a.dim} -> {a.hidden} -> {a.dim}, batch {a.batch}) on target "
+          f"'{current_target().name}', {a.world} cpu ranks (gloo)")
+    with step("single-rank reference (compiles, or loads, the kernels)"):
+        ref = mlp_single(*make_weights(a.dim, a.hidden, a.batch))
+    with step(f"{a.world} ranks, {a.micro_batches} micro-batches each"):
+        ys = run_ranks(tp_mlp_rank, a.world, a.dim, a.hidden, a.batch, a.micro_batches)
     for r, y in enumerate(ys):
         diff = (y - ref).abs().max().item()
         rel = diff / ref.abs().max().item()

@@ -36,6 +36,7 @@ from typing import Callable
 import torch
 
 from compiler.errors import TilejitError
+from compiler.launch_record import done, launching_op
 
 from . import op_plans
 from .outputs import new_output
@@ -246,7 +247,11 @@ def _run(lop: LibraryOp, args, outs) -> None:
         for o, r in zip(outs, lop.reference(*args)):
             o.copy_(r)
         return
-    lop.launch(*args, *outs)
+    token = launching_op(lop.name)   # a kernel built now records its op (compiler.launch_record)
+    try:
+        lop.launch(*args, *outs)
+    finally:
+        done(token)
 
 
 # ---------------------------------------------------------------------------------------------

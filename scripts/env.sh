@@ -19,12 +19,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     if [ "$(uname -s)" = Linux ]; then torch="torch==$version+cpu"; else torch="torch==$version"; fi
     torch="${TILEJIT_TORCH_SPEC:-$torch}"
     pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check)
+    # progress on stderr, a line per step (pip itself is quiet): the first setup takes minutes
+    start=$SECONDS
+    echo "setting up $venv (first use, or pyproject.toml changed; about 2 minutes on 2 cores):" >&2
+    echo "  [1/2] $torch, about 190 MB ..." >&2
     # --no-deps: torch's own dependencies come with tilejit's install below, from the usual index
     if ! "${pip[@]}" --no-deps "$torch" 2>/dev/null; then
         "${pip[@]}" --no-deps "$torch" --index-url "${TILEJIT_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
     fi
+    echo "  [2/2] tilejit, editable, with its test extras (transformers, pytest) ... ($((SECONDS - start)) s so far)" >&2
     "${pip[@]}" -e "$root[test]"
     echo "$want" > "$stamp"
+    echo "  .venv ready in $((SECONDS - start)) s" >&2
 fi
 export VIRTUAL_ENV="$venv"
 export PATH="$venv/bin:$PATH"

@@ -44,7 +44,7 @@ def describe(name: str) -> dict:
                device_backend=meta.device_backend if isinstance(meta.device_backend, str) or meta.device_backend is None
                else f"{meta.device_backend.__module__}:{meta.device_backend.__qualname__}")
     if ok:
-        row["limited"] = plugin.limited_here()
+        row["limited"] = requirements.limited(name, plugin)
     status = list(plugin.status())   # what the plugin found on this machine
     if status:
         row["status"] = status

@@ -2,6 +2,7 @@
 so a run starts cold and every test after the first use of a kernel hits it), and the per-test
 time guard of the default tiers. docs/testing.md explains the tiers and the commands."""
 import os
+import pathlib
 import subprocess
 import tempfile
 
@@ -180,6 +181,23 @@ def pytest_terminal_summary(terminalreporter):
     if count:
         parts = [f"{t} {count.get(t, 0)} ({seconds.get(t, 0.0):.0f} s)" for t in TIERS if t in count]
         terminalreporter.write_line("tests per tier (test time summed over workers): " + ", ".join(parts))
+    built = _kernels_built(os.environ.get("TILEJIT_TEST_SESSION_CACHE"))
+    if built:
+        terminalreporter.write_line("kernels compiled into the session's cache, once each: " + ", ".join(
+            f"{target} {n}" for target, n in built.items()))
+
+
+# the source file a target's cache entry keeps, by target
+_SOURCES = {"cpu": "kernel.cpp", "kunlun": "kernel.xpu", "gpu": "kernel.py"}
+
+
+def _kernels_built(root) -> dict[str, int]:
+    """Entries in the session's compile cache, by target: every kernel the run compiled."""
+    if not root or not os.path.isdir(root):
+        return {}
+    entries = [d for d in pathlib.Path(root).glob("[0-9a-f][0-9a-f]/*") if d.is_dir()]
+    counts = {target: sum((d / source).is_file() for d in entries) for target, source in _SOURCES.items()}
+    return {target: n for target, n in counts.items() if n}
 
 
 @pytest.fixture(scope="session")

@@ -240,13 +240,17 @@ def test_a_timing_takes_more_samples_while_it_is_spread_and_says_when_it_never_s
 
 @pytest.mark.compile
 def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsettled(tcache):
-    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 16}]},
-                    progress=False, force=True)
-    res = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]["BLOCK=16"]
-    assert res["samples"] >= 3 and res["spread"] >= 0
-    assert rows[0]["spread"] == res["spread"]
+    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 64}, {"BLOCK": 16}]},
+                    progress=False, force=True)   # BLOCK=64 is the default for N=64: the reference
+    results = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
+    res = results["BLOCK=16"]
+    assert res["samples"] >= 4 and res["spread"] >= 0 and res["best_s"] <= res["time_s"]
+    # paired with the default: the ratio of the fastest samples, how far the halves disagree, the median
+    assert res["ref"] == "BLOCK=64" and res["ratio"] > 0 and res["ratio_spread"] >= 0 and res["ratio_median"] > 0
+    assert results["BLOCK=64"]["ratio"] == 1.0
+    assert rows[0]["spread"] == results[rows[0]["winner"]]["spread"]
     text = format_summary([{**rows[0], "unsettled": 2}], "cpu")
-    assert "not settled: 2 timing(s)" in text and "rms_norm N=64" in text and "--force" in text
+    assert "not settled: 2 ratio(s)" in text and "rms_norm N=64" in text and "--force" in text
     assert "not settled" not in format_summary([{**rows[0], "unsettled": 0}], "cpu")
 
 

@@ -1,6 +1,8 @@
 """The autotuner's use of time: candidates compiled in parallel (and the per-specialisation compile
 lock that allows it), the budget shared among shapes with the default always measured, and rows
 that reuse a decision timed on their own shape."""
+import collections
+import dataclasses
 import threading
 
 import pytest
@@ -9,9 +11,11 @@ import torch
 
 import compiler
 from compiler import kernel, language as tl
-from compiler.autotune import tune_ops
+from compiler import get_target
+from compiler.autotune import library, tune_ops
+from compiler.autotune.timing import METHOD
 from compiler.autotune.tuner import DecisionKey, tune
-from compiler.cache.decisions import DecisionStore
+from compiler.cache.decisions import DecisionStore, config_key, fingerprint_hash, result
 from kernels import OP_SPECS
 from targets.cpu import CPUTarget
 
@@ -100,16 +104,37 @@ def test_a_large_space_does_not_spend_the_budget_of_the_shapes_after_it(tcache):
     assert rows[1]["measured"] >= 1
 
 
-def test_a_row_that_reuses_a_decision_is_timed_on_its_own_shape(tcache):
+def test_a_row_that_reuses_a_decision_is_timed_on_its_own_shape(tcache, monkeypatch):
+    """A stored decision for N=64 (as an earlier run on [2, 64] left it: BLOCK=32 beat the default)
+    is reused for [32768, 64], and the row's figures come from calls on that shape: its winner and
+    the default ran there, nothing was measured again (counted by the rows each call ran on, not
+    by how long it took)."""
     spec = OP_SPECS["rms_norm"]
-    shapes = {"rms_norm": [{"rows": 2, "N": 64}, {"rows": 32768, "N": 64}]}   # one key: N=64
-    rows = tune_ops(["rms_norm"], shapes, cache_dir=tcache, budget=60, spaces=RMS_SPACE, progress=False)
-    first, second = rows
-    assert first["shape_key"] == second["shape_key"] == spec.shape_key(N=64)
-    assert first["kind"] == "measured" and second["kind"] == "reused" and second["winner"] == first["winner"]
-    # 16384x the rows: a time taken on the second shape, not the first one's stored time
-    assert second["time_s"] > 5 * first["time_s"]
-    assert second["default_time_s"] > 5 * first["time_s"]
+    tgt = get_target("cpu")
+    earlier = {ck: result(cfg, "ok", time_s=t, best_s=t, spread=0.01, samples=5, ratio=t / 2e-6, ratio_spread=0.01,
+                          ratio_median=t / 2e-6, ref="BLOCK=64", method=METHOD)
+               for ck, cfg, t in (("BLOCK=64", {"BLOCK": 64}, 2e-6), ("BLOCK=32", {"BLOCK": 32}, 1e-6),
+                                  ("BLOCK=16", {"BLOCK": 16}, 3e-6))}
+    DecisionStore(tcache).record("rms_norm", tgt.name, fingerprint_hash(tgt), "fast", "N=64", {"N": 64}, earlier,
+                                 baseline="BLOCK=64")
+    calls = collections.Counter()   # (rows of the problem, config key) of every call the tuner made
+
+    def counted_problem(shape):
+        prob = spec.problem(shape)
+
+        def run(cfg):
+            calls[shape["rows"], config_key(cfg)] += 1
+            return prob.run(cfg)
+        return dataclasses.replace(prob, run=run)
+    counted = dataclasses.replace(spec, problem=counted_problem)
+    monkeypatch.setattr(library, "library_ops", lambda: {**OP_SPECS, "rms_norm": counted})
+    (row,) = tune_ops(["rms_norm"], {"rms_norm": [{"rows": 32768, "N": 64}]}, cache_dir=tcache, budget=60,
+                      spaces=RMS_SPACE, progress=False)
+    assert row["kind"] == "reused" and row["winner"] == "BLOCK=32" and row["reused"] == 3 and row["measured"] == 0
+    # the winner and the default ran on this shape, in pairs (4 at least), and nothing else did
+    assert {ck for (rows, ck) in calls} == {"BLOCK=32", "BLOCK=64"} and {rows for rows, _ in calls} == {32768}
+    assert all(n >= 4 for n in calls.values()), calls
+    assert row["time_s"] is not None and row["vs_default"] is not None
 
 
 @pytest.mark.no_toolchain

@@ -101,7 +101,7 @@ def populated(tmp_path_factory):
     archive = base / "kernels.tar.gz"
     res = cli_subprocess("export", str(archive), "--cache-dir", str(root))
     assert res.returncode == 0, res.stderr
-    assert "exported 1 kernel entries and 0 decision files (targets: cpu)" in res.stdout
+    assert "exported 1 kernel entry (cpu 1) and 0 decision files to " in res.stdout
     return root, archive
 
 
@@ -130,7 +130,8 @@ def test_export_import_strict_zero_compiles(populated, tmp_path):
 
     # importing again skips what is there; ls / stats / verify see it
     res = cli("import", str(archive), "--cache-dir", str(empty))
-    assert res.returncode == 0 and "already present, kept: 1 kernel entries and 0 decision files" in res.stdout
+    assert res.returncode == 0 and res.stdout.startswith("imported 0 kernel entries and 0 decision files into ")
+    assert "; already there, kept: 1 kernel entry (cpu 1) and 0 decision files" in res.stdout
     res = cli("ls", "--cache-dir", str(empty))
     assert res.returncode == 0 and key[:12] in res.stdout and "add_one" in res.stdout and "cpu" in res.stdout
     res = cli("stats", "--json", "--cache-dir", str(empty))
@@ -140,11 +141,18 @@ def test_export_import_strict_zero_compiles(populated, tmp_path):
 
 
 @pytest.mark.integration
-def test_strict_mode_error_names_key(tmp_path, monkeypatch):
+def test_strict_mode_error_names_the_kernel_and_the_prebuild(tmp_path, monkeypatch):
     res = run_kernel(tmp_path / "empty", strict=True)
     assert res.returncode != 0
-    assert "TILEJIT_CACHE_STRICT" in res.stderr and "compiler.cache import" in res.stderr
-    assert re.search(r"key [0-9a-f]{64}", res.stderr)
+    assert ("CacheMissError: TILEJIT_CACHE_STRICT=1: kernel 'add_one' for target cpu, policy fast, specialised as "
+            "add_one(x_ptr: *fp32, out_ptr: *fp32, n: int32, BLOCK=64) is not in the kernel cache") in res.stderr
+    assert re.search(r"\(key [0-9a-f]{16}\)", res.stderr)
+    assert "The cache holds no build of 'add_one' for cpu." in res.stderr
+    assert "python -m compiler.cache export tilejit-cache.tar.gz --keys used-keys.txt" in res.stderr
+    assert "compiler.cache import" in res.stderr
+    # the launch line is the traceback's only frame: none of the compiler's
+    frames = re.findall(r'^  File "([^"]+)"', res.stderr, re.M)
+    assert frames and all(f.endswith("run_kernel.py") for f in frames), res.stderr
     assert not entries_on_disk(tmp_path / "empty")
 
     monkeypatch.setenv("TILEJIT_CACHE_STRICT", "1")

@@ -1,5 +1,6 @@
 """The autotuner: `python -m compiler.autotune --target cpu` tunes the library ops' block sizes.
 
+    timing.py    paired, checked timings a busy machine cannot fake (also used by benchmarks/)
     tuner.py     tune(space, run, check, key): the generic candidate loop (measure or estimate, store)
     library.py   tune_ops(...): every library op spec (compiler.opspec) on its shapes, through tune()
     prebuild.py  for a target that can neither run nor estimate here: compile the defaults only

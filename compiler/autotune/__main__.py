@@ -27,8 +27,11 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=150.0, help="seconds of tuning; configs left unmeasured are "
                                                                 "reported as skipped (default 150)")
     ap.add_argument("--policy", default="fast", choices=("fast", "strict"), help="numerics policy (default fast)")
-    ap.add_argument("--quick", action="store_true", help="1-2 tiny shapes per op (the shapes file's 'quick' set)")
-    ap.add_argument("--repeat", type=int, default=3, help="timed samples per config; the median is kept")
+    ap.add_argument("--quick", action="store_true", help="1-2 tiny shapes per op (the shapes file's 'quick' set): a "
+                                                         "check that tuning works here, in seconds; no model runs "
+                                                         "those shapes, so its decisions serve none")
+    ap.add_argument("--repeat", type=int, default=3, help="paired samples per config, at least (more until the "
+                                                          "ratio of the fastest samples settles)")
     ap.add_argument("--force", action="store_true", help="measure every candidate of the selected ops and shapes "
                                                          "again instead of reusing stored results")
     ap.add_argument("-v", "--verbose", action="store_true", help="list each rejected config with its reason")
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
     if not target.caps.measurable and not target.has_cost_model:
         # nothing to rank by: compile the defaults so the cache ships ready for the device
         try:
-            rows = prebuild(ops, load_shapes(args.shapes, quick=args.quick), target, args.policy)
+            rows = prebuild(ops, load_shapes(args.shapes, quick=args.quick), target, args.policy, out=sys.stderr)
         except Exception as exc:  # noqa: BLE001
             print(f"autotune: pre-building for {target.name} failed: {exc}", file=sys.stderr)
             return 2

@@ -16,7 +16,8 @@ import time
 
 from ..cache.decisions import DecisionStore, clear_memo, config_key, fingerprint_hash
 from ..opspec import OpSpec, library_ops
-from .tuner import SPREAD_GOAL, DecisionKey, measure_call, time_call, tune
+from .timing import SPREAD_GOAL, checked, measure_call, measure_pair
+from .tuner import DecisionKey, tune
 
 __all__ = ["AutotuneError", "tune_ops", "load_shapes"]
 
@@ -64,12 +65,30 @@ def _build_only(prob, cfg: dict) -> None:
         prob.run(cfg)
 
 
-def _time_here(prob, cfg: dict, ctx: dict):
-    """The Timing of `cfg` on this problem (not stored), or None where it fails."""
+def _estimate_here(tgt, spec, shape: dict, cfg: dict) -> float | None:
+    """The target's estimate of `cfg` on this shape (not stored), or None where it refuses."""
     try:
-        return measure_call(lambda: prob.run(cfg), ctx["repeat"])
+        return float(tgt.estimate(spec, cfg, dict(shape)))
     except Exception:  # noqa: BLE001
         return None
+
+
+def _checked_here(fn, repeat: int):
+    """The checked timing (timing.Checked) of `fn` alone on this problem, not stored; the error's
+    text where a call fails."""
+    try:
+        return checked(lambda: measure_call(fn, repeat), (fn,))
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _paired_here(fn, base, repeat: int):
+    """The checked paired timing (timing.Checked) of `fn` against `base` on this problem, not
+    stored; the error's text where a call fails."""
+    try:
+        return checked(lambda: measure_pair(fn, base, repeat), (fn, base))
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
@@ -100,33 +119,67 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     ctx["rejected"] += [(spec.name, skey, ck, why) for ck, why in tuned.rejected_now]
     entry, res = tuned.entry, tuned.entry["results"]
     winner = entry.get("winner")
-    kind = ("no winner" if not winner else "reused" if winner not in tuned.fresh
-            else "estimated" if entry.get("estimated") else "measured")
-    time_s, spread = entry.get("winner_time_s"), res.get(winner, {}).get("spread")
-    default_t = res.get(dk, {}).get("time_s") if res.get(dk, {}).get("status") == "ok" else None
-    if runnable and kind == "reused":
-        # the stored times may be another shape's with the same key dims: time the winner (and
-        # the default, below) on this shape, unstored, so the row compares like with like
-        here = _time_here(prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps), ctx)
-        time_s, spread, default_t = (here.seconds, here.spread, None) if here else (None, None, None)
-    if default_t is None and runnable and winner:   # e.g. the default is not in the space
-        here = _time_here(prob, default_cfg, ctx)
-        default_t = here.seconds if here else None
-    eager_t = None
-    if runnable and prob.eager is not None and entry.get("winner"):
+    kind = ("no winner" if not winner else "reused" if winner not in tuned.fresh else
+            "estimated" if entry.get("estimated") else "measured")
+    won = res.get(winner, {})
+    row = dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
+               winner_config=entry.get("winner_config"),
+               time_s=entry.get("winner_time_s"), best_s=None, spread=won.get("spread"),
+               vs_default=None, vs_torch=None, vs_torch_median=None, untrusted=None,
+               one_thread=bool(won.get("one_thread")),
+               untrusted_configs=len(tuned.untrusted_now), unsettled=0,
+               default=dk, estimated=bool(entry.get("estimated")), measured=tuned.measured,
+               estimated_now=tuned.estimated, reused=tuned.reused, skipped=tuned.skipped,
+               rejected=sum(r.get("status") == "rejected" for r in res.values()),
+               rejections=list(tuned.rejected_now), pruned=sum(r.get("status") == "pruned" for r in res.values()),
+               store=str(ctx["store"].path(spec.name, tgt.name, ctx["fp"], policy)))
+    if not runnable:
+        if winner:   # estimates on this shape (a reused decision's stored one may be another shape's)
+            est = _estimate_here(tgt, spec, shape, spec.launched(entry["winner_config"], dims, policy, tgt.caps))
+            base = res.get(dk, {}).get("time_s") if kind != "reused" and res.get(dk, {}).get("status") == "ok" \
+                else _estimate_here(tgt, spec, shape, default_cfg)
+            row["time_s"] = est if est is not None else row["time_s"]
+            if base and row["time_s"]:
+                row["vs_default"] = base / row["time_s"]
+        return row
+    if not winner:
+        return row
+    win_cfg = spec.launched(entry["winner_config"], dims, policy, tgt.caps)
+    win_fn = lambda: prob.run(win_cfg)   # noqa: E731
+    if kind == "measured" and won.get("ref") == dk and won.get("ratio"):
+        row.update(best_s=won.get("best_s"), vs_default=1.0 / won["ratio"])
+    elif win_cfg == default_cfg:   # a reused default: timed on this shape, 1x itself
+        c = _checked_here(win_fn, ctx["repeat"])
+        if isinstance(c, str):
+            row.update(time_s=None, untrusted=f"{winner} failed on this shape: {c}")
+        else:
+            row.update(time_s=c.m.seconds, best_s=c.m.best, spread=c.m.spread, vs_default=1.0, one_thread=c.one_thread)
+    else:
+        # a reused decision (its times may be another shape's with the same key dims), or one not
+        # paired with the default: timed on this shape against the default, unstored
+        c = _paired_here(win_fn, lambda: prob.run(default_cfg), ctx["repeat"])
+        if isinstance(c, str):
+            row.update(time_s=None, untrusted=f"{winner} failed on this shape: {c}")
+        else:
+            row.update(time_s=c.m.a.seconds, best_s=c.m.a.best, spread=c.m.a.spread,
+                       vs_default=1.0 / c.m.ratio_best, one_thread=c.one_thread)
+            if c.why:
+                row.update(untrusted=f"{winner} against the default on this shape: {c.why}")
+    if prob.eager is not None and not row["untrusted"]:
         # in the caller's grad mode: a backward op's baseline runs torch's autograd (its inputs
         # alone require grad, so a forward baseline records nothing either way)
-        eager_t = time_call(prob.eager, ctx["repeat"])
-    unsettled = sum(res[k].get("spread", 0) > SPREAD_GOAL for k in tuned.fresh if res.get(k, {}).get("status") == "ok"
-                    and not res[k].get("estimated") and "same_as" not in res[k])
-    return dict(op=spec.name, shape=spec.describe(shape), shape_key=skey, winner=winner, kind=kind,
-                time_s=time_s, spread=spread, unsettled=unsettled,
-                default=dk, default_time_s=default_t, eager_time_s=eager_t,
-                estimated=bool(entry.get("estimated")), measured=tuned.measured, estimated_now=tuned.estimated,
-                reused=tuned.reused, skipped=tuned.skipped,
-                rejected=sum(r.get("status") == "rejected" for r in res.values()),
-                rejections=list(tuned.rejected_now), pruned=sum(r.get("status") == "pruned" for r in res.values()),
-                store=str(ctx["store"].path(spec.name, tgt.name, ctx["fp"], policy)))
+        c = _paired_here(win_fn, prob.eager, ctx["repeat"])
+        if isinstance(c, str):
+            row.update(untrusted=f"torch's eager call failed: {c}")
+        else:
+            row.update(vs_torch=1.0 / c.m.ratio_best, vs_torch_median=1.0 / c.m.ratio,
+                       one_thread=row["one_thread"] or c.one_thread)
+            if c.why:
+                row.update(untrusted=f"against torch: {c.why}")
+    row["unsettled"] = sum((res[k].get("ratio_spread") or 0) > SPREAD_GOAL for k in tuned.fresh
+                           if res.get(k, {}).get("status") == "ok" and not res[k].get("estimated")
+                           and "same_as" not in res[k])
+    return row
 
 
 def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, policy="fast", spaces=None,
@@ -134,13 +187,18 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
     """Tunes library `ops` (names; default: every op with shapes) on `shapes` ({op: [shape dicts]};
     default: the specs' own). Returns one summary row per (op, shape): op, shape, shape_key, winner,
     kind (measured, estimated, reused: the winner's result is from an earlier run, or no winner),
-    time_s, spread (of the winner's samples, None when estimated or stored before spreads were),
-    unsettled (configs timed in this run whose spread stayed over SPREAD_GOAL), default,
-    default_time_s, eager_time_s, estimated, measured and estimated_now (configs run or
-    estimated in this run), reused, rejected, rejections (config key, reason: found in this
-    run), pruned, skipped, store (the decision file). Each config's result is stored; `force`
-    measures every candidate again instead of reusing stored results; `verbose` prints each
-    rejection as it happens."""
+    time_s (the winner's median sample; an estimate when estimated), best_s (its fastest sample),
+    spread, vs_default (t_default / t_winner: of the fastest of paired samples, or of estimates),
+    vs_torch (t_eager / t_winner, the same way) and vs_torch_median (the median of the per-pair
+    ratios), one_thread (timed on one thread: the parallel runs waited
+    for busy cores), untrusted (why the row's ratios are not believed, else None),
+    untrusted_configs (candidates timed but not believed, not stored), unsettled (configs timed in
+    this run whose ratio spread stayed over SPREAD_GOAL), default, estimated, measured and
+    estimated_now (configs run or estimated in this run), reused, rejected, rejections (config key,
+    reason: found in this run), pruned, skipped, store (the decision file). Each trusted config's
+    result is stored; `force` measures every candidate again instead of reusing stored results;
+    `verbose` prints each rejection as it happens. `progress`: a line per shape on `out` (stderr),
+    and on a terminal a line per candidate."""
     from .. import get_target, use_target  # noqa: PLC0415
     from ..numerics import numerics, validate_policy  # noqa: PLC0415
 
@@ -155,14 +213,19 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
             raise AutotuneError(f"unknown kernel {op!r}; choose from {', '.join(specs)}")
     runnable = _runnable(tgt)
     end = time.perf_counter() + budget if budget else None
+    tty = progress and getattr(out, "isatty", lambda: False)()
     ctx = dict(policy=policy, runnable=runnable, spaces=spaces, fp=fingerprint_hash(tgt), out=out,
                store=DecisionStore(cache_dir), repeat=repeat, rejected=[], force=force,
                workers=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-               # a `\r` progress line only makes sense on a terminal; in logs (CI, pipes) it is noise
-               progress=progress and getattr(out, "isatty", lambda: False)())
+               # a `\r` line per candidate only on a terminal; logs (CI, pipes, files) get a line per shape
+               progress=tty)
     jobs = [(specs[op], sh) for op in ops for sh in shapes.get(op, [])]
     sizes = [len(_space(spec, tgt, ctx)) for spec, _ in jobs]
     rows = []
+    if progress:
+        how = "measuring on this machine" if runnable else "ranking by the target's cost model (estimates)"
+        print(f"autotune {tgt.name}: {len(jobs)} shapes of {len({spec.name for spec, _ in jobs})} ops, "
+              f"{sum(sizes)} candidates, {how}" + (f", budget {budget:g} s" if budget else ""), file=out, flush=True)
     with use_target(tgt), numerics(policy):
         for ji, (spec, shape) in enumerate(jobs):
             ctx["job"] = f"{ji + 1}/{len(jobs)}"
@@ -170,11 +233,67 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
             # cannot spend the budget of the ops after it (time it leaves unused rolls forward)
             ctx["deadline"] = None if end is None else (
                 time.perf_counter() + max(0.0, end - time.perf_counter()) * sizes[ji] / max(1, sum(sizes[ji:])))
-            n_rej = len(ctx["rejected"])
+            n_rej, t0 = len(ctx["rejected"]), time.perf_counter()
+            if progress and not tty:
+                print(f"[{ctx['job']}] {spec.name} {spec.describe(shape)}: {sizes[ji]} candidates ...", file=out,
+                      flush=True)
             rows.append(_tune_one(spec, shape, tgt, ctx))
+            if progress:
+                line = _done_line(ctx["job"], rows[-1], time.perf_counter() - t0)
+                print(("\r" + line.ljust(100)) if tty else line, file=out, flush=True)
             for op, skey, ck, why in ctx["rejected"][n_rej:] if verbose else ():
-                print(("\n" if ctx["progress"] else "") + f"  rejected {op} {skey} {ck}: {why}", file=out, flush=True)
-    if ctx["progress"]:
-        print("\r" + " " * 100 + "\r", end="", file=out, flush=True)
+                print(f"  rejected {op} {skey} {ck}: {why}", file=out, flush=True)
+        if runnable:
+            _recheck_outliers(rows, jobs, tgt, ctx)
     clear_memo()
     return rows
+
+
+NEIGHBOUR_FACTOR = 3.0   # a shape with no more work than another, this much slower, is re-timed
+
+
+def _work(spec: OpSpec, shape: dict, cfg: dict) -> float | None:
+    """The op's work on `shape` (programs x (elements + flops) of its Work), for comparing rows."""
+    try:
+        w = spec.work(cfg, {**shape, **spec.dims_of(shape)})
+        return float(w.programs * (w.elements + w.flops))
+    except Exception:  # noqa: BLE001 - an op without a usable model is simply not compared
+        return None
+
+
+def _recheck_outliers(rows: list[dict], jobs: list, tgt, ctx: dict) -> None:
+    """A row far from its neighbours (another shape of the same op with at least as much work ran
+    NEIGHBOUR_FACTOR times faster) is timed again against the default; if it stays so, its
+    figures are marked untrusted. Its stored decision stands: the candidates were compared in
+    pairs, each checked against one thread."""
+    from .timing import SLOW_BY  # noqa: PLC0415
+    work = {}
+    for i, ((spec, shape), r) in enumerate(zip(jobs, rows)):
+        if r["winner"] and r.get("best_s") and not r.get("untrusted"):
+            w = _work(spec, shape, spec.launched(r.get("winner_config") or {}, spec.dims_of(shape), ctx["policy"],
+                                                 tgt.caps)) if r.get("winner_config") else None
+            if w:
+                work[i] = w
+    for i, wi in work.items():
+        faster = [j for j, wj in work.items() if j != i and rows[j]["op"] == rows[i]["op"] and wj >= wi
+                  and rows[i]["best_s"] > NEIGHBOUR_FACTOR * rows[j]["best_s"] + SLOW_BY]
+        if not faster:
+            continue
+        spec, shape = jobs[i]
+        r, n = rows[i], rows[faster[0]]
+        dims = spec.dims_of(shape)
+        prob = spec.problem(shape)
+        cfg = spec.launched(r["winner_config"], dims, ctx["policy"], tgt.caps)
+        c = _checked_here(lambda: prob.run(cfg), ctx["repeat"])
+        if not isinstance(c, str) and c.m.best <= NEIGHBOUR_FACTOR * n["best_s"] + SLOW_BY:
+            r.update(time_s=c.m.seconds, best_s=c.m.best, one_thread=r["one_thread"] or c.one_thread)
+            continue
+        r["untrusted"] = (f"{r['best_s'] * 1e3:.3g} ms at best, timed again, where {n['shape']} (as much work or "
+                          f"more) took {n['best_s'] * 1e3:.3g} ms")
+
+
+def _done_line(job: str, r: dict, seconds: float) -> str:
+    """One shape's outcome, for the progress log."""
+    what = f"{r['kind']} {r['winner']}" if r["winner"] else r["kind"]
+    new = r["measured"] + r.get("estimated_now", 0)
+    return f"[{job}] {r['op']} {r['shape_key']}: {what} ({new} new, {r['reused']} reused) in {seconds:.1f} s"

@@ -9,9 +9,9 @@ import time
 from ..opspec import library_ops
 
 
-def prebuild(ops, shapes, target, policy: str = "fast") -> list[dict]:
+def prebuild(ops, shapes, target, policy: str = "fast", out=None) -> list[dict]:
     """One row per (op, shape): op, shape_key, config, kernels (cache keys), built (how many were
-    compiled rather than found in the cache), seconds."""
+    compiled rather than found in the cache), seconds. `out`: a line per shape as it is done."""
     from .. import compile_only, numerics, use_target  # noqa: PLC0415
     from ..cache import STATS  # noqa: PLC0415
 
@@ -29,6 +29,10 @@ def prebuild(ops, shapes, target, policy: str = "fast") -> list[dict]:
                 rows.append({"op": op, "shape_key": spec.shape_key(**dims), "config": cfg,
                              "kernels": [ck.key[:12] for ck in built], "built": STATS.builds - builds0,
                              "seconds": time.perf_counter() - t0})
+                if out is not None:
+                    r = rows[-1]
+                    print(f"[{len(rows)}] {op} {r['shape_key']}: {len(r['kernels'])} kernels, {r['built']} built, "
+                          f"{r['seconds']:.1f} s", file=out, flush=True)
     return rows
 
 

@@ -1,25 +1,32 @@
 """The generic tuner: candidates in, one stored decision out, for any tunable thing.
 
 `tune(space, run, check, key, store=...)` checks every candidate's output (`run(config)`, then
-`check(output)` -> None or why it is wrong), times the ones that pass (the median of at least
-`repeat` samples, more while their spread is wide: `measure_call`), records each result per
-config in the decision store under `key` and lets the store pick the winner. Where the target
-cannot run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and
-every result is labelled estimated. A config whose result the
-store already holds for this key is not measured again, so adding a candidate measures only it;
-`force=True` measures (or estimates) every candidate again and replaces the stored results.
+`check(output)` -> None or why it is wrong), times the ones that pass in pairs with a reference
+(the baseline, else the first candidate: timing.py, the ratio of the fastest samples with the
+median per-pair ratio beside it, each side checked against a run on one thread), records each
+result per config in the decision store under `key` and lets the store pick the winner; a
+candidate that would displace the baseline is timed against it once more first, and stored only
+if its gain shows again. A candidate whose timing stays implausible, or whose gain does not
+show again, is not stored: it is reported untrusted and measured again by the next run, as is a
+result stored before this way of timing. Where the target cannot
+run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and every
+result is labelled estimated. A config whose result the store already holds for this key is not
+measured again, so adding a candidate measures only it; `force=True` measures (or estimates)
+every candidate again and replaces the stored results.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextvars
 import dataclasses
-import math
-import statistics
 import time
 
-from ..cache.decisions import DecisionStore, config_key, result
+from ..cache.decisions import MIN_GAIN, DecisionStore, config_key, result, winner_of
 from ..errors import TilejitError
+from .timing import MAX_SAMPLES, METHOD, SPREAD_GOAL, Timing, checked, measure_call, measure_pair, spread
+
+__all__ = ["MEASURE_COUNT", "DecisionKey", "Tuned", "tune", "time_call", "measure_call", "Timing", "spread",
+           "SPREAD_GOAL", "MAX_SAMPLES"]
 
 MEASURE_COUNT = {"n": 0}   # configs measured (checked + timed) in this process; tests count with it
 
@@ -46,52 +53,7 @@ class Tuned:
     estimated: int = 0        # configs estimated (by the cost model) in this run
     rejected_now: list = dataclasses.field(default_factory=list)   # (config key, reason) found this run
     fresh: set = dataclasses.field(default_factory=set)            # config keys whose result is from this run
-
-
-SPREAD_GOAL = 0.05   # a timing has settled when its samples' spread is within 5% of their median
-MAX_SAMPLES = 15
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    seconds: float   # the median sample
-    spread: float    # (q3 - q1) / median of the samples ((max - min) / median under 4 samples)
-    samples: int
-
-    @property
-    def settled(self) -> bool:
-        return self.spread <= SPREAD_GOAL
-
-
-def spread(samples: list[float]) -> float:
-    """(q3 - q1) / median of the samples ((max - min) / median under 4 samples; 0 for one)."""
-    if len(samples) < 2:
-        return 0.0
-    mid = statistics.median(samples)
-    if len(samples) < 4:
-        return (max(samples) - min(samples)) / mid
-    q1, _, q3 = statistics.quantiles(samples, n=4)
-    return (q3 - q1) / mid
-
-
-def measure_call(fn, repeat: int) -> Timing:
-    """Seconds of `fn()`: each sample long enough (>= 5 ms) that timer resolution and one call
-    delayed by the scheduler do not decide it; at least `repeat` samples, and more (up to
-    MAX_SAMPLES) while their spread is over SPREAD_GOAL. A timing that never settles says so
-    (`settled`), and the autotuner reports it rather than trusting it silently."""
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    calls = max(1, math.ceil(0.005 / max(best, 1e-7)))
-    samples: list[float] = []
-    while len(samples) < repeat or (spread(samples) > SPREAD_GOAL and len(samples) < max(repeat, MAX_SAMPLES)):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) / calls)
-    return Timing(statistics.median(samples), spread(samples), len(samples))
+    untrusted_now: list = dataclasses.field(default_factory=list)  # (config key, why) timed but not believed
 
 
 def time_call(fn, repeat: int) -> float:
@@ -104,14 +66,28 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg.splitlines()[0] if msg else ''}".rstrip(": ")
 
 
-def _measure(cfg: dict, eff: dict, run, check, repeat: int) -> dict:
+def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None) -> dict:
+    """Checks and times one candidate; `ref` = (config key, its function): the candidate is timed
+    in pairs with it (None: this is the reference, timed alone)."""
     MEASURE_COUNT["n"] += 1
     try:
         bad = check(run(eff))
         if bad:
             return result(cfg, "rejected", reason=bad, effective=eff)
-        t = measure_call(lambda: run(eff), repeat)
-        return result(cfg, "ok", time_s=t.seconds, spread=round(t.spread, 4), samples=t.samples, effective=eff)
+        fn = lambda: run(eff)   # noqa: E731
+        if ref is None:
+            c = checked(lambda: measure_call(fn, repeat), (fn,))
+            t, pair = c.m, {"ratio": 1.0, "ratio_spread": 0.0, "ref": config_key(cfg)}
+        else:
+            c = checked(lambda: measure_pair(fn, ref[1], repeat), (fn, ref[1]))
+            # what decides: the ratio of the fastest samples (and how far the halves disagree on it)
+            t, pair = c.m.a, {"ratio": round(c.m.ratio_best, 5), "ratio_spread": round(c.m.best_spread, 4),
+                              "ratio_median": round(c.m.ratio, 5), "ref": ref[0]}
+        timed = dict(time_s=t.seconds, best_s=t.best, spread=round(t.spread, 4), samples=t.samples, **pair,
+                     method=METHOD, effective=eff, **({"one_thread": True} if c.one_thread else {}))
+        if c.why and ref is not None:   # the reference's ratio is 1 whatever its samples did
+            return result(cfg, "untrusted", reason=c.why, **timed)
+        return result(cfg, "ok", **timed)
     except (TilejitError, ValueError, RuntimeError) as exc:
         return result(cfg, "rejected", reason=_first_line(exc), effective=eff)
 
@@ -138,6 +114,12 @@ def _build_ahead(build, configs: list[dict], workers: int) -> None:
                 pass
 
 
+def _reusable(r: dict) -> bool:
+    """A stored result this run takes as it is: an estimate, a rejection, or a timing taken the
+    current way (paired, checked against one thread); an older timing is measured again."""
+    return r.get("status") != "ok" or bool(r.get("estimated")) or r.get("method") == METHOD
+
+
 def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=None, effective=None,
          repeat: int = 3, deadline: float | None = None, progress=None, force: bool = False,
          build=None, workers: int = 1, baseline: str | None = None) -> Tuned:
@@ -150,23 +132,32 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     called per candidate. With `build` (compile a config without running it), each batch of
     `workers` candidates is compiled in parallel before its members are timed one at a time.
     `baseline` (a config key, e.g. the op's default) stays the winner unless a measured candidate
-    beats it by more than the timings' noise (cache/decisions.py)."""
+    beats it by more than the timings' noise (cache/decisions.py); the candidates are timed in
+    pairs with it (without one, with the first candidate)."""
     known = {} if force else store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
+    known = {k: r for k, r in known.items() if _reusable(r)}
     out = Tuned(entry={})
     new, by_effect = {}, {}
     has_result = any(r.get("status") == "ok" for r in known.values())
     todo = []   # (index, config, key, effective config) still to measure or estimate
+    effs = {}
     for i, cfg in enumerate(space):
         ck = config_key(cfg)
+        eff, why = effective(cfg) if effective else (dict(cfg), None)
+        effs[ck] = None if why else eff
         if ck in known:
             out.reused += 1
             continue
-        eff, why = effective(cfg) if effective else (dict(cfg), None)
         if why:
             new[ck] = result(cfg, "pruned", reason=why)
             continue
         todo.append((i, cfg, ck, eff))
     batch = max(1, workers if estimate is None and build is not None else 1)
+    # the reference every measured candidate is paired with: the baseline, else the first candidate
+    ref_key = baseline if effs.get(baseline) is not None else next((ck for _, _, ck, _ in todo), None)
+    ref = None
+    if estimate is None and ref_key is not None and ref_key in known and known[ref_key].get("status") == "ok":
+        ref = (ref_key, lambda eff=effs[ref_key]: run(eff))
 
     def over():   # past the deadline, once the key has a result
         return deadline is not None and has_result and time.perf_counter() > deadline
@@ -192,15 +183,43 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
                 r = _estimate(cfg, eff, estimate)
             else:
                 out.measured += 1
-                r = _measure(cfg, eff, run, check, repeat)
+                r = _measure(cfg, eff, run, check, repeat, ref)
+                if ref is None and r["status"] == "ok":   # the reference: the rest are paired with it
+                    ref = (ck, lambda eff=eff: run(eff))
+            if r["status"] == "untrusted":   # not stored: measured again by the next run
+                out.untrusted_now.append((ck, r["reason"]))
+                continue
             if r["status"] == "rejected":
                 out.rejected_now.append((ck, r["reason"]))
             has_result = has_result or r["status"] == "ok"
             by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
             new[ck] = r
     out.skipped += len(todo) - b
-    out.fresh = set(new)
     space_keys = {config_key(c) for c in space}
+    if estimate is None and ref is not None and ref[0] == baseline:
+        stored = store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
+        _confirm(new, stored, baseline, space_keys, effs, run, ref, repeat, out)
+    out.fresh = set(new)
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
                              space_keys, baseline=baseline)
     return out
+
+
+def _confirm(new: dict, stored: dict, baseline: str, space_keys, effs: dict, run, ref, repeat: int, out) -> None:
+    """A candidate measured in this run that would displace the baseline is timed against it once
+    more, in new pairs: a gain that does not show again (a busy spell that slowed the baseline's
+    samples only, or sped up the candidate's) is not stored, and the next best is confirmed."""
+    while True:
+        w = winner_of({**stored, **new}, baseline, space_keys)
+        if w is None or w == baseline or w not in new or "same_as" in new[w] or effs.get(w) is None:
+            return
+        fn = lambda eff=effs[w]: run(eff)   # noqa: E731
+        c = checked(lambda: measure_pair(fn, ref[1], repeat), (fn, ref[1]))
+        margin = max(MIN_GAIN, new[w].get("ratio_spread") or 0.0, c.m.best_spread)
+        if not c.why and c.m.ratio_best * (1 + margin) < 1 and c.m.ratio < 1:
+            return
+        why = c.why or (f"its gain over the default did not show again: {1 / new[w]['ratio']:.2f}x, then "
+                        f"{1 / c.m.ratio_best:.2f}x in new pairs")
+        out.untrusted_now.append((w, why))
+        for k in [k for k, r in new.items() if k == w or r.get("same_as") == w]:
+            del new[k]

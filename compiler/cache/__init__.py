@@ -6,13 +6,15 @@ safe for concurrent processes, shippable as one archive.
     safety.py     strict (no-compile) mode, refusal of directories other users can write to
     decisions.py  DecisionStore: per-config autotune results and winners, under <root>/autotune/
     unwritable.py where a build goes when the cache cannot take it (a full disk, a read-only directory)
-    archive.py    export / import of a whole cache (entries and decisions) as one .tar.gz
+    archive.py    export / import of a cache (entries and decisions) as one .tar.gz
+    select.py     what an export takes (--target, --kernel, --op, --since, --keys)
+    usage.py      the entries and decision files a process used (TILEJIT_CACHE_RECORD)
     cli.py        `python -m compiler.cache {ls, stats, export, import, verify, prune, clear}`
 """
 from .decisions import DecisionStore
 from .keys import stable_hash
-from .safety import CacheError, check_dir_safety, strict_mode
+from .safety import CacheError, CacheMissError, check_dir_safety, strict_mode
 from .store import STATS, CacheEntry, KernelCache, compiler_tmpdir, default_cache_dir
 
-__all__ = ["KernelCache", "CacheEntry", "CacheError", "DecisionStore", "STATS", "stable_hash",
+__all__ = ["KernelCache", "CacheEntry", "CacheError", "CacheMissError", "DecisionStore", "STATS", "stable_hash",
            "default_cache_dir", "strict_mode", "check_dir_safety", "compiler_tmpdir"]

@@ -41,8 +41,9 @@ from ..target import get_target
 from ..version import __version__
 from .decisions import SUBDIR as DECISIONS, validate_document
 from .safety import CacheError
+from .select import Selection
 from .staging import Staging
-from .store import KEY_RE, MANIFEST, SHA_RE, KernelCache, safe_name
+from .store import KEY_RE, LAUNCH_PATH, MANIFEST, SHA_RE, KernelCache, safe_name
 
 __all__ = ["ArchiveError", "export_cache", "import_cache"]
 
@@ -70,13 +71,26 @@ def _version() -> str:
     return __version__
 
 
-def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
-    """Write every valid entry of ``cache`` into ``archive`` (atomically). Returns the manifest."""
+def export_cache(cache: KernelCache, archive: str | os.PathLike, select: Selection | None = None) -> dict:
+    """Write the valid entries and decision files `select` takes (default: all) into ``archive``
+    (atomically). Returns the manifest, plus "left_out": {"entries": n, "decisions": n} not taken."""
     archive = pathlib.Path(archive)
+    select = select or Selection()
     targets: dict[str, object] = {}
     entries: dict[str, dict] = {}
     blobs: list[tuple[str, bytes]] = []
+    left_out = {"entries": 0, "decisions": 0}
+    chosen = []
     for entry in cache.entries():
+        launch_path = entry.meta.get("target") is None and entry.meta.get("kernel") == LAUNCH_PATH
+        if select.entry(entry.key, entry.meta, cache.created(entry.key), launch_path):
+            chosen.append((entry, launch_path))
+        else:
+            left_out["entries"] += 1
+    if select.keys is None and all(lp for _, lp in chosen):   # the launch path's module goes with kernels
+        left_out["entries"] += len(chosen)
+        chosen = []
+    for entry, _ in chosen:
         meta = entry.meta
         tname = meta.get("target") if isinstance(meta.get("target"), str) else None
         if tname is not None and tname not in targets:
@@ -107,6 +121,13 @@ def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
     for path in sorted((cache.root / DECISIONS).glob("*.json")) if (cache.root / DECISIONS).is_dir() else []:
         if path.is_file() and not path.is_symlink() and _DECISION_RE.fullmatch(path.name):
             data = path.read_bytes()
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                doc = {}
+            if not select.decision(path.name, doc if isinstance(doc, dict) else {}, path.stat().st_mtime):
+                left_out["decisions"] += 1
+                continue
             decisions[path.name] = hashlib.sha256(data).hexdigest()
             blobs.append((f"{DECISIONS}/{path.name}", data))
     manifest = {"format": ARCHIVE_FORMAT, "tilejit_version": _version(), "created": time.time(),
@@ -126,7 +147,7 @@ def export_cache(cache: KernelCache, archive: str | os.PathLike) -> dict:
         if os.path.exists(part):
             os.unlink(part)
         raise
-    return manifest
+    return {**manifest, "left_out": left_out}
 
 
 def _member_path(info: tarfile.TarInfo) -> tuple[str, str] | None:
@@ -262,17 +283,24 @@ def _check_compat(manifest: dict) -> tuple[list[str], list[str]]:
                         f"this is tilejit {_version()!r}")
     for tname, fp in sorted(manifest["targets"].items()):
         try:
-            here = _current_fingerprint(tname)
+            tgt = get_target(tname)
+            here, unknown = _json(tgt.fingerprint()), tgt.unknown_here()
         except Exception as exc:  # noqa: BLE001 - unknown / unavailable target
             unchecked.append(f"target {tname!r} is not available here, so its entries were not checked against "
                              f"this machine ({exc})")
             continue
+        if unknown:   # e.g. no C++ compiler here: its version cannot be compared, the entries only run
+            unchecked.append(f"target {tname!r}: {', '.join(unknown)} of its fingerprint cannot be checked here "
+                             f"({tgt.cannot_build() or 'its toolchain is not installed'}); its entries are imported "
+                             "for running, as built")
         if fp is None:
             problems.append(f"target {tname!r}: the archive does not record its fingerprint")
+        elif isinstance(fp, dict) and isinstance(here, dict):
+            diff = sorted(k for k in set(fp) | set(here) if fp.get(k) != here.get(k) and k not in unknown)
+            if diff:
+                problems.append(f"target {tname!r} fingerprint differs from this machine's (fields: {', '.join(diff)})")
         elif _json(fp) != here:
-            diff = sorted(k for k in set(fp) | set(here) if fp.get(k) != here.get(k)) if isinstance(fp, dict) else []
-            problems.append(f"target {tname!r} fingerprint differs from this machine's"
-                            + (f" (fields: {', '.join(diff)})" if diff else ""))
+            problems.append(f"target {tname!r} fingerprint differs from this machine's")
     return problems, unchecked
 
 
@@ -280,8 +308,10 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
                  max_bytes: int | None = None) -> dict:
     """Verify ``archive`` completely, then publish its entries into ``cache``, all or nothing.
 
-    Returns {"imported": [...], "skipped": [...], "decisions_imported": [...], "decisions_skipped": [...],
-    "problems": [...], "unchecked": [...]} (unchecked: targets not available here, see _check_compat): kernel entries (skipped: a valid entry with that key exists) and the
+    Returns {"entries": {key: (target, kernel)}, "imported": [...], "skipped": [...],
+    "decisions_imported": [...], "decisions_skipped": [...], "problems": [...], "unchecked": [...]}
+    (unchecked: targets not available here, see _check_compat): kernel entries (skipped: a valid
+    entry with that key exists) and the
     autotuner's decision files (skipped: this cache has its own file of that name), counted apart.
     Raises ArchiveError (nothing published) on a corrupt or unsafe archive, on decisions that would
     not run, on contents over ``max_bytes`` (default 4 GiB), or on a version/target mismatch unless
@@ -321,7 +351,8 @@ def import_cache(cache: KernelCache, archive: str | os.PathLike, *, force: bool 
         except CacheError as exc:
             raise ArchiveError(str(exc)) from None
     dec = f"{DECISIONS}/"
-    return {"imported": [k for k in res["imported"] if not k.startswith(dec)],
+    return {"entries": {k: (e.get("target"), e.get("kernel")) for k, e in entries.items()},
+            "imported": [k for k in res["imported"] if not k.startswith(dec)],
             "skipped": [k for k in res["skipped"] if not k.startswith(dec)],
             "decisions_imported": [k for k in res["imported"] if k.startswith(dec)],
             "decisions_skipped": [k for k in res["skipped"] if k.startswith(dec)],

@@ -17,9 +17,13 @@ import time
 from .archive import export_cache, import_cache
 from .decisions import DecisionStore, load_document
 from .safety import CacheError
-from .store import MANIFEST, BadEntry, KernelCache
+from .select import Selection, parse_since
+from .store import LAUNCH_PATH, BadEntry, KernelCache
+from .usage import read_manifest
 
 __all__ = ["main"]
+
+LAUNCH_PATH_ROW = "launch-path"   # the compiled launch path's module, in `ls`/`stats`/`import` (every target's)
 
 
 def _size(path: pathlib.Path) -> int:
@@ -33,19 +37,23 @@ def _size(path: pathlib.Path) -> int:
     return total
 
 
-def _created(path: pathlib.Path) -> float:
-    try:
-        return os.stat(path / MANIFEST).st_mtime
-    except OSError:
-        return os.lstat(path).st_mtime
-
-
 def _rows(cache: KernelCache) -> list[dict]:
     rows = []
     for e in cache.entries():
-        rows.append({"key": e.key, "kernel": e.meta.get("kernel"), "target": e.meta.get("target"),
-                     "size": _size(e.path), "created": _created(e.path)})
+        rows.append({"key": e.key, "kernel": e.meta.get("kernel"), "target": _target_of(e.meta),
+                     "specialization": e.meta.get("specialization"), "policy": e.meta.get("policy"),
+                     "op": e.meta.get("op"),
+                     "size": _size(e.path), "created": cache.created(e.key)})
     return rows
+
+
+def _target_of(meta: dict) -> str:
+    """The entry's target; the compiled launch path's module (no target: it serves every one)
+    is listed under its own name."""
+    t = meta.get("target")
+    if t:
+        return str(t)
+    return LAUNCH_PATH_ROW if meta.get("kernel") == LAUNCH_PATH else "unknown"
 
 
 def _human(n: float) -> str:
@@ -61,11 +69,13 @@ def cmd_ls(cache: KernelCache, args) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'KEY':<14} {'KERNEL':<28} {'TARGET':<12} {'SIZE':>10}  CREATED")
+    print(f"{'KEY':<14} {'TARGET':<12} {'SIZE':>10}  {'CREATED':<19}  KERNEL (SPECIALISATION; POLICY, OP)")
     for r in sorted(rows, key=lambda r: r["created"]):
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
-        print(f"{r['key'][:12]:<14} {str(r['kernel'] or '-'):<28} {str(r['target'] or '-'):<12} "
-              f"{_human(r['size']):>10}  {created}")
+        what = r["specialization"] or r["kernel"] or "-"
+        extra = ", ".join(x for x in (r.get("policy"), r.get("op") and f"op {r['op']}") if x)
+        print(f"{r['key'][:12]:<14} {r['target']:<12} {_human(r['size']):>10}  {created:<19}  {what}"
+              + (f" ({extra})" if extra else ""))
     print(f"{len(rows)} entries in {cache.root}")
     return 0
 
@@ -74,13 +84,16 @@ def cmd_stats(cache: KernelCache, args) -> int:
     rows = _rows(cache)
     per: dict[str, dict] = {}
     for r in rows:
-        t = per.setdefault(str(r["target"] or "-"), {"count": 0, "bytes": 0})
+        t = per.setdefault(r["target"], {"count": 0, "bytes": 0, "kernels": set()})
         t["count"] += 1
         t["bytes"] += r["size"]
+        t["kernels"].add(r["kernel"])
     bad = sum(1 for _ in cache.entry_dirs()) - len(rows)
     decisions = DecisionStore(cache.root)
     out = {"cache_dir": str(cache.root), "count": len(rows), "bytes": sum(r["size"] for r in rows),
-           "bad": bad, "targets": per, "decision_files": len(decisions.files())}
+           "bad": bad, "targets": {k: {"count": v["count"], "bytes": v["bytes"], "kernels": len(v["kernels"])}
+                                   for k, v in per.items()},
+           "decision_files": len(decisions.files())}
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -88,7 +101,9 @@ def cmd_stats(cache: KernelCache, args) -> int:
     print(f"entries:   {out['count']} ({_human(out['bytes'])}), {bad} invalid")
     print(f"decisions: {out['decision_files']} files in {decisions.dir}")
     for name, t in sorted(per.items()):
-        print(f"  {name:<12} {t['count']:>6} entries  {_human(t['bytes']):>10}")
+        what = ("the compiled launch path's module (every target's launches)" if name == LAUNCH_PATH_ROW else
+                f"{len(t['kernels'])} kernels")
+        print(f"  {name:<12} {t['count']:>6} entries  {_human(t['bytes']):>10}  {what}")
     return 0
 
 
@@ -97,10 +112,56 @@ def _counted(entries: int, decisions: int) -> str:
     return f"{entries} kernel entries and {decisions} decision files"
 
 
+def _selection(args) -> Selection:
+    def listed(values):
+        return tuple(v.strip() for item in values or () for v in item.split(",") if v.strip())
+    keys = decisions = None
+    if args.keys:
+        try:
+            k, d = read_manifest(args.keys)
+        except OSError as exc:
+            raise CacheError(f"--keys {args.keys}: {exc}") from None
+        keys, decisions = frozenset(k), frozenset(d)
+    return Selection(targets=listed(args.target), kernels=listed(args.kernel), ops=listed(args.op),
+                     since=parse_since(args.since) if args.since else None, keys=keys, decisions=decisions)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _counted_apart(pairs, decisions: int) -> str:
+    """"12 kernel entries (cpu 10, kunlun:xpu3 2), 3 decision files and the compiled launch path's
+    module" from the (target, kernel) of each entry."""
+    count: dict[str, int] = {}
+    launch_path = False
+    for target, kernel in pairs:
+        if not target and kernel == LAUNCH_PATH:
+            launch_path = True
+            continue
+        count[target or "unknown"] = count.get(target or "unknown", 0) + 1
+    text = _plural(sum(count.values()), "kernel entry").replace("entrys", "entries")
+    if count:
+        text += " (" + ", ".join(f"{t} {n}" for t, n in sorted(count.items())) + ")"
+    text += (", " if launch_path else " and ") + _plural(decisions, "decision file")
+    return text + (" and the compiled launch path's module" if launch_path else "")
+
+
 def cmd_export(cache: KernelCache, args) -> int:
-    man = export_cache(cache, args.archive)
-    print(f"exported {_counted(len(man['entries']), len(man.get('decisions', {})))} "
-          f"(targets: {', '.join(sorted(man['targets'])) or 'none'}) to {args.archive}")
+    select = _selection(args)
+    man = export_cache(cache, args.archive, select)
+    ents = man["entries"]
+    print(f"exported {_counted_apart(((e['target'], e['kernel']) for e in ents.values()), len(man['decisions']))} "
+          f"to {args.archive} (selected: {select.describe()})")
+    left = man["left_out"]
+    if left["entries"] or left["decisions"]:
+        print(f"left out: {_plural(left['entries'], 'entry').replace('entrys', 'entries')} and "
+              f"{_plural(left['decisions'], 'decision file')} the selection does not take")
+    if select.keys is not None:
+        missing = sorted(select.keys - set(ents))
+        if missing:
+            print(f"warning: {len(missing)} keys the --keys file lists are not in {cache.root} "
+                  f"(e.g. {missing[0][:16]}): the archive lacks them", file=sys.stderr)
     return 0
 
 
@@ -110,8 +171,26 @@ def cmd_import(cache: KernelCache, args) -> int:
         print(f"warning (--force): {p}", file=sys.stderr)
     for u in res["unchecked"]:
         print(f"note: {u}", file=sys.stderr)
-    print(f"imported {_counted(len(res['imported']), len(res['decisions_imported']))} into {cache.root} "
-          f"(already present, kept: {_counted(len(res['skipped']), len(res['decisions_skipped']))})")
+    ents = res["entries"]
+    if args.verbose:   # what happened to each kernel (grouped by name) and decision file
+        groups: dict[tuple, list[int]] = {}   # (target, kernel) -> [new, already there]
+        for i, keys in enumerate((res["imported"], res["skipped"])):
+            for key in keys:
+                groups.setdefault(ents[key], [0, 0])[i] += 1
+        for (target, kernel), (new, kept) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+            name = target or (LAUNCH_PATH_ROW if kernel == LAUNCH_PATH else "unknown")
+            what = ", ".join(x for x in (new and f"{new} new", kept and f"{kept} already there (kept)") if x)
+            print(f"  {name:<12} {kernel or '-':<32} {what}")
+        for name in res["decisions_imported"]:
+            print(f"  {'decisions':<12} {name.split('/', 1)[1]:<32} new")
+        for name in res["decisions_skipped"]:
+            print(f"  {'decisions':<12} {name.split('/', 1)[1]:<32} already there, kept (this cache's own results)")
+    line = f"imported {_counted_apart((ents[k] for k in res['imported']), len(res['decisions_imported']))} " \
+           f"into {cache.root}"
+    if res["skipped"] or res["decisions_skipped"]:
+        line += (f"; already there, kept: "
+                 f"{_counted_apart((ents[k] for k in res['skipped']), len(res['decisions_skipped']))}")
+    print(line + ("" if args.verbose else " (-v: each kernel)"))
     return 0
 
 
@@ -220,12 +299,23 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("stats", parents=[common], help="count and size, per target")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_stats)
-    s = sub.add_parser("export", parents=[common], help="write all valid entries to one .tar.gz")
+    s = sub.add_parser("export", parents=[common], help="write the valid entries (all, or a selection) to one .tar.gz",
+                       description="Every criterion given must hold; none given exports everything. "
+                                   "See docs/deployment.md.")
     s.add_argument("archive")
+    s.add_argument("--target", action="append", metavar="T", help="entries and decisions of target T (cpu, kunlun: "
+                                                                  "every arch, kunlun:xpu3); repeat or comma-separate")
+    s.add_argument("--kernel", action="append", metavar="NAME", help="entries of kernels so named (a glob: rms_norm*)")
+    s.add_argument("--op", action="append", metavar="OP", help="a library op's decision files and the kernels "
+                                                             "built for it")
+    s.add_argument("--since", metavar="WHEN", help="built or written since: 90m, 12h, 7d, 2w or an ISO date")
+    s.add_argument("--keys", metavar="FILE", help="exactly what a process used: the file TILEJIT_CACHE_RECORD=FILE "
+                                                "wrote (or one key per line)")
     s.set_defaults(func=cmd_export)
     s = sub.add_parser("import", parents=[common], help="verify an archive and add its entries")
     s.add_argument("archive")
     s.add_argument("--force", action="store_true", help="import despite a version/target mismatch")
+    s.add_argument("-v", "--verbose", action="store_true", help="what happened to each kernel and decision file")
     s.set_defaults(func=cmd_import)
     s = sub.add_parser("verify", parents=[common], help="re-hash every entry and read every decision file")
     s.add_argument("--delete", action="store_true", help="delete bad entries")

@@ -10,10 +10,15 @@ a shape key (``"N=4096,K=4096"``) to ``{"shape", "results", "winner", "winner_co
 "winner_time_s", "estimated", "baseline"}``, and ``results`` maps a config key (``"BLOCK_K=128,BLOCK_M=64"``)
 to ``{"config", "status": ok|rejected|pruned, "time_s", "estimated", "reason", "at"}``.
 
-The winner is the fastest result, except where the entry names a ``baseline`` (the library op's
-default config): a measured candidate displaces it only when it is faster by more than the noise
-of both timings (their spreads, and at least MIN_GAIN). Timings taken on a loaded machine (spreads
-of 50-100%) then leave the default in place instead of storing whichever sample happened to be low.
+Measured results are timed in pairs with a reference (the baseline, else the first candidate:
+compiler/autotune/timing.py) and carry ``ratio`` (t_candidate / t_reference of the fastest samples),
+``ratio_spread`` (how far the odd and the even pairs disagree on it), ``ratio_median`` (the median
+of the per-pair ratios) and ``ref``. The winner is the lowest ratio, except where the entry names a
+``baseline`` (the library op's default config): a candidate displaces it only when faster by more
+than its ratio's spread (and at least MIN_GAIN) and its median ratio agrees, so a loaded machine
+leaves the default in place instead of storing whichever sample happened to be low. Results stored
+before paired timing (no ``ratio``) are compared by ``time_s`` and both spreads; the autotuner
+measures them again.
 
 Writes take the file's lock, re-read the file, merge the new per-config results into what is
 there (results of other configs and other shape keys are kept), recompute the winner and replace
@@ -31,6 +36,7 @@ import time
 from filelock import FileLock
 
 from ..opspec import config_problem
+from . import usage
 from .keys import stable_hash
 from .safety import CacheError, log, strict_mode
 from .store import default_cache_dir
@@ -178,6 +184,13 @@ def _entry(doc: dict, shape_key: str, shape) -> dict:
     return entry
 
 
+def winner_of(results: dict, baseline: str | None, space_keys=None) -> str | None:
+    """The config key `record` would make the winner of these results (config key -> result)."""
+    entry = {"results": results, "baseline": baseline}
+    _pick_winner(entry, space_keys)
+    return entry["winner"]
+
+
 def _pick_winner(entry: dict, space_keys=None) -> None:
     ok = [(k, r) for k, r in entry["results"].items()
           if r.get("status") == "ok" and r.get("time_s") is not None and (space_keys is None or k in space_keys)]
@@ -186,14 +199,47 @@ def _pick_winner(entry: dict, space_keys=None) -> None:
     if not pool:
         entry.update(winner=None, winner_config=None, winner_time_s=None, estimated=False)
         return
+    paired = _paired(pool, entry.get("baseline"))
+    if paired:
+        k, r = _by_ratio(paired, entry.get("baseline"))
+    else:
+        k, r = _by_time(pool, entry.get("baseline"))
+    entry.update(winner=k, winner_config=r["config"], winner_time_s=r["time_s"], estimated=bool(r.get("estimated")))
+
+
+def _paired(pool: list, baseline: str | None) -> list:
+    """The results timed in pairs with one reference (the baseline when given, else the reference
+    most of them share), the reference's own included; [] when there are none."""
+    refs = [r.get("ref") for _, r in pool if r.get("ratio") is not None and r.get("ref")]
+    if not refs:
+        return []
+    ref = baseline if baseline in refs else max(set(refs), key=refs.count)
+    return [(k, r) for k, r in pool if r.get("ref") == ref and r.get("ratio") is not None]
+
+
+def _by_ratio(paired: list, baseline: str | None):
+    """The lowest ratio to the reference; a baseline is displaced only by a candidate faster by more
+    than that ratio's spread (and at least MIN_GAIN), whose median per-pair ratio agrees."""
+    k, r = min(paired, key=lambda kr: (kr[1]["ratio"], "same_as" in kr[1], kr[0]))
+    base = dict(paired).get(baseline)
+    if base is not None and k != baseline:
+        margin = max(MIN_GAIN, r.get("ratio_spread") or 0.0)
+        if r["ratio"] * (1 + margin) >= base["ratio"] or r.get("ratio_median", 0.0) >= base["ratio"]:
+            return baseline, base
+    return k, r
+
+
+def _by_time(pool: list, baseline: str | None):
+    """Results from before paired timing (and estimates): the lowest time; a baseline is displaced
+    only by a candidate faster by more than both spreads (and at least MIN_GAIN)."""
     # ties (candidates that launch the same config share a result): prefer the one measured as itself
     k, r = min(pool, key=lambda kr: (kr[1]["time_s"], "same_as" in kr[1], kr[0]))
-    base = dict(pool).get(entry.get("baseline"))
+    base = dict(pool).get(baseline)
     if base is not None and not r.get("estimated") and not base.get("estimated"):
         margin = max(MIN_GAIN, r.get("spread") or 0.0, base.get("spread") or 0.0)
         if r["time_s"] * (1 + margin) >= base["time_s"]:
-            k, r = entry["baseline"], base
-    entry.update(winner=k, winner_config=r["config"], winner_time_s=r["time_s"], estimated=bool(r.get("estimated")))
+            return baseline, base
+    return k, r
 
 
 def result(config: dict, status: str, time_s=None, reason=None, estimated=False, **extra) -> dict:
@@ -263,6 +309,8 @@ def lookup(op: str, target, policy: str, shape_key: str, root=None):
     if table is None:
         store = DecisionStore(root)
         doc = store.read(op, target.name, fp, policy)
+        if doc["entries"]:   # TILEJIT_CACHE_RECORD lists the decision files a process used
+            usage.note_decisions(store.path(op, target.name, fp, policy).name)
         table = {}
         for k, e in doc["entries"].items():
             if not isinstance(e, dict):

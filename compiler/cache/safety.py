@@ -15,6 +15,10 @@ class CacheError(Exception):
     """The cache cannot do what was asked (e.g. it is read-only and the entry is missing)."""
 
 
+class CacheMissError(CacheError):
+    """TILEJIT_CACHE_STRICT=1 and a kernel is not in the cache (compiler/cache_miss.py words it)."""
+
+
 _STAMPED = ("TILEJIT_CACHE_DIR", "XDG_CACHE_HOME", "TILEJIT_CACHE_STRICT")
 _ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 _K0, _K1, _K2 = (k.encode() for k in _STAMPED)

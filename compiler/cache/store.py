@@ -35,14 +35,15 @@ from dataclasses import dataclass
 
 from filelock import FileLock, Timeout
 
-from . import staging, unwritable
+from . import staging, unwritable, usage
 from .safety import CacheError, check_dir_safety, log, strict_mode
 from .unwritable import CacheUnwritable
 
-__all__ = ["KernelCache", "CacheEntry", "BadEntry", "STATS", "MANIFEST", "KEY_RE", "SHA_RE", "default_cache_dir",
-           "safe_name", "sha256_file", "compiler_tmpdir"]
+__all__ = ["KernelCache", "CacheEntry", "BadEntry", "STATS", "MANIFEST", "LAUNCH_PATH", "KEY_RE", "SHA_RE",
+           "default_cache_dir", "safe_name", "sha256_file", "compiler_tmpdir"]
 
 MANIFEST = "manifest.json"
+LAUNCH_PATH = "tilejit compiled launch path"   # the "kernel" of compiler/fastpath's module entry
 _FORMAT = 1
 # Lower-case only: keys become directory names, and upper/lower variants of one key would be
 # distinct entries on case-sensitive filesystems but collide on case-insensitive ones.
@@ -178,14 +179,17 @@ class KernelCache:
         if entry is not None:
             if counted:
                 STATS.bump("memory_hits")
+            usage.note_entry(key, entry.meta)
             return entry
         entry = self.load(key)
         if entry is None and os.path.lexists(self.entry_dir(key)):
             # Bad entry. Remove it only if nobody holds the lock (a holder re-checks and cleans
             # up itself): a lookup must never block behind someone else's build.
             entry = self._discard_bad(key)
-        if entry is not None and counted:
-            STATS.bump("disk_hits")
+        if entry is not None:
+            if counted:
+                STATS.bump("disk_hits")
+            usage.note_entry(key, entry.meta)
         return entry
 
     def get_or_build(self, key: str, build: Callable[[pathlib.Path], dict], *, counted: bool = True) -> CacheEntry:
@@ -229,6 +233,7 @@ class KernelCache:
             if entry is not None:
                 if counted:
                     STATS.bump("disk_hits")
+                usage.note_entry(key, entry.meta)
                 return entry
             self.move_aside(key)  # a bad entry, if any
             self._sweep_tmp(key)
@@ -236,7 +241,16 @@ class KernelCache:
             self._mem[key] = entry
             if counted:
                 STATS.bump("builds")
+            usage.note_entry(key, entry.meta)
             return entry
+
+    def created(self, key: str) -> float:
+        """When the entry was published (its manifest's mtime; the directory's without one)."""
+        d = self.entry_dir(key)
+        try:
+            return os.stat(d / MANIFEST).st_mtime
+        except OSError:
+            return os.lstat(d).st_mtime
 
     def entries(self) -> Iterator[CacheEntry]:
         """Yield every valid entry on disk (bad ones are skipped and counted as rejected)."""
@@ -244,6 +258,17 @@ class KernelCache:
             entry = self._mem.get(key) or self.load(key)
             if entry is not None:
                 yield entry
+
+    def manifests(self) -> Iterator[tuple[str, dict]]:
+        """(key, meta) of every entry whose manifest reads, its artifacts NOT verified: for reports
+        and for choosing keys (what a lookup loads is verified then), never for loading."""
+        for key, d in self.entry_dirs():
+            try:
+                man = json.loads((d / MANIFEST).read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(man, dict) and man.get("key") == key and isinstance(man.get("meta"), dict):
+                yield key, man["meta"]
 
     def sweep_stale(self, force: bool = False) -> list[str]:
         """Once per instance (or when ``force``): cleans up what killed processes left under tmp/

@@ -6,9 +6,10 @@ by processes and shipped by `compiler.cache export` like any entry.
 It provides the warm `kfn[grid](...)` dispatch of every kernel (`Dispatcher`), for targets
 whose kernels have a packed entry (the cpu target) the launch itself with arguments converted
 in C (`Launcher`), and the plan key of a library op call (`signature`, kernels/op_plans.py);
-see the C file's header. Where Python's headers or a C compiler are missing,
-or TILEJIT_FAST_LAUNCH=0, or a strict cache holds no copy, everything runs the Python path (the
-same checks, a few microseconds more per launch), and one log line says why.
+see the C file's header. Where Python's headers or a C compiler are missing (a deployment image),
+a copy another machine built for this Python is loaded from the cache (an imported one); where
+there is none, or TILEJIT_FAST_LAUNCH=0, or a strict cache holds no copy, everything runs the
+Python path (the same checks, a few microseconds more per launch), and one log line says why.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import sysconfig
 import threading
 
 from ..cache import CacheError, KernelCache, compiler_tmpdir, stable_hash
+from ..cache.store import LAUNCH_PATH
 
 log = logging.getLogger("compiler.fastpath")
 
@@ -59,7 +61,7 @@ def _build(cc: list[str], include: str, out_dir: str) -> dict:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{res.stderr[-2000:]}")
-    return {"kernel": "tilejit compiled launch path", "target": None, "file": os.path.basename(out),
+    return {"kernel": LAUNCH_PATH, "target": None, "file": os.path.basename(out),
             "python": sys.version.split()[0]}
 
 
@@ -77,22 +79,40 @@ def _try_load():
     if not enabled():
         return None, "TILEJIT_FAST_LAUNCH=0"
     include = sysconfig.get_paths().get("include") or ""
-    if not os.path.exists(os.path.join(include, "Python.h")):
-        return None, (f"Python's headers are not installed (no Python.h in {include or 'the include path'}; "
-                      f"install the python{sys.version_info[0]}.{sys.version_info[1]}-dev package)")
-    cc = _compiler()
-    if cc is None:
-        return None, "no C compiler found (install gcc or set CC)"
     with open(_SOURCE, "rb") as f:
         source_hash = hashlib.sha256(f.read()).hexdigest()
-    key = stable_hash({"fastpath": source_hash, "abi": _ABI, "python": sys.version, "include": include,
-                       "ext": sysconfig.get_config_var("EXT_SUFFIX"), "cc": _version(cc)})
+    # everything the module depends on but the C compiler: a machine without one (a deployment
+    # image) loads a module another machine built for this Python, from an imported cache
+    abi = stable_hash({"fastpath": source_hash, "abi": _ABI, "python": sys.version, "include": include,
+                       "ext": sysconfig.get_config_var("EXT_SUFFIX")})
     cache = KernelCache(os.environ.get("TILEJIT_FASTPATH_DIR") or os.environ.get("TILEJIT_CACHE_DIR") or None)
+    cc = _compiler()
+    why = ("no C compiler found (install gcc or set CC)" if cc is None else
+           None if os.path.exists(os.path.join(include, "Python.h")) else
+           f"Python's headers are not installed (no Python.h in {include or 'the include path'}; install the "
+           f"python{sys.version_info[0]}.{sys.version_info[1]}-dev package)")
     try:
-        entry = cache.get_or_build(key, lambda d: _build(cc, include, str(d)), counted=False)
+        if why:   # nothing to build it with: a copy built for this Python elsewhere, if imported
+            entry = _built_elsewhere(cache, abi)
+            if entry is None:
+                return None, why
+        else:
+            key = stable_hash({"fastpath": source_hash, "abi": _ABI, "python": sys.version, "include": include,
+                               "ext": sysconfig.get_config_var("EXT_SUFFIX"), "cc": _version(cc)})
+            entry = cache.get_or_build(key, lambda d: {**_build(cc, include, str(d)), "abi": abi}, counted=False)
         return _load(str(entry.file(entry.meta["file"]))), None
     except (CacheError, OSError, RuntimeError, ImportError, KeyError) as e:
         return None, f"{type(e).__name__}: {e}"
+
+
+def _built_elsewhere(cache: KernelCache, abi: str):
+    """The verified cache entry of a module built for this Python by another machine, or None."""
+    for key, meta in cache.manifests():
+        if meta.get("kernel") == LAUNCH_PATH and meta.get("abi") == abi:
+            entry = cache.lookup(key, counted=False)
+            if entry is not None:
+                return entry
+    return None
 
 
 def fast_module():

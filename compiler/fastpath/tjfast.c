@@ -399,6 +399,19 @@ typedef struct {
     PyObject* last_target, *last_name;
 } Dispatcher;
 
+/* An error about the user's launch (`run` marks it: jit.py's _USER_ERRORS) is shown from the
+   launch line alone: the one frame `run` re-raised it from is dropped too. */
+static void drop_launch_frame(void) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && PyObject_HasAttrString(value, "__tilejit_launch_error__")) {
+        Py_CLEAR(tb);
+        PyException_SetTraceback(value, Py_None);
+    }
+    PyErr_Restore(type, value, tb);
+}
+
 static PyObject* slow_run(Dispatcher* self, PyObject* grid, PyObject* const* pos, Py_ssize_t npos,
                           PyObject* kwnames) {
     PyObject* tup = PyTuple_New(npos);
@@ -412,6 +425,7 @@ static PyObject* slow_run(Dispatcher* self, PyObject* grid, PyObject* const* pos
     PyObject* r = PyObject_CallFunctionObjArgs(self->run, grid, tup, kw, NULL);
     Py_DECREF(tup);
     Py_DECREF(kw);
+    if (r == NULL) drop_launch_frame();
     return r;
 }
 

@@ -12,6 +12,10 @@ Target (one compiled-for machine, e.g. `kunlun:xpu2`)
     fast_software_math                          numerics: the fast policy also uses the software math
                                                 (True: every sequence; a set of op names: those only)
     fingerprint() -> dict                       what its binaries depend on (part of every cache key)
+    unknown_here() -> tuple                     fingerprint fields this machine cannot determine (a
+                                                toolchain that is not installed; cache_only.py)
+    cannot_build() -> str | None                why this machine cannot build its kernels (kernels
+                                                already in the cache still load), or None
     render(fn) -> str                           Tile IR (after passes) -> source text
     build(fn, source, out_dir) -> dict          source -> files in out_dir; returns the entry's meta
     load(fn, entry, arg_indices, cache)         a cache entry -> a launcher `launcher(grid, args)`;
@@ -109,6 +113,17 @@ class Target:
 
     def fingerprint(self) -> dict:
         raise NotImplementedError(f"target {self.name!r} does not implement fingerprint()")
+
+    def unknown_here(self) -> tuple[str, ...]:
+        """Fingerprint fields this machine cannot determine (its toolchain is not installed): the
+        fingerprint takes them from the kernel cache's entries (compiler/target/cache_only.py),
+        and an archive's entries are not refused for differing there."""
+        return ()
+
+    def cannot_build(self) -> str | None:
+        """Why kernels cannot be built for this target here (a toolchain missing or too old), or
+        None. Kernels already in the kernel cache load and run either way."""
+        return None
 
     def render(self, fn) -> str:
         raise NotImplementedError(f"target {self.name!r} does not implement render()")

@@ -4,6 +4,11 @@ Requirements are checked once per plugin object before its first use (`get_targe
 toolchain that is too old fails with one message naming the plugin, what it needs and what was
 found, instead of a compiler error deep inside a build. Checks are cached; registering or
 checking a plugin twice does nothing new.
+
+A requirement only builds need (`needed_for="build"`: the C++ compiler of the cpu target and of
+Kunlun's host emulation) does not keep the target from being used: where it is missing or too old,
+the target runs the kernels already in the kernel cache (a deployment image without a compiler),
+and a build fails with `build_problem`'s reason (compiler/cache_miss.py words the error).
 """
 from __future__ import annotations
 
@@ -43,11 +48,14 @@ class Requirement:
     minimum: str
     probe: Callable[[], object]
     hint: str = ""
+    needed_for: str = "use"   # "build": only compiling needs it; cached kernels run without it
 
     def found(self) -> tuple[tuple[int, ...] | None, str | None]:
         """(parsed version, description) of what is installed; (None, None) when nothing is."""
         try:
             res = self.probe()
+        except TargetError as e:   # a deliberate message (e.g. CXX names no compiler): shown as it is
+            return None, str(e)
         except Exception as e:  # noqa: BLE001 - a failing probe is reported, not raised
             return None, f"an error while probing ({type(e).__name__}: {e})"
         if res is None:
@@ -134,6 +142,8 @@ def check(name: str, plugin) -> None:
             meta = info(name, plugin)
             failed = None
             for req in meta.requirements:
+                if req.needed_for == "build":
+                    continue   # build_problem: the target still runs what the cache holds
                 ok, found = req.check()
                 if not ok:
                     failed = (name, meta.version, req.what, req.minimum, found, req.hint)
@@ -159,6 +169,34 @@ def availability(name: str, plugin) -> tuple[bool, str]:
     except TargetError as e:
         return False, str(e)
     return True, ""
+
+
+def build_problem(name: str, plugin) -> str | None:
+    """Why this machine cannot build `plugin`'s kernels (its first unmet build requirement, in one
+    sentence with the fix), or None when it can."""
+    for req in getattr(plugin, "requirements", None) or ():
+        if getattr(req, "needed_for", "use") != "build":
+            continue
+        ver, found = req.found()
+        if ver is not None and ver >= parse_version(req.minimum):
+            continue
+        if found is None:
+            return f"no {req.what} found" + (f" ({req.hint})" if req.hint else "")
+        if ver is None:
+            return found   # the probe's own message (e.g. CXX names no compiler)
+        return str(PluginVersionError(name, str(plugin.version), req.what, req.minimum, found, req.hint))
+    return None
+
+
+def limited(name: str, plugin) -> str:
+    """What works only in part here, in a few words (`python -m targets`, the doctor): the plugin's
+    own `limited_here()`, and that only cached kernels run when a build requirement is unmet."""
+    own = plugin.limited_here()
+    why = build_problem(name, plugin)
+    if why is None:
+        return own
+    cache_only = f"runs the kernels already in the kernel cache, builds none: {why}"
+    return f"{own}; {cache_only}" if own else cache_only
 
 
 def requirement_report(plugin) -> list[tuple[Requirement, bool, str | None]]:

@@ -4,14 +4,19 @@ OpenMP across programs, launched through the compiled launch path (ctypes where 
 TILEJIT_CPU_BOUNDS_CHECK=1 (read when the target is first used) renders every load and store
 with a check against the view of the tensor it came from (bounds.py): an out-of-bounds access becomes a
 KernelBoundsError naming the kernel, the argument, the offset and the extent, instead of a crash.
-It is part of the fingerprint, so checked and unchecked builds are separate cache entries."""
+It is part of the fingerprint, so checked and unchecked builds are separate cache entries.
+
+Without a C++ compiler the target still runs the kernels already in the kernel cache (a
+deployment image with an imported cache): the compiler's version in its fingerprint is then the
+one recorded by those entries (compiler/target/cache_only.py), and only a build fails."""
 from __future__ import annotations
 
 import os
 
 from compiler.errors import TargetError
 from compiler.ir import Function
-from compiler.target import Caps, Requirement, Target, TargetPlugin, command_version
+from compiler.target import Caps, Requirement, Target, TargetPlugin, command_version, requirements
+from compiler.target.cache_only import adopt_fingerprint
 from compiler.version import package_source_hash
 
 from . import toolchain
@@ -47,12 +52,21 @@ class CPUTarget(Target):
 
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
-            self._fingerprint = {"target": "cpu", **toolchain.fingerprint(),
-                                 "source": package_source_hash(_HERE),
-                                 "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+            fp = {"target": "cpu", **toolchain.fingerprint(),
+                  "source": package_source_hash(_HERE),
+                  "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
             if self.bounds_check:
-                self._fingerprint["bounds_check"] = True
+                fp["bounds_check"] = True
+            if fp["cxx"] is None:   # no compiler here: the cache's entries say which one built them
+                return adopt_fingerprint(fp, self.unknown_here())
+            self._fingerprint = fp
         return self._fingerprint
+
+    def unknown_here(self) -> tuple[str, ...]:
+        return ("cxx",) if toolchain.missing() else ()
+
+    def cannot_build(self) -> str | None:
+        return requirements.build_problem("cpu", TARGET)
 
     def render(self, fn: Function) -> str:
         return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
@@ -78,15 +92,11 @@ class CPUPlugin(TargetPlugin):
     device_kinds = ("cpu",)
     capabilities = ("run", "strict", "fast")
     # C++17, OpenMP and -ffp-contract=off: g++ 9 / clang 9 are the oldest releases tested for all three
+    # needed for builds only: without it, the kernels already in the cache still run
     requirements = (Requirement("C++ compiler", "9.0", lambda: command_version(toolchain.find_compiler()),
-                                hint="install g++ >= 9 or clang++ >= 9, or point CXX at one"),)
+                                hint="install g++ >= 9 or clang++ >= 9, or point CXX at one", needed_for="build"),)
     # a string so that importing the compiler does not import the runtime
     device_backend = "targets.cpu.device:CPUDevice"
-
-    def available(self) -> tuple[bool, str]:
-        if toolchain.find_compiler() is None:
-            return False, "no C++ compiler found (install g++ or set CXX)"
-        return True, ""
 
     def create(self, variant: str | None) -> CPUTarget:
         if variant:

@@ -41,6 +41,14 @@ def _find_compiler(cxx: str) -> str | None:
     return None
 
 
+def missing() -> str | None:
+    """Why no C++ compiler is usable here (none on PATH, or CXX names none), or None."""
+    try:
+        return None if find_compiler() else "no C++ compiler found (install g++ or clang++ >= 9, or set CXX)"
+    except TargetError as e:
+        return str(e)
+
+
 def march_flags() -> list[str]:
     # TILEJIT_CPU_ARCH pins the ISA (e.g. x86-64-v3) for caches shipped to other hosts; set but
     # empty means unset, as for the shell's own defaults
@@ -77,16 +85,19 @@ def _cpu_flags() -> str:
 
 
 def fingerprint() -> dict:
-    cxx = find_compiler()
+    """What a build depends on; "cxx" is None where no compiler is usable (the target then takes it
+    from the kernel cache's entries: compiler/target/cache_only.py)."""
+    cxx = None if missing() else find_compiler()
     arch = march_flags()
     return {"cxx": _version(cxx) if cxx else None, "flags": BASE_FLAGS + arch, "machine": platform.machine(),
             "isa": _cpu_flags() if "native" in arch[0] else arch[0]}
 
 
 def build(source_path: str, out_path: str) -> None:
+    why = missing()
+    if why:
+        raise TargetError(f"the cpu target needs a C++ compiler to build: {why}")
     cxx = find_compiler()
-    if cxx is None:
-        raise TargetError("the cpu target needs a C++ compiler: install g++ (or set CXX)")
     arch = march_flags()
     cmd = [cxx, *BASE_FLAGS, *arch, f"-I{HEADER_DIR}", source_path, "-o", out_path]
     with compiler_tmpdir(os.path.dirname(os.path.abspath(out_path))) as env:

@@ -7,12 +7,14 @@ import os
 
 from compiler.ir import Function
 from compiler.numerics import current_policy
-from compiler.target import INT32_MAX, Caps, Target
+from compiler.target import INT32_MAX, Caps, Target, requirements
+from compiler.target.cache_only import adopt_fingerprint
 from compiler.version import package_source_hash
 
 from .arch import get_arch
 from .build import toolchain
 from .codegen.renderer import KunlunRenderer
+from .runtime import sites
 from .runtime.launcher import KunlunLauncher, check_tensor
 from .tune import cost_model
 
@@ -40,10 +42,22 @@ class KunlunTarget(Target):
 
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
-            self._fingerprint = {"target": self.name, **toolchain.fingerprint(self.arch),
-                                 "source": package_source_hash(_HERE),
-                                 "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+            fp = {"target": self.name, **toolchain.fingerprint(self.arch),
+                  "source": package_source_hash(_HERE),
+                  "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
+            if self.unknown_here():   # no host compiler: the cache's entries say which one built them
+                return adopt_fingerprint(fp, self.unknown_here())
+            self._fingerprint = fp
         return self._fingerprint
+
+    def unknown_here(self) -> tuple[str, ...]:
+        return ("cxx",) if toolchain.mode() == "emulation" and toolchain.cpu_toolchain.missing() else ()
+
+    def cannot_build(self) -> str | None:
+        if toolchain.mode() == "xtdk":
+            return None
+        from . import TARGET  # noqa: PLC0415 - the plugin module imports this one
+        return requirements.build_problem("kunlun", TARGET)
 
     def estimate(self, spec, config: dict, shape: dict) -> float:
         """Estimated seconds of a library op call (tune/cost_model.py); the autotuner ranks by it
@@ -92,4 +106,5 @@ class KunlunTarget(Target):
     def load(self, fn: Function, entry, arg_indices: list[int], cache) -> KunlunLauncher:
         return KunlunLauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
                               [p.name for p in fn.params], arg_indices, self.caps,
-                              emulation=self.fingerprint()["mode"] == "emulation")
+                              emulation=self.fingerprint()["mode"] == "emulation", target_name=self.name,
+                              describe_site=lambda site: sites.describe(self, fn, site))

@@ -38,7 +38,8 @@ def fingerprint(arch: Arch) -> dict:
     if xtdk:
         return {"mode": "xtdk", "arch": arch.name, "xtdk": _version(xtdk), "xtdk_dir": os.environ.get("XTDK_DIR"),
                 "flags": DEVICE_FLAGS, "host": host_flags(), "sdk": [c.include_dir for c in sdk_components()[0]]}
-    cxx = cpu_toolchain.find_compiler()
+    # "cxx" is None without a host compiler: the target then takes it from the cache's entries
+    cxx = None if cpu_toolchain.missing() else cpu_toolchain.find_compiler()
     return {"mode": "emulation", "arch": arch.name, "cxx": _version(cxx) if cxx else None,
             "flags": EMU_FLAGS + _emulation_defines(arch)}
 
@@ -50,10 +51,10 @@ def _emulation_defines(arch: Arch) -> list[str]:
 
 
 def emulation_command(arch: Arch, source: str, out: str) -> list[str]:
-    cxx = cpu_toolchain.find_compiler()
-    if cxx is None:
-        raise TargetError("the kunlun target's host emulation needs a C++ compiler (install g++ or set CXX)")
-    return [cxx, *EMU_FLAGS, *_emulation_defines(arch), f"-I{HEADER_DIR}",
+    why = cpu_toolchain.missing()
+    if why:
+        raise TargetError(f"the kunlun target's host emulation needs a C++ compiler to build: {why}")
+    return [cpu_toolchain.find_compiler(), *EMU_FLAGS, *_emulation_defines(arch), f"-I{HEADER_DIR}",
             "-include", os.path.join(HEADER_DIR, "xpu_emulation.h"), "-x", "c++", source, "-o", out]
 
 

@@ -254,10 +254,16 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     def _lm_at(row: str, start: str) -> str:
         return row if start == "0" else f"{row} + {start}"
 
+    def emit_site(self, op: Op) -> None:
+        """Names the load or store the DMA calls that follow serve (its op's index in the IR): the
+        host emulation's bounds error reports it (runtime/sites.py); nothing on the device."""
+        self.emit(f"TJ_SITE({self.op_index[id(op)]});")
+
     def emit_load(self, op: Op) -> None:
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
         if v.type.is_scalar:
+            self.emit_site(op)
             name = self.name(v)
             self.emit(f"{self.d.reg_type(v.dtype)} {name};")
             copy = self._gm2lm(v.dtype, self.ev(ptr, (), None), name)
@@ -386,6 +392,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
         self.flow_close("}")
 
     def _load_into(self, op: Op, name: str, prefetch: bool = False) -> None:
+        self.emit_site(op)
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
         axis = self._row_axis(ptr, transposed_ok=True)
@@ -440,6 +447,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
             self._store(op)
 
     def _store(self, op: Op) -> None:
+        self.emit_site(op)
         ptr, val = op.operands[:2]
         mask = op.operands[2] if len(op.operands) > 2 else None
         if ptr.type.is_scalar:

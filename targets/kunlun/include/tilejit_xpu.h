@@ -19,6 +19,9 @@
 // LM hooks, no-ops on the device; under emulation: the run-time LM budget (TJ_LM_USE), and the
 // fence rules checked against the arena's scalar accesses (TJ_LM_ARENA, TJ_LM_SCALAR; the vector
 // and DMA calls check themselves).
+#ifndef TJ_SITE
+#define TJ_SITE(n)   // the load or store a DMA serves: only the emulation's bounds errors read it
+#endif
 #ifndef TJ_LM_USE
 #define TJ_LM_USE(buf)
 #define TJ_LM_ARENA(buf)

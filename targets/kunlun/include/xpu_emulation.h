@@ -3,7 +3,8 @@
 //  - qualifiers (__global__, __device__, __global_ptr__, __local__, __shared__, __simd__) expand to
 //    host C++; ids (cluster_id/core_id/cluster_num/core_num) are thread-local, set by the launch;
 //  - GM2LM/LM2GM (and GM2SM/SM2GM) are memcpy with a bounds check against the tensors the
-//    launcher registered: a copy outside them is skipped and sets an error the launcher raises;
+//    launcher registered: a copy outside them is skipped and sets an error the launcher raises,
+//    naming the load or store (TJ_SITE, set before its copies), the argument and the range;
 //  - TJ_LM_USE(buf) accounts each live __local__ buffer per core against TJ_EMU_LM_BUDGET bytes;
 //  - tj_emu_launch runs clusters x cores programs in parallel (OpenMP over the flat core id); a
 //    kernel with SM staging runs the cores of each cluster as coroutines instead, sharing that
@@ -49,6 +50,24 @@ static void tj_emu_fail(const char* fmt, const char* what, uint64_t a, uint64_t 
     if (tj_emu_err.compare_exchange_strong(expected, 1))
         snprintf(tj_emu_msg, sizeof tj_emu_msg, fmt, what, (unsigned long long)a, (unsigned long long)b,
                  tj_emu_cluster_id, tj_emu_core_id);
+}
+// What the first out-of-bounds DMA was, for the launcher's message: the site (the index of the load
+// or store op in the kernel's IR, set by the TJ_SITE statement the lowering emits before its copies),
+// the GM address and bytes, and whether it stored (LM2GM) or loaded (GM2LM).
+static thread_local int tj_emu_site = -1;
+#define TJ_SITE(n) (tj_emu_site = (n))
+static long long tj_emu_fault_info[4] = {-1, 0, 0, 0};   // site, address, bytes, store
+static void tj_emu_fail_dma(const char* what, const void* gm, int bytes, int store) {
+    int expected = 0;
+    if (tj_emu_err.compare_exchange_strong(expected, 1)) {
+        snprintf(tj_emu_msg, sizeof tj_emu_msg, "%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to "
+                 "the kernel (cluster %d, core %d)", what, (unsigned long long)(uintptr_t)gm, (unsigned long long)bytes,
+                 tj_emu_cluster_id, tj_emu_core_id);
+        tj_emu_fault_info[0] = tj_emu_site;
+        tj_emu_fault_info[1] = (long long)(uintptr_t)gm;
+        tj_emu_fault_info[2] = bytes;
+        tj_emu_fault_info[3] = store;
+    }
 }
 static void tj_emu_fail_text(const char* text) {
     int expected = 0;
@@ -115,8 +134,7 @@ static inline void mfence() {
 static inline void GM2LM(const void* src, void* dst, int bytes) {
     tj_emu_order(dst, bytes, TJ_PV_W_DMA | TJ_PV_R_DMA, 0, "GM2LM over LM a vector load/store has not finished with");
     if (!tj_emu_in_gm(src, bytes)) {
-        tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
-                    "(cluster %d, core %d)", "GM2LM", (uint64_t)(uintptr_t)src, (uint64_t)bytes);
+        tj_emu_fail_dma("GM2LM", src, bytes, 0);
         return;
     }
     memcpy(dst, src, bytes);
@@ -124,8 +142,7 @@ static inline void GM2LM(const void* src, void* dst, int bytes) {
 static inline void LM2GM(const void* src, void* dst, int bytes) {
     tj_emu_order(src, bytes, TJ_PV_W_DMA, 0, "LM2GM of LM written by vector stores");
     if (!tj_emu_in_gm(dst, bytes)) {
-        tj_emu_fail("%s: GM address 0x%llx (+%llu bytes) is outside every tensor passed to the kernel "
-                    "(cluster %d, core %d)", "LM2GM", (uint64_t)(uintptr_t)dst, (uint64_t)bytes);
+        tj_emu_fail_dma("LM2GM", dst, bytes, 1);
         return;
     }
     memcpy(dst, src, bytes);
@@ -351,5 +368,8 @@ extern "C" void tj_emu_set_regions(int n, const uint64_t* lo, const uint64_t* hi
     for (int i = 0; i < tj_emu_nregions; ++i) { tj_emu_lo[i] = lo[i]; tj_emu_hi[i] = hi[i]; }
     tj_emu_err.store(0);
     tj_emu_msg[0] = 0;
+    tj_emu_fault_info[0] = -1;
 }
 extern "C" const char* tj_emu_error() { return tj_emu_msg; }
+// the first out-of-bounds DMA of the launch (site, GM address, bytes, store); site -1: none
+extern "C" void tj_emu_fault(long long* out) { for (int i = 0; i < 4; ++i) out[i] = tj_emu_fault_info[i]; }

@@ -1,6 +1,6 @@
 """Loads a built kunlun kernel with ctypes. Under host emulation tensors are host tensors; the
 launcher registers their byte ranges for the DMA bounds check and turns an emulation error
-(out-of-bounds GM2LM/LM2GM, LM overflow) into a Python exception."""
+(out-of-bounds GM2LM/LM2GM, named by runtime/sites.py; LM overflow) into a Python exception."""
 from __future__ import annotations
 
 import ctypes
@@ -9,7 +9,7 @@ import threading
 import torch
 
 from compiler import dtypes as D
-from compiler.errors import KernelArgumentError, TargetError
+from compiler.errors import KernelArgumentError, KernelBoundsError, TargetError
 from compiler.target import launch_grid
 from compiler.target.args import scalar_value, tensor_pointer, view_range
 
@@ -23,13 +23,20 @@ class KunlunLaunchError(TargetError):
     pass
 
 
+class KunlunBoundsError(KunlunLaunchError, KernelBoundsError):
+    """Host emulation: a DMA outside every tensor passed to the kernel (runtime/sites.py words it)."""
+
+
 def ctype_of(dt: D.dtype):
     return ctypes.c_void_p if dt.is_ptr() else _CTYPES[dt]
 
 
 class KunlunLauncher:
-    def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, caps, emulation: bool):
+    def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, caps, emulation: bool,
+                 target_name: str = "kunlun", describe_site=None):
         self.lib = ctypes.CDLL(lib_path)
+        self.target_name = target_name
+        self.describe_site = describe_site   # site -> (location, op, argument names): runtime/sites.py
         self.entry = self.lib.tj_launch
         self.entry.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types]
         self.entry.restype = ctypes.c_int
@@ -38,6 +45,7 @@ class KunlunLauncher:
             self.lib.tj_emu_set_regions.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
                                                     ctypes.POINTER(ctypes.c_uint64)]
             self.lib.tj_emu_error.restype = ctypes.c_char_p
+            self.fault = getattr(self.lib, "tj_emu_fault", None)   # absent from builds before it existed
         self.name = fn_name
         self.param_names = list(param_names)
         self.param_types = list(param_types)
@@ -62,10 +70,22 @@ class KunlunLauncher:
             rc = self.entry(None, *g, *vals)
             if rc != 0:
                 if self.emulation:
-                    raise KunlunLaunchError(f"kernel '{self.name}' on kunlun (host emulation): "
-                                            f"{self.lib.tj_emu_error().decode()}")
+                    raise self._emulation_error(args)
                 raise KunlunLaunchError(f"kernel '{self.name}' on kunlun: the launch returned {rc} "
                                         "(the XPU runtime's status)")
+
+
+    def _emulation_error(self, args) -> KunlunLaunchError:
+        raw = self.lib.tj_emu_error().decode()
+        fault = (ctypes.c_longlong * 4)()
+        if self.fault is not None:
+            self.fault(fault)
+        if fault[0] < 0 or self.describe_site is None:
+            return KunlunLaunchError(f"kernel '{self.name}' on {self.target_name} (host emulation): {raw}")
+        from .sites import bounds_error  # noqa: PLC0415 - only when a kernel went out of bounds
+        tensors = {n: args[i] for (i, ptr), n in zip(self.plan, self.param_names) if ptr}
+        return bounds_error(self.name, self.target_name, self.describe_site(fault[0]), tensors, list(fault), raw,
+                            KunlunBoundsError)
 
 
 def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
