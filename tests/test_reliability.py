@@ -211,7 +211,7 @@ def test_kunlun_emulation_refuses_a_copy_past_a_view_into_its_neighbour():
         _fill_256[(1,)](buf[:100], BLOCK=256)
     assert type(e.value).__name__ == "KunlunBoundsError"
     msg = str(e.value)
-    assert re.fullmatch(r"kernel '_fill_256' on kunlun \(host emulation\): store to argument 'o_ptr' at \S+:\d+ "
+    assert re.fullmatch(r"kernel '_fill_256' on kunlun:xpu3 \(host emulation\): store to argument 'o_ptr' at \S+:\d+ "
                         r"\(`.*`\) touches elements \[0, 256\) of it, outside its extent \[0, 100\) \(the elements of "
                         r"its view, from its first to its last\)\. .*LM2GM: GM address 0x[0-9a-f]+ \(\+1024 bytes\) is "
                         r"outside every tensor passed to the kernel \(cluster 0, core 0\)\)", msg, re.S), msg
