@@ -134,22 +134,39 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                rejections=list(tuned.rejected_now), pruned=sum(r.get("status") == "pruned" for r in res.values()),
                store=str(ctx["store"].path(spec.name, tgt.name, ctx["fp"], policy)))
     if not runnable:
-        if winner:   # estimates on this shape (a reused decision's stored one may be another shape's)
-            est = _estimate_here(tgt, spec, shape, spec.launched(entry["winner_config"], dims, policy, tgt.caps))
-            base = res.get(dk, {}).get("time_s") if kind != "reused" and res.get(dk, {}).get("status") == "ok" \
-                else _estimate_here(tgt, spec, shape, default_cfg)
-            row["time_s"] = est if est is not None else row["time_s"]
-            if base and row["time_s"]:
-                row["vs_default"] = base / row["time_s"]
+        if winner:
+            _estimate_row(row, tgt, spec, shape, dims, policy, entry, default_cfg)
         return row
-    if not winner:
-        return row
-    win_cfg = spec.launched(entry["winner_config"], dims, policy, tgt.caps)
+    if winner:
+        _time_row(row, prob, spec.launched(entry["winner_config"], dims, policy, tgt.caps), default_cfg, won,
+                  ctx["repeat"])
+        row["unsettled"] = sum((res[k].get("ratio_spread") or 0) > SPREAD_GOAL for k in tuned.fresh
+                               if res.get(k, {}).get("status") == "ok" and not res[k].get("estimated")
+                               and "same_as" not in res[k])
+    return row
+
+
+def _estimate_row(row: dict, tgt, spec: OpSpec, shape: dict, dims: dict, policy: str, entry: dict,
+                  default_cfg: dict) -> None:
+    """A cost-model row's estimates on this shape (a reused decision's stored one may be another
+    shape's), and its ratio to the default's."""
+    res, dk = entry["results"], row["default"]
+    est = _estimate_here(tgt, spec, shape, spec.launched(entry["winner_config"], dims, policy, tgt.caps))
+    base = res.get(dk, {}).get("time_s") if row["kind"] != "reused" and res.get(dk, {}).get("status") == "ok" \
+        else _estimate_here(tgt, spec, shape, default_cfg)
+    row["time_s"] = est if est is not None else row["time_s"]
+    if base and row["time_s"]:
+        row["vs_default"] = base / row["time_s"]
+
+
+def _time_row(row: dict, prob, win_cfg: dict, default_cfg: dict, won: dict, repeat) -> None:
+    """A measured row's times on this shape: against the default, then against torch's eager call."""
+    winner, dk = row["winner"], row["default"]
     win_fn = lambda: prob.run(win_cfg)   # noqa: E731
-    if kind == "measured" and won.get("ref") == dk and won.get("ratio"):
+    if row["kind"] == "measured" and won.get("ref") == dk and won.get("ratio"):
         row.update(best_s=won.get("best_s"), vs_default=1.0 / won["ratio"])
     elif win_cfg == default_cfg:   # a reused default: timed on this shape, 1x itself
-        c = _checked_here(win_fn, ctx["repeat"])
+        c = _checked_here(win_fn, repeat)
         if isinstance(c, str):
             row.update(time_s=None, untrusted=f"{winner} failed on this shape: {c}")
         else:
@@ -157,7 +174,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     else:
         # a reused decision (its times may be another shape's with the same key dims), or one not
         # paired with the default: timed on this shape against the default, unstored
-        c = _paired_here(win_fn, lambda: prob.run(default_cfg), ctx["repeat"])
+        c = _paired_here(win_fn, lambda: prob.run(default_cfg), repeat)
         if isinstance(c, str):
             row.update(time_s=None, untrusted=f"{winner} failed on this shape: {c}")
         else:
@@ -168,7 +185,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
     if prob.eager is not None and not row["untrusted"]:
         # in the caller's grad mode: a backward op's baseline runs torch's autograd (its inputs
         # alone require grad, so a forward baseline records nothing either way)
-        c = _paired_here(win_fn, prob.eager, ctx["repeat"])
+        c = _paired_here(win_fn, prob.eager, repeat)
         if isinstance(c, str):
             row.update(untrusted=f"torch's eager call failed: {c}")
         else:
@@ -176,10 +193,6 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                        one_thread=row["one_thread"] or c.one_thread)
             if c.why:
                 row.update(untrusted=f"against torch: {c.why}")
-    row["unsettled"] = sum((res[k].get("ratio_spread") or 0) > SPREAD_GOAL for k in tuned.fresh
-                           if res.get(k, {}).get("status") == "ok" and not res[k].get("estimated")
-                           and "same_as" not in res[k])
-    return row
 
 
 def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None, policy="fast", spaces=None,

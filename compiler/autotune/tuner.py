@@ -137,21 +137,9 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     known = {} if force else store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
     known = {k: r for k, r in known.items() if _reusable(r)}
     out = Tuned(entry={})
-    new, by_effect = {}, {}
+    by_effect = {}
     has_result = any(r.get("status") == "ok" for r in known.values())
-    todo = []   # (index, config, key, effective config) still to measure or estimate
-    effs = {}
-    for i, cfg in enumerate(space):
-        ck = config_key(cfg)
-        eff, why = effective(cfg) if effective else (dict(cfg), None)
-        effs[ck] = None if why else eff
-        if ck in known:
-            out.reused += 1
-            continue
-        if why:
-            new[ck] = result(cfg, "pruned", reason=why)
-            continue
-        todo.append((i, cfg, ck, eff))
+    new, todo, effs = _sort_space(space, known, effective, out)
     batch = max(1, workers if estimate is None and build is not None else 1)
     # the reference every measured candidate is paired with: the baseline, else the first candidate
     ref_key = baseline if effs.get(baseline) is not None else next((ck for _, _, ck, _ in todo), None)
@@ -203,6 +191,24 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
                              space_keys, baseline=baseline)
     return out
+
+
+def _sort_space(space, known: dict, effective, out: Tuned) -> tuple[dict, list, dict]:
+    """(results decided without a run: the pruned; the candidates to measure or estimate, as
+    (index, config, key, effective config); config key -> effective config, None when pruned).
+    Candidates with a result `known` are reused (counted in `out`)."""
+    new, todo, effs = {}, [], {}
+    for i, cfg in enumerate(space):
+        ck = config_key(cfg)
+        eff, why = effective(cfg) if effective else (dict(cfg), None)
+        effs[ck] = None if why else eff
+        if ck in known:
+            out.reused += 1
+        elif why:
+            new[ck] = result(cfg, "pruned", reason=why)
+        else:
+            todo.append((i, cfg, ck, eff))
+    return new, todo, effs
 
 
 def _confirm(new: dict, stored: dict, baseline: str, space_keys, effs: dict, run, ref, repeat: int, out) -> None:
