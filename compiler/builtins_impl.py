@@ -11,7 +11,7 @@ from .builtins_common import _const_int, _dtype, _shape
 from .builtins_memory import HANDLERS as _MEMORY_HANDLERS
 from .builtins_random import HANDLERS as _RANDOM_HANDLERS
 from .builtins_tiles import HANDLERS as _TILE_HANDLERS
-from .builtins_tiles import convert
+from .builtins_tiles import convert, minmax
 from .semantic import SemanticError, Tile
 
 
@@ -132,8 +132,8 @@ _HANDLERS = {
     "sum": lambda b, n, a: b.reduce("sum", a["input"], a["axis"], a["keep_dims"], a["dtype"]),
     **{m: _math for m in MATH},
     "where": lambda b, n, a: b.where(a["condition"], a["x"], a["y"]),
-    "maximum": lambda b, n, a: b.binary("max", a["x"], a["y"]),
-    "minimum": lambda b, n, a: b.binary("min", a["x"], a["y"]),
+    "maximum": lambda b, n, a: minmax(b, "max", a["x"], a["y"], a["propagate_nan"]),
+    "minimum": lambda b, n, a: minmax(b, "min", a["x"], a["y"], a["propagate_nan"]),
     "fma": lambda b, n, a: b.fma(a["x"], a["y"], a["z"]),
     "cdiv": _cdiv, "broadcast_to": _broadcast_to, "expand_dims": _expand_dims, "trans": _trans,
     "multiple_of": lambda b, n, a: a["input"], "max_contiguous": lambda b, n, a: a["input"],

@@ -5,6 +5,7 @@ libdevice predicates (isnan, isinf, signbit, copysign, ...) built from exact ope
 from __future__ import annotations
 
 from . import dtypes as D
+from . import language as lang
 from .builtins_common import _const_int, _dtype, _shape
 from .semantic import SemanticError, Tile
 
@@ -144,8 +145,25 @@ def _min_max(b, name, a):
     return b.reduce(name, a["input"], a["axis"], a["keep_dims"])
 
 
+def minmax(b, kind, x, y, propagate_nan=None):
+    """Elementwise max/min: the IR's op ignores a NaN operand; PropagateNan.ALL selects the NaN
+    operand first (compiler/value_rules.py)."""
+    try:
+        nan_all = lang.propagates_nan(propagate_nan)
+    except ValueError as e:
+        raise SemanticError(str(e)) from None
+    x, y = b._promote_pair(x, y)
+    r = b.binary(kind, x, y)
+    if nan_all and r.dtype.is_floating():
+        x, y = b.cast(x, r.dtype), b.cast(y, r.dtype)
+        r = b.where(b.binary("ne", y, y), y, r)
+        r = b.where(b.binary("ne", x, x), x, r)
+    return r
+
+
 def _clamp(b, name, a):
-    return b.binary("min", b.binary("max", a["x"], a["min"]), a["max"])
+    nan = a["propagate_nan"]
+    return minmax(b, "min", minmax(b, "max", a["x"], a["min"], nan), a["max"], nan)
 
 
 def _zeros_like(b, name, a):

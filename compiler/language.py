@@ -161,23 +161,24 @@ def sum(input, axis=None, keep_dims=False, dtype=None):
 
 @builtin
 def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
-    """Maximum along `axis` (all axes when None); with `return_indices`, (maximum, int32 index of
-    its first occurrence). Only tie_break_left=True is supported."""
+    """Maximum along `axis` (all axes when None): NaN elements are ignored (NaN only when all are);
+    with `return_indices`, (maximum, int32 index of its first occurrence), as tl.argmax."""
 
 
 @builtin
 def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
-    """Minimum along `axis` (all axes when None); with `return_indices`, (minimum, index)."""
+    """Minimum along `axis` (all axes when None), NaN as tl.max; with `return_indices`, (minimum, index)."""
 
 
 @builtin
 def argmax(input, axis, tie_break_left=True, keep_dims=False):
-    """int32 index of the maximum along `axis` (ties: the lowest index; NaN inputs: unspecified)."""
+    """int32 index of the maximum along `axis`: NaN elements are ignored, ties give the lowest
+    index (whatever `tie_break_left` says), an all-NaN slice gives 0."""
 
 
 @builtin
 def argmin(input, axis, tie_break_left=True, keep_dims=False):
-    """int32 index of the minimum along `axis` (ties: the lowest index)."""
+    """int32 index of the minimum along `axis` (NaN and ties as tl.argmax)."""
 
 
 @builtin
@@ -226,9 +227,29 @@ def full_like(input, value, dtype=None):
     """A tile of `input`'s shape filled with `value`."""
 
 
+class PropagateNan:
+    """`propagate_nan=` of tl.maximum / tl.minimum / tl.clamp: NONE (the default) ignores a NaN
+    operand, ALL makes the result NaN when any operand is (compiler/value_rules.py)."""
+
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
+def propagates_nan(v) -> bool:
+    """Whether a `propagate_nan=` value (ours, Triton's enum member, or its int) is ALL."""
+    if v is None:
+        return False
+    name = getattr(v, "name", None)
+    if isinstance(name, str):
+        return name == "ALL"
+    if v in (PropagateNan.NONE, PropagateNan.ALL):
+        return v == PropagateNan.ALL
+    raise ValueError(f"propagate_nan must be tl.PropagateNan.NONE or tl.PropagateNan.ALL, got {v!r}")
+
+
 @builtin
-def clamp(x, min, max, propagate_nan=None):  # noqa: A002
-    """minimum(maximum(x, min), max)."""
+def clamp(x, min, max, propagate_nan=PropagateNan.NONE):  # noqa: A002
+    """minimum(maximum(x, min), max) under `propagate_nan` (NONE: a NaN x gives min; ALL: NaN)."""
 
 
 def _unary_doc(name, what):
@@ -281,13 +302,15 @@ def where(condition, x, y):
 
 
 @builtin
-def maximum(x, y):
-    """Elementwise maximum."""
+def maximum(x, y, propagate_nan=PropagateNan.NONE):
+    """Elementwise maximum. Floats: a NaN operand is ignored (IEEE maxNum; NaN only when both are),
+    or with `propagate_nan=tl.PropagateNan.ALL` makes the result NaN; equal operands (+0.0 and
+    -0.0) give `y`."""
 
 
 @builtin
-def minimum(x, y):
-    """Elementwise minimum."""
+def minimum(x, y, propagate_nan=PropagateNan.NONE):
+    """Elementwise minimum; NaN as for tl.maximum."""
 
 
 @builtin

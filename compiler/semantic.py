@@ -211,8 +211,16 @@ class Builder:
         if name in BITWISE and not dt.is_int():
             raise SemanticError(f"bitwise operator needs integer operands, got {a.dtype} and {b.dtype}")
         if name in ARITH and dt.is_bool():
-            dt = D.int32
+            return self._int1_arith(name, a, b)
         return self.op1(name, [self.cast(a, dt), self.cast(b, dt)])
+
+    def _int1_arith(self, name: str, a: Tile, b: Tile) -> Tile:
+        """int1 arithmetic stays int1 and wraps modulo 2, as Triton's (docs/numerics.md, value rules):
+        + and - are xor, * and // are and (x // 0 is 0), % is 0."""
+        a, b = self.cast(a, D.int1), self.cast(b, D.int1)
+        if name == "mod":
+            return self.const(False, D.int1, a.shape)
+        return self.op1({"add": "xor", "sub": "xor", "mul": "and", "floordiv": "and"}[name], [a, b])
 
     def unary(self, name: str, a) -> Tile:
         a = self.to_tile(a)
@@ -221,7 +229,7 @@ class Builder:
             raise SemanticError(f"tl.{name} needs a floating-point tensor, got {a.dtype} "
                                 f"(cast with .to(tl.float32) first)")
         if name == "neg" and a.dtype.is_bool():
-            a = self.cast(a, D.int32)
+            return a   # -x wraps to x in int1 (Triton's)
         if name == "not" and not a.dtype.is_int():
             raise SemanticError(f"'~' needs an integer tensor, got {a.dtype}")
         return self.op1(name, [a])

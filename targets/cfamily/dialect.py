@@ -137,6 +137,8 @@ class CDialect:
         if dt.is_bool():
             return "true" if value else "false"
         v = int(value)
+        if dt.bits < 32:   # typed, so that a helper template (tj_idiv, tj_shl, ...) deduces one type
+            return f"(({self.reg_type(dt)}){v})"
         if dt.is_unsigned():
             return f"UINT64_C({v})" if dt.bits == 64 else f"{v}u"
         if dt is D.int64:
@@ -277,7 +279,7 @@ class CDialect:
         if kind == "sum":
             e = f"({acc} + {x})"
             return self._round(e, dt) if dt in self.round_fn else e
-        return f"tj_{kind}({acc}, {x})"
+        return f"tj_r{kind}({acc}, {x})"   # max/min reductions never see NaN (compiler/value_rules.py)
 
     def simd_reduction_pragma(self, kind: str, dt: D.dtype, var: str = "acc") -> str | None:
         """OpenMP SIMD reduction clause for a fast-policy reduction, or None for a sequential loop."""

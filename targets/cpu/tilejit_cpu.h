@@ -91,6 +91,13 @@ static inline bool tj_shl(bool a, bool b) { return b ? false : a; }
 static inline bool tj_shr(bool a, bool b) { return b ? false : a; }
 template <class T> static inline T tj_max(T a, T b) { return a > b ? a : b; }
 template <class T> static inline T tj_min(T a, T b) { return a < b ? a : b; }
+// floats: IEEE maxNum / minNum (compiler/value_rules.py): a NaN operand is ignored, ties give b.
+// Reductions combine with tj_rmax / tj_rmin: their operands never hold NaN (the compiler removes
+// them first), so the plain comparison vectorises.
+static inline float tj_max(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline float tj_min(float a, float b) { return (a < b || b != b) ? a : b; }
+template <class T> static inline T tj_rmax(T a, T b) { return a > b ? a : b; }
+template <class T> static inline T tj_rmin(T a, T b) { return a < b ? a : b; }
 template <class T> static inline T tj_abs(T a) { return a < 0 ? (T)(0 - a) : a; }
 template <class T> static inline T tj_lowest() { return std::numeric_limits<T>::lowest(); }
 template <class T> static inline T tj_highest() { return std::numeric_limits<T>::max(); }

@@ -283,9 +283,10 @@ class _Emitter(StructuredOps):
         name, r = op.name, op.results[0]
         dt = r.dtype
         src = op.operands[0].dtype
-        if name in ("shl", "shr") and src.is_bool():
-            raise self.err(op, f"'{name}' on int1 values has no Triton rendering; cast to an integer first")
         args = self.operands(op, tuple(range(len(op.operands))))
+        if name in ("shl", "shr") and src.is_bool():   # by 0: unchanged; by 1 (>= the width): 0
+            self.assign(r, f"{self.typed(op.operands[0]).text} & ~{self.typed(op.operands[1]).text}")
+            return
         if name in ("floordiv", "mod") and src.is_int():
             self.assign(r, self._int_div(name, args, src))
             return

@@ -84,6 +84,11 @@ TJ_DEV bool tj_shl(bool a, bool b) { return b ? false : a; }
 TJ_DEV bool tj_shr(bool a, bool b) { return b ? false : a; }
 template <class T> TJ_DEV T tj_max(T a, T b) { return a > b ? a : b; }
 template <class T> TJ_DEV T tj_min(T a, T b) { return a < b ? a : b; }
+// floats: maxNum / minNum (compiler/value_rules.py); reductions use tj_rmax / tj_rmin (NaN-free operands)
+TJ_DEV float tj_max(float a, float b) { return (a > b || b != b) ? a : b; }
+TJ_DEV float tj_min(float a, float b) { return (a < b || b != b) ? a : b; }
+template <class T> TJ_DEV T tj_rmax(T a, T b) { return a > b ? a : b; }
+template <class T> TJ_DEV T tj_rmin(T a, T b) { return a < b ? a : b; }
 template <class T> TJ_DEV T tj_abs(T a) { return a < 0 ? (T)(0 - a) : a; }
 TJ_DEV float tj_abs(float a) { return __builtin_fabsf(a); }
 template <class T> TJ_DEV T tj_lowest() { return tj_lim<T>::lo(); }
