@@ -27,4 +27,7 @@ def _shape(name, shape) -> tuple[int, ...]:
 def _dtype(name, dt) -> D.dtype:
     if not isinstance(dt, D.dtype):
         raise SemanticError(f"tl.{name}: expected a dtype such as tl.float32, got {dt!r}")
+    if dt in D.UNSUPPORTED_FP8:
+        raise SemanticError(f"tl.{name}: {dt.triton_name} is not supported in a kernel; the fp8 formats here are "
+                            "tl.float8e5 and tl.float8e4nv (torch float8_e5m2 / float8_e4m3fn)")
     return dt

@@ -29,7 +29,11 @@ TILE_METHODS = {"to", "cast", "sum", "max", "min", "argmax", "argmin", "cumsum",
                 "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or",
                 "atomic_xor", "advance"}
 _NUMBER_METHODS = {"to", "cast"}
-_DTYPE_ATTRS = ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name")
+# Triton's dtype attributes a kernel may read at compile time (their values are constexprs)
+_DTYPE_ATTRS = ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name", "itemsize",
+                "int_bitwidth", "fp_mantissa_width", "exponent_bias", "scalar", "is_fp8", "is_standard_floating",
+                "is_int_signed", "is_int_unsigned", "get_int_max_value", "get_int_min_value", "is_block",
+                "is_const", "address_space", "is_dtype")
 
 
 def did_you_mean(name: str, candidates, prefix: str = "") -> str:
@@ -53,7 +57,7 @@ def map_global(obj):
                 return D.from_name(str(obj))
             except ValueError:
                 raise SemanticError(f"dtype {obj} is not supported; the tile language has "
-                                    "fp32/fp16/bf16/fp8e5/fp8e4nv and int1/8/16/32/64") from None
+                                    "fp64/fp32/fp16/bf16/fp8e5/fp8e4nv, int1/8/16/32/64 and uint8/16/32/64") from None
         if tname == "constexpr":
             return obj.value
     fmod = getattr(obj, "__module__", "") or ""
@@ -131,13 +135,23 @@ def tile_attr(builder, base: Tile, attr: str):
                         + did_you_mean(attr, list(TILE_METHODS) + ["dtype", "shape", "type", "T"], "."))
 
 
+class _HostMethod:
+    """A dtype's method (`is_fp16`, `get_int_max_value`, ...) called in a kernel: run at compile time."""
+
+    __tilejit_method__ = True
+
+    def __init__(self, f):
+        self.fn = lambda builder, *args, **kwargs: f(*args, **kwargs)
+
+
 def other_attr(builder, base, attr: str):
     """Attributes of dtypes, Python numbers, aggregates, namespaces and other Python objects."""
     if isinstance(base, D.dtype):
         if attr == "element_ty" and base.is_ptr():
             return base.element_ty
-        if attr in _DTYPE_ATTRS:
-            return getattr(base, attr)
+        if attr in _DTYPE_ATTRS or (attr.startswith("is_") and hasattr(base, attr)):   # is_fp16(), is_uint8(), ...
+            v = getattr(base, attr)
+            return _HostMethod(v) if callable(v) and not isinstance(v, D.dtype) else v
         raise SemanticError(f"dtype has no attribute '{attr}'" + did_you_mean(attr, _DTYPE_ATTRS, "."))
     if isinstance(base, (int, float)) and attr in _NUMBER_METHODS:
         return BoundMethod(builder.to_tile(base), attr)   # a specialised constant used as a scalar

@@ -11,13 +11,12 @@ import functools
 
 import types as _types
 
-from .dtypes import (bfloat16, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,  # noqa: F401
-                     int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64)
+from .dtypes import (bfloat16, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16,  # noqa: F401
+                     float16, float32, float64, int1, int8, int16, int32, int64, pointer_type, uint8, uint16, uint32,
+                     uint64)
 
 # Triton spells some of these differently too.
 bool_ = int1
-# not supported; present so that these names give a clear error rather than AttributeError
-float8 = float8e4b15 = float8e4b8 = float8e5b16 = None
 
 
 class constexpr:
