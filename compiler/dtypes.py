@@ -192,9 +192,10 @@ uint16 = dtype("u16", 16, "u")
 uint32 = dtype("u32", 32, "u")
 uint64 = dtype("u64", 64, "u")
 
-# Element types a kernel argument tensor may have; fp64 is kept out on purpose (Kunlun has none).
+# Element types a kernel argument tensor may have (fp64: computed in fp64 on cpu and gpu; the
+# kunlun target, which has none, computes it in fp32 and says so: docs/kunlun.md)
 TORCH_TO_DTYPE = {
-    torch.float32: float32, torch.float16: float16, torch.bfloat16: bfloat16,
+    torch.float64: float64, torch.float32: float32, torch.float16: float16, torch.bfloat16: bfloat16,
     torch.int32: int32, torch.int64: int64, torch.bool: int1, torch.int8: int8, torch.int16: int16,
     torch.float8_e5m2: float8e5, torch.float8_e4m3fn: float8e4nv, torch.uint8: uint8,
     **{getattr(torch, f"uint{n}"): d for n, d in ((16, uint16), (32, uint32), (64, uint64)) if hasattr(torch, f"uint{n}")},

@@ -195,6 +195,8 @@ class Builder:
     def binary(self, name: str, a, b) -> Tile:
         a, b = self._promote_pair(a, b)
         a, b = self.broadcast_all(a, b)
+        if name == "shr" and a.dtype.is_int() and b.dtype.is_int():
+            return self._shr(a, b)
         if a.dtype.is_ptr() or b.dtype.is_ptr():
             if name not in ("add", "sub") or (b.dtype.is_ptr() and name == "sub"):
                 if name in COMPARE and a.dtype is b.dtype:
@@ -213,6 +215,18 @@ class Builder:
         if name in ARITH and dt.is_bool():
             return self._int1_arith(name, a, b)
         return self.op1(name, [self.cast(a, dt), self.cast(b, dt)])
+
+    def _shr(self, a: Tile, b: Tile) -> Tile:
+        """`a >> b`: arithmetic when a's own type is signed, logical otherwise, on the promoted type's
+        bits, as Triton's (an int8 >> uint8 shifts the sign in, then reads as uint8)."""
+        dt = D.promote(a.dtype, b.dtype)
+        arithmetic = a.dtype.kind == "i"
+        a, b = self.cast(a, dt), self.cast(b, dt)
+        if dt.is_bool() or arithmetic == (dt.kind == "i"):
+            return self.op1("shr", [a, b])
+        other = D.from_name(("int" if arithmetic else "uint") + str(dt.bits))
+        r = self.op1("shr", [self.bitcast(a, other), self.bitcast(b, other)])
+        return self.bitcast(r, dt)
 
     def _int1_arith(self, name: str, a: Tile, b: Tile) -> Tile:
         """int1 arithmetic stays int1 and wraps modulo 2, as Triton's (docs/numerics.md, value rules):
@@ -344,7 +358,7 @@ class Builder:
         if a.dtype is not b.dtype:
             dt = D.promote(a.dtype, b.dtype)
             a, b = self.cast(a, dt), self.cast(b, dt)
-        acc_dt = D.int32 if a.dtype.is_int() else (out_dtype or D.float32)
+        acc_dt = D.int32 if a.dtype.is_int() else D.float64 if a.dtype is D.float64 else (out_dtype or D.float32)
         shape = (a.shape[0], b.shape[1])
         if acc is None:
             acc = self.const(0, acc_dt, shape)

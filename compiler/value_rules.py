@@ -28,7 +28,8 @@ Integers (every width, signed and unsigned)
 - // and % truncate toward zero (C's, Triton's); a zero divisor gives 0 for both; INT_MIN // -1
   wraps to INT_MIN and INT_MIN % -1 is 0.
 - << and >> by an amount outside [0, bits) give 0, except >> of a negative signed value (-1);
-  >> is arithmetic on signed types, logical on unsigned ones.
+  >> is arithmetic when the left operand's own type is signed, logical otherwise, on the bits of
+  the promoted type (int8 >> uint8 shifts the sign in, and the result reads as uint8), as Triton.
 - integer -> narrower integer conversion keeps the low bits; int1 -> integer gives 0 or 1, and
   any value -> int1 is `value != 0`.
 

@@ -116,6 +116,54 @@ def test_integer_rules_match_triton_all_dtypes(target, dt):
     _check_int(target, dt)
 
 
+@triton.jit
+def mixed_ops(X, Y, Z, ZB, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    x = tl.load(X + offs)
+    y = tl.load(Y + offs)
+    tl.store(Z + 0 * N + offs, x + y)
+    tl.store(Z + 1 * N + offs, x * y)
+    tl.store(Z + 2 * N + offs, x >> y)   # arithmetic when x's own type is signed, on the promoted bits
+    tl.store(Z + 3 * N + offs, x << y)
+    tl.store(Z + 4 * N + offs, tl.maximum(x, y))
+    tl.store(ZB + 0 * N + offs, x < y)
+    tl.store(ZB + 1 * N + offs, x == y)
+
+
+# (x's dtype, y's dtype, the promoted dtype Triton computes in)
+MIXED = [("int8", "uint8", "uint8"), ("uint8", "int8", "uint8"), ("int32", "uint32", "uint32"),
+         ("int64", "uint64", "uint64"), ("uint16", "int32", "int32"), ("int8", "int32", "int32"),
+         ("uint32", "uint8", "uint32"), ("int16", "uint64", "uint64")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("xd,yd,zd", MIXED)
+def test_mixed_integer_types_match_triton(target, xd, yd, zd):
+    if target == "kunlun:xpu3" and "uint64" in (xd, yd):
+        pytest.skip("the kunlun target has no uint64")
+    xv, yv = _int_values(xd), _int_values(yd)
+    n = 1 << max(4, (len(xv) * len(yv) - 1).bit_length())
+    pairs = list(itertools.product(xv.tolist(), yv.tolist()))
+    reps = -(-n // len(pairs))
+    x = np.array([p[0] for p in pairs] * reps, dtype=xd)[:n]
+    y = np.array([p[1] for p in pairs] * reps, dtype=yd)[:n]
+    outs = {}
+    for who in ("triton", target):
+        X, Y = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+        Z, ZB = torch.zeros(5 * n, dtype=getattr(torch, zd)), torch.zeros(2 * n, dtype=torch.bool)
+        if who == "triton":
+            triton_interpret(mixed_ops, (1,), X, Y, Z, ZB, N=n)
+        else:
+            with use_target(who):
+                kernel(mixed_ops)[(1,)](X, Y, Z, ZB, N=n)
+        outs[who] = (Z.view(5, n), ZB.view(2, n))
+    for k, name in enumerate(["+", "*", ">>", "<<", "maximum"]):
+        ref, got = outs["triton"][0][k], outs[target][0][k]
+        bad = (ref != got).nonzero().flatten().tolist()
+        assert not bad, f"{target} {xd} {name} {yd}: x={x[bad[0]]} y={y[bad[0]]} gives {got[bad[0]]}, Triton {ref[bad[0]]}"
+    assert torch.equal(outs["triton"][1], outs[target][1])
+
+
 def test_int1_wraps_as_triton():
     """The issue's case, spelled out: True + True is False, True - True is False, -True is True."""
     x = torch.tensor([False, False, True, True])

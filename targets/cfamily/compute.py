@@ -342,7 +342,9 @@ class ReduceDotLowering:
         the same per-element order as plain loops (vectorised over n)."""
         it, rt = self.index_type, self.d.reg_type(in_dt)
         step, ldb = self.d.dot_step, ldb or str(N)
-        kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
+        # the micro-kernel is fp32's (fp64 dots run the plain loops)
+        kernel = self.d.dot_microkernel if acc_dt is D.float32 and in_dt.is_floating() and in_dt is not D.float64 \
+            else None
         if kernel:
             # the register block's height comes from the header (tj_dot_mr: what the ISA's vector
             # registers hold); rows left below the last full block run as one shorter block

@@ -10,12 +10,12 @@ from compiler.errors import CompilationError
 from compiler.ir import Function
 from compiler.ir.ops import COMPARE, ROUNDS
 
-TL_DTYPES = {D.float32: "tl.float32", D.float16: "tl.float16", D.bfloat16: "tl.bfloat16", D.int1: "tl.int1",
-             D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64",
+TL_DTYPES = {D.float64: "tl.float64", D.float32: "tl.float32", D.float16: "tl.float16", D.bfloat16: "tl.bfloat16",
+             D.int1: "tl.int1", D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64",
              D.float8e5: "tl.float8e5", D.float8e4nv: "tl.float8e4nv", D.uint8: "tl.uint8", D.uint16: "tl.uint16",
              D.uint32: "tl.uint32", D.uint64: "tl.uint64"}
-SIG_NAMES = {D.float32: "fp32", D.float16: "fp16", D.bfloat16: "bf16", D.int1: "i1", D.int8: "i8",
-             D.int16: "i16", D.int32: "i32", D.int64: "i64", D.float8e5: "fp8e5", D.float8e4nv: "fp8e4nv",
+SIG_NAMES = {D.float64: "fp64", D.float32: "fp32", D.float16: "fp16", D.bfloat16: "bf16", D.int1: "i1",
+             D.int8: "i8", D.int16: "i16", D.int32: "i32", D.int64: "i64", D.float8e5: "fp8e5", D.float8e4nv: "fp8e4nv",
              D.uint8: "u8", D.uint16: "u16", D.uint32: "u32", D.uint64: "u64"}
 NARROW_FLOATS = (D.float16, D.bfloat16)
 MAX_NUMEL = 1 << 20   # Triton's largest tile

@@ -218,6 +218,9 @@ TJ_DEV void tj_assert_fail(int k, const char* msg, int p0, int p1, int p2) {}
 // The memory plan narrows int64 values that only feed addresses to int32; the others are tj_i64:
 // the bytes of a little-endian int64_t (so int64 tensors move by DMA as they are), with wrapping
 // two's-complement arithmetic and the cpu target's defined results for /, %, shifts and casts.
+// an fp64 element in memory: the chip has no fp64, so kernels compute float64 in fp32 and read and
+// write these as two 32-bit words (compiler/fp64.py); the struct gives pointers their 8-byte step
+struct tj_f64 { uint32_t w[2]; };
 struct tj_i64 {
     uint32_t lo;
     int32_t hi;
