@@ -45,8 +45,11 @@ def _umulhi(b, name, a):
     x, y = b._promote_pair(a["x"], a["y"])
     x, y = b.broadcast_all(x, y)
     dt = D.promote(x.dtype, y.dtype)
+    if dt in (D.int64, D.uint64):
+        from .builtins_combine import umulhi64  # noqa: PLC0415
+        return umulhi64(b, b.cast(x, dt), b.cast(y, dt), dt)
     if dt not in (D.int32, D.uint32):
-        raise SemanticError(f"tl.umulhi needs 32-bit integer operands, got {x.dtype} and {y.dtype}")
+        raise SemanticError(f"tl.umulhi needs 32- or 64-bit integer operands, got {x.dtype} and {y.dtype}")
     return b.op1("umulhi", [b.cast(x, dt), b.cast(y, dt)])
 
 
@@ -90,8 +93,8 @@ def _split(b, name, a):
 
 def _interleave(b, name, a):
     j = _join(b, "join", a)
-    if len(j.shape) < 2:
-        raise SemanticError("tl.interleave needs tiles of at least one axis")
+    if len(j.shape) < 2:   # two scalars: the pair itself
+        return j
     return reshape(b, j, j.shape[:-2] + (2 * j.shape[-2],))
 
 

@@ -29,7 +29,8 @@ class dtype:
         if key in cls._by_name:
             return cls._by_name[key]
         if bits is None:   # Triton's `tl.dtype(name)`: only the names it knows
-            raise ValueError(f"unknown dtype {name!r}; known: {', '.join(cls.SINT_TYPES + cls.UINT_TYPES + cls.FP_TYPES)}")
+            known = ", ".join(cls.SINT_TYPES + cls.UINT_TYPES + cls.FP_TYPES)
+            raise ValueError(f"unknown dtype {name!r}; known: {known}")
         self = object.__new__(cls)
         self.name, self.bits, self.kind = name, bits, kind
         cls._by_name[key] = self

@@ -137,9 +137,12 @@ def to_fp32(b: Builder, lo: Tile, hi: Tile) -> Tile:
     big_m = bn("or", m_hi, 0x100000)
     s = bn("sub", _u(b, 926), e)
     t = bn("sub", s, 2)
-    q = bn("or", bn("or", bn("shl", big_m, bn("sub", _u(b, 32), t)), bn("shr", lo, t)), bn("shr", big_m, bn("sub", t, 32)))
+    # M >> t from the two words (a shift by an amount outside [0, 32) gives 0: the value rules)
+    q = bn("or", bn("or", bn("shl", big_m, bn("sub", _u(b, 32), t)), bn("shr", lo, t)),
+           bn("shr", big_m, bn("sub", t, 32)))
+    low_hi = bn("ne", bn("shl", big_m, bn("sub", _u(b, 64), t)), 0)   # M's high word below bit t
     below = bn("or", bn("ne", bn("shl", lo, bn("sub", _u(b, 32), t)), 0),
-               bn("and", bn("gt", t, 32), bn("or", bn("ne", lo, 0), bn("ne", bn("shl", big_m, bn("sub", _u(b, 64), t)), 0))))
+               bn("and", bn("gt", t, 32), bn("or", bn("ne", lo, 0), low_hi)))
     q = bn("or", q, b.cast(below, U32))
     k = bn("shr", q, 2)
     r2 = bn("and", q, 3)

@@ -22,8 +22,8 @@ from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
-from .frontend_names import (BoundMethod, did_you_mean, map_global, missing_builtin, other_attr, tile_attr,
-                             unsupported)
+from .frontend_names import (TILE_METHODS, BoundMethod, did_you_mean, map_global, missing_builtin, other_attr,
+                             tile_attr, unsupported)
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
 from .source import kept_or_read
 
@@ -85,7 +85,8 @@ def python_function(obj):
 def constexpr_params(fn, owner=None) -> set[str]:
     """Parameter names annotated `tl.constexpr` (ours or Triton's, or the string form)."""
     fdef = parse(fn, owner)[0]
-    return {a.arg for a in fdef.args.args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
+    return {a.arg for a in fdef.args.args
+            if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
 
 
 class FunctionVisitor(FlowMixin, ast.NodeVisitor):
@@ -261,14 +262,19 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             if isinstance(it, ast.Constant) and it.value is None:
                 t = self.builder.expand_dims(t, axis)
                 axis += 1
-            elif isinstance(it, ast.Slice) and it.lower is None and it.upper is None and it.step is None:
-                axis += 1
+            elif isinstance(it, ast.Slice) and all(p is None or self._is_none(p)
+                                                   for p in (it.lower, it.upper, it.step)):
+                axis += 1   # `:`, also spelled `None:None`
             else:
-                raise self.error(it, "tensor indexing supports only ':' and None (e.g. x[:, None]); "
-                                     "use pointer arithmetic and tl.load to gather elements")
+                raise self.error(it, "unsupported tensor index: a tensor takes only ':' and None (e.g. x[:, None]); "
+                                     "use pointer arithmetic and tl.load to gather elements, or tl.gather")
         if axis != len(t.shape):
             raise self.error(node, f"index uses {axis} axes but the tensor has {len(t.shape)}")
         return t
+
+    def _is_none(self, node) -> bool:
+        v = self.visit(node)
+        return v is None or (isinstance(v, lang.constexpr) and v.value is None)
 
     def visit_BinOp(self, node):
         return self._binary(_BINOPS.get(type(node.op), type(node.op).__name__),
@@ -363,12 +369,16 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         helper = python_function(func)
         if helper is not None:
             return self._inline(node, helper, args, kwargs, owner=func)
+        if func is D.pointer_type or getattr(func, "__name__", "") == "pointer_type" and isinstance(func, type):
+            return D.pointer_type(*(map_global(a) for a in args))   # tl.pointer_type(tl.float16): a dtype
         if isinstance(func, type) and issubclass(func, D.dtype) or isinstance(func, D.dtype):
             raise self.error(node, "dtypes are not callable; use x.to(dtype)")
         if func in _PY_BUILTINS.values() or func is range:
             if any(isinstance(a, Tile) for a in list(args) + list(kwargs.values())):
                 if func in (min, max) and len(args) == 2 and not kwargs:
                     return self.builder.binary("min" if func is min else "max", *args)
+                if func in (isinstance, hasattr) and len(args) == 2 and not kwargs:
+                    return _tile_isinstance(args[0], args[1]) if func is isinstance else _tile_hasattr(args[1])
                 raise self.error(node, f"Python's {func.__name__}() cannot take tensor values; "
                                        "use the tl.* equivalent")
             return func(*args, **kwargs)
@@ -395,6 +405,16 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         result = sub.run_body()
         self.builder.loc = saved_loc
         return result
+
+
+def _tile_isinstance(t: Tile, cls) -> bool:
+    """isinstance(tensor, X) at compile time: true for tl.tensor (ours or Triton's)."""
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    return any(c is lang.tensor or getattr(c, "__name__", "") == "tensor" for c in classes)
+
+
+def _tile_hasattr(name) -> bool:
+    return name in ("dtype", "shape", "type", "T") or name in TILE_METHODS
 
 
 def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict,

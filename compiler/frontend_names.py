@@ -27,7 +27,7 @@ TILE_METHODS = {"to", "cast", "sum", "max", "min", "argmax", "argmin", "cumsum",
                 "broadcast_to", "reshape", "view", "ravel", "split", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
                 "abs", "sigmoid", "sin", "cos", "floor", "ceil", "erf", "tanh", "log1p", "expm1", "store",
                 "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or",
-                "atomic_xor", "advance"}
+                "atomic_xor", "advance", "reduce", "xor_sum", "reduce_or", "histogram", "gather", "item"}
 _NUMBER_METHODS = {"to", "cast"}
 # Triton's dtype attributes a kernel may read at compile time (their values are constexprs)
 _DTYPE_ATTRS = ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name", "itemsize",
@@ -155,6 +155,9 @@ def other_attr(builder, base, attr: str):
         raise SemanticError(f"dtype has no attribute '{attr}'" + did_you_mean(attr, _DTYPE_ATTRS, "."))
     if isinstance(base, (int, float)) and attr in _NUMBER_METHODS:
         return BoundMethod(builder.to_tile(base), attr)   # a specialised constant used as a scalar
+    if isinstance(base, (int, float)) and attr == "dtype":   # the dtype the constant gets as a tensor
+        from .semantic import scalar_dtype_of  # noqa: PLC0415
+        return scalar_dtype_of(base)
     if hasattr(base, "tj_attr"):
         return base.tj_attr(attr)
     if is_namespace(base):
@@ -202,18 +205,18 @@ def unsupported(node) -> str:
 
 # Triton builtins this language does not have, and what to use instead
 MISSING_BUILTINS = {
-    "associative_scan": "use tl.cumsum for prefix sums", "reduce": "use tl.sum / tl.max / tl.min / tl.argmax",
+    "associative_scan": "use tl.cumsum for prefix sums, or tl.reduce for one combined value",
     "sort": "sorting is not supported", "topk": "use tl.max with return_indices repeatedly",
-    "gather": "load with a pointer tile (ptr + index) instead", "histogram": "use tl.atomic_add into a histogram",
-    "flip": "index with a reversed arange instead", "cat": "use tl.join + tl.reshape",
-    "dot_scaled": "use tl.dot on converted operands", "inline_asm_elementwise": "inline assembly is not portable",
+    "flip": "index with a reversed arange instead",
+    "dot_scaled": "scaled (microscaling) dots are not supported: convert the operands and use tl.dot",
+    "inline_asm_elementwise": "inline assembly is not portable",
     "map_elementwise": "write the elementwise function as a helper", "cumprod": "cumprod is not supported",
-    "xor_sum": "xor reductions are not supported", "reduce_or": "use tl.max on int1 values",
     "softmax": "write exp(x - max) / sum", "swizzle2d": "compute the program ids with // and %",
     "atomic_load": "use tl.atomic_add(ptr, 0)", "atomic_store": "use tl.atomic_xchg",
+    "atomic_poll": "its timeout needs a device timer; without one, spin with "
+                   "`while tl.atomic_cas(ptr, expected, expected) != expected: pass`",
     "expect_zero": "not supported", "condition": "not supported", "dispatch": "not supported",
-    "extern_elementwise": "not supported", "squeeze": "use tl.reshape", "unsqueeze": "use tl.expand_dims",
-    "empty": "use tl.zeros",
+    "extern_elementwise": "not supported", "empty": "use tl.zeros",
 }
 
 

@@ -7,16 +7,16 @@ plain Python raises an error that says so. The docstrings state the allowed valu
 """
 from __future__ import annotations
 
-import functools
-
 import types as _types
 
+from .builtin_registry import BUILTINS, builtin  # noqa: F401  (BUILTINS: read through this module)
 from .dtypes import (bfloat16, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16,  # noqa: F401
                      float16, float32, float64, int1, int8, int16, int32, int64, pointer_type, uint8, uint16, uint32,
                      uint64)
 
 # Triton spells some of these differently too.
 bool_ = int1
+pi32_t = pointer_type(int32)
 
 
 class constexpr:
@@ -44,8 +44,13 @@ class static_range:
 
 
 class tensor:
-    """The type of tile values, for annotations (`-> tl.tensor`, `x: tl.tensor`); a kernel never
-    constructs one, and annotations are not checked."""
+    """The type of tile values, for annotations (`-> tl.tensor`, `x: tl.tensor`) and
+    `isinstance(x, tl.tensor)` in a kernel (true for tensors); a kernel never constructs one."""
+
+
+class tensor_descriptor:
+    """The type of a tensor descriptor, for annotations (`desc: tl.tensor_descriptor`). Kernels make
+    descriptors with tl.make_tensor_descriptor; a host TensorDescriptor argument is not supported."""
 
 
 # loop options of tl.range, accepted for Triton compatibility: the gpu target forwards them to
@@ -81,23 +86,6 @@ def range_options(kwargs: dict) -> dict:
             raise TypeError(f"tl.range option {k} must be a constexpr int or bool, got {v!r}")
         out[k] = v
     return out
-
-
-BUILTINS: dict[str, object] = {}
-
-
-def builtin(fn):
-    """Registers a tile-language builtin; its Python body is never run."""
-
-    @functools.wraps(fn)
-    def outside(*args, **kwargs):
-        raise RuntimeError(
-            f"tl.{fn.__name__} can only be called inside a @kernel function body "
-            "(did you forget the @kernel decorator?)")
-
-    outside.__tilejit_builtin__ = fn.__name__
-    BUILTINS[fn.__name__] = outside
-    return outside
 
 
 @builtin
@@ -286,7 +274,7 @@ def pow(x, y):  # noqa: A001
 
 @builtin
 def umulhi(x, y):
-    """The high 32 bits of the 64-bit product of two 32-bit integer tiles read as unsigned."""
+    """The high half of the double-width product of two 32- or 64-bit integer tiles read as unsigned."""
 
 
 @builtin
@@ -329,7 +317,8 @@ def broadcast_to(input, *shape):
 
 @builtin
 def expand_dims(input, axis):
-    """Inserts a size-1 axis at `axis`; `x[:, None]` is the same."""
+    """Inserts a size-1 axis at `axis` (or at each of a tuple of axes, as positions in the result;
+    negative ones count from its end); `x[:, None]` is the same."""
 
 
 @builtin
@@ -567,3 +556,8 @@ extra.cuda = _types.ModuleType("compiler.language.extra.cuda")
 extra.hip = _types.ModuleType("compiler.language.extra.hip")
 extra.cuda.libdevice = extra.hip.libdevice = extra.libdevice
 NAMESPACES = (math, extra, extra.libdevice, extra.cuda, extra.hip)
+
+
+# builtins made of the IR's own ops (tl.reduce, tl.gather, tl.cat, ...): declared in their own module
+from .language_combine import (broadcast, cat, gather, histogram, item, reduce, reduce_or, squeeze,  # noqa: E402,F401
+                               unsqueeze, xor_sum)

@@ -162,6 +162,9 @@ class Builder:
         if t.dtype in D.FP8 or to in D.FP8:
             from .fp8 import convert  # noqa: PLC0415
             return convert(self, t, to)
+        if t.dtype.is_ptr() != to.is_ptr() and (t.dtype if to.is_ptr() else to) not in (D.int64, D.uint64):
+            raise SemanticError(f"cannot cast {t.dtype} to {to}: a pointer is made from a 64-bit integer "
+                                "(x.to(tl.int64).to(tl.pointer_type(...))) and read as one (ptr.to(tl.int64))")
         return self.op1("cast", [t], {"to": to})
 
     def bitcast(self, t: Tile, to: D.dtype) -> Tile:

@@ -42,7 +42,8 @@ def _inputs(n=64):
 def _run(target, policy, x, y):
     n = x.numel()
     Z = torch.empty(4 * n, dtype=torch.float64)
-    ZH, ZB, ZI = torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.bfloat16), torch.empty(n, dtype=torch.int64)
+    ZH, ZB = torch.empty(n, dtype=torch.float16), torch.empty(n, dtype=torch.bfloat16)
+    ZI = torch.empty(n, dtype=torch.int64)
     with use_target(target), numerics(policy):
         ieee_ops[(1,)](x, y, Z, ZH, ZB, ZI, N=n)
     return Z.view(4, n), ZH, ZB, ZI

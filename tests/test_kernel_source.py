@@ -19,8 +19,8 @@ pytestmark = pytest.mark.compile
 @triton.jit
 def template(X, Z, N: tl.constexpr):
     off = tl.arange(0, N)
-    x = tl.load(X + off)
-    tl.store(Z + off, GENERATE_HERE)
+    x = tl.load(X + off)  # noqa: F841 - read by the replaced text
+    tl.store(Z + off, GENERATE_HERE)  # noqa: F821 - replaced before it compiles
 
 
 def patch_by_exec(tmpl, expr):

@@ -4,7 +4,7 @@ catches, the dtype objects' attributes (against the installed Triton's own), and
 import pytest
 import torch
 
-from compiler import CompilationError, kernel, triton
+from compiler import CompilationError, triton
 from compiler.errors import OutOfResources, TilejitError
 from compiler.triton import language as tl
 
@@ -38,7 +38,8 @@ def test_triton_runtime_errors_become_ours():
     from triton.runtime import errors as R  # noqa: PLC0415
     from targets.gpu.launcher import tilejit_error  # noqa: PLC0415
     ours = tilejit_error(R.OutOfResources(70000, 65536, "shared memory"))
-    assert isinstance(ours, OutOfResources) and (ours.required, ours.limit, ours.name) == (70000, 65536, "shared memory")
+    assert isinstance(ours, OutOfResources)
+    assert (ours.required, ours.limit, ours.name) == (70000, 65536, "shared memory")
     assert isinstance(tilejit_error(R.InterpreterError("boom")), triton.runtime.errors.InterpreterError)
     assert tilejit_error(ValueError("x")) is None
 

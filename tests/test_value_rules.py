@@ -160,7 +160,8 @@ def test_mixed_integer_types_match_triton(target, xd, yd, zd):
     for k, name in enumerate(["+", "*", ">>", "<<", "maximum"]):
         ref, got = outs["triton"][0][k], outs[target][0][k]
         bad = (ref != got).nonzero().flatten().tolist()
-        assert not bad, f"{target} {xd} {name} {yd}: x={x[bad[0]]} y={y[bad[0]]} gives {got[bad[0]]}, Triton {ref[bad[0]]}"
+        assert not bad, (f"{target} {xd} {name} {yd}: x={x[bad[0]]} y={y[bad[0]]} gives {got[bad[0]]}, "
+                         f"Triton {ref[bad[0]]}")
     assert torch.equal(outs["triton"][1], outs[target][1])
 
 

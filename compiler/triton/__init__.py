@@ -55,5 +55,7 @@ def must_use_result(x, s=True):
 
 
 __all__ = ["jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "runtime", "testing",
-           "tools", "JITFunction", "TensorWrapper", "reinterpret", "KernelInterface", "Autotuner", "Heuristics", "AutotuneNote", "OutOfResources",
-           "CompilationError", "TritonError", "InterpreterError", "PTXASError", "AutotunerError", "compiler", "errors", "install_alias", "uninstall_alias", "alias", "alias_installed", "__version__"]
+           "tools", "JITFunction", "TensorWrapper", "reinterpret", "KernelInterface", "Autotuner", "Heuristics",
+           "AutotuneNote", "OutOfResources", "CompilationError", "TritonError", "InterpreterError", "PTXASError",
+           "AutotunerError", "compiler", "errors", "install_alias", "uninstall_alias", "alias", "alias_installed",
+           "__version__"]

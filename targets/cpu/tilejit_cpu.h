@@ -194,6 +194,7 @@ template <int K, class T> static inline T tj_atomic_bits(T a, T b) {
     return tj_atomic_op<K>(a, b);
 }
 template <int K> static inline float tj_atomic_bits(float a, float b) { return tj_atomic_op<K>(a, b); }
+template <int K> static inline double tj_atomic_bits(double a, double b) { return tj_atomic_op<K>(a, b); }
 template <int K, int C, class M, class R> static inline R tj_atomic(M* p, R v) {
     M old;
     __atomic_load(p, &old, __ATOMIC_RELAXED);

@@ -301,8 +301,9 @@ class _Emitter(StructuredOps):
             self.pyints.add(id(r))
         table = BINARY if name in BINARY else UNARY if name in UNARY else TERNARY
         fmt = table[name]
-        if self.strict and src.is_floating() and name in STRICT_FLOAT and (src is not D.float64 or name in ("max", "min")):
-            fmt = STRICT_FLOAT[name]   # fp64's `/` and tl.sqrt are correctly rounded already
+        if self.strict and src.is_floating() and name in STRICT_FLOAT \
+                and (src is not D.float64 or name in ("max", "min")):   # fp64's / and sqrt round correctly
+            fmt = STRICT_FLOAT[name]
         wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT) \
             or (src in NARROW_FLOATS and name in EXACT_VIA_F32)
         if wide:
@@ -400,11 +401,17 @@ class _Emitter(StructuredOps):
         self.assign(r, f"{self.typed(x).text}.to({tl_dtype(r.dtype)}, bitcast=True)")
 
     # -- memory -------------------------------------------------------------------------------------
+    def _mask(self, a: _Arg) -> str:
+        """A load/store mask. Triton 3.9's interpreter keeps a comparison's numpy data in the type of
+        its left operand (int32 for `pid < n`), and an `&` of that with a block mask keeps int32,
+        which its load/store refuse ("mask has unsupported dtype"): `!= 0` gives bool data."""
+        return f"({a.text}) != 0" if self.interpret and not a.literal else a.text
+
     def op_load(self, op: Op) -> None:
         args = self.operands(op, tuple(range(1, len(op.operands))))
         parts = [args[0].text]
         if len(args) > 1:
-            parts.append(f"mask={args[1].text}")
+            parts.append(f"mask={self._mask(args[1])}")
         if len(args) > 2:
             parts.append(f"other={args[2].text}")
         self.assign(op.results[0], f"tl.load({', '.join(parts)})", pure=True)
@@ -413,7 +420,7 @@ class _Emitter(StructuredOps):
         args = self.operands(op, tuple(range(1, len(op.operands))))
         parts = [args[0].text, args[1].text]
         if len(args) > 2:
-            parts.append(f"mask={args[2].text}")
+            parts.append(f"mask={self._mask(args[2])}")
         self.emit(f"tl.store({', '.join(parts)})")
 
     # -- reductions ------------------------------------------------------------------------------------

@@ -19,7 +19,13 @@ class _Flag:
 
 class StructuredOps:
     def op_reshape(self, op: Op) -> None:
-        self.assign(op.results[0], f"tl.reshape({self.typed(op.operands[0]).text}, {list(op.results[0].shape)})")
+        x, r = self.typed(op.operands[0]).text, op.results[0]
+        if not r.shape:   # the element of a single-element tile: a reduction of one element returns it
+            one = f"tl.reshape({x}, [1])"
+            self.assign(r, f"tl.max({one}.to(tl.int32), axis=0) != 0" if r.dtype.is_bool()
+                        else f"tl.max({one}, axis=0)")
+            return
+        self.assign(r, f"tl.reshape({x}, {list(r.shape)})")
 
     def op_join(self, op: Op) -> None:
         a, b = (self.typed(v).text for v in op.operands)
@@ -31,7 +37,7 @@ class StructuredOps:
 
     def op_atomic_rmw(self, op: Op) -> None:
         args = self.operands(op, tuple(range(1, len(op.operands))))
-        parts = [args[0].text, args[1].text] + ([f"mask={args[2].text}"] if len(args) > 2 else [])
+        parts = [args[0].text, args[1].text] + ([f"mask={self._mask(args[2])}"] if len(args) > 2 else [])
         self.assign(op.results[0], f"tl.atomic_{op.attrs['kind']}({', '.join(parts)})", pure=False)
 
     def op_atomic_cas(self, op: Op) -> None:

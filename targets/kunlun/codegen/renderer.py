@@ -8,7 +8,6 @@ import warnings
 
 import jinja2
 
-from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.fp64 import narrow_fp64, uses_fp64
 from compiler.ir import Function
@@ -41,6 +40,11 @@ class KunlunRenderer:
                           "do (the chip has no fp64): float64 tensors are read rounded to fp32 and written back "
                           "exactly; results carry fp32 precision (docs/kunlun.md, \"float64\")",
                           Fp64AsFp32Warning, stacklevel=2)
+        for op in fn.walk():
+            if op.name == "cast" and op.operands[0].dtype.is_ptr() != op.results[0].dtype.is_ptr():
+                raise CompilationError.at(op.loc, "a pointer made from an integer (or read as one) is not supported on "
+                                          "the kunlun target: its memory plan must know which argument each "
+                                          "pointer addresses (pass the tensor itself)", kernel=fn.name)
         plan = plan_memory(fn, self.arch, policy, self.dialect)
         lm = plan.lm_bytes
         low = KunlunLowering(plan.ir, self.dialect, policy, placement={b.index: b.offset for b in plan.lm},
