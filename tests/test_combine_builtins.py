@@ -158,3 +158,42 @@ def test_slices_other_than_none_are_refused_with_triton_words():
 
     with pytest.raises(triton.TritonError, match="unsupported tensor index"):
         k[(1,)](torch.zeros(16))
+
+
+@triton.jit
+def _rows_by_address(Table, Z, N: tl.constexpr):
+    o = tl.arange(0, N)
+    row = tl.load(Table + tl.program_id(0)).to(tl.pointer_type(tl.float16))   # a table of uint64 addresses
+    tl.store(Z + tl.program_id(0) * N + o, tl.load(row + o).to(tl.float32) * 2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_pointer_from_an_integer(target):
+    rows = [torch.arange(4, dtype=torch.float16) + 10 * i for i in range(3)]
+    table = torch.tensor([r.data_ptr() for r in rows], dtype=torch.int64).view(torch.uint64)
+    z = torch.zeros(12)
+    with use_target(target):
+        if target == "kunlun:xpu3":
+            with pytest.raises(CompilationError, match="pointer made from an integer"):
+                _rows_by_address[(3,)](table, z, N=4)
+            return
+        _rows_by_address[(3,)](table, z, N=4)
+    assert z.tolist() == (torch.cat(rows).float() * 2).tolist()
+
+
+@triton.jit
+def _scalar_and_block_mask(X, Z, n, M, desc_unused: tl.tensor_descriptor = None, N: tl.constexpr = 4):
+    pid = tl.program_id(0)
+    o = tl.arange(0, N)
+    mask = (pid < M) & (o < n)   # a scalar comparison & a block mask
+    tl.store(Z + pid * N + o, tl.load(X + pid * N + o, mask=mask, other=0.0) + 1, mask=mask)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_scalar_comparison_in_a_block_mask(target):
+    """Triton's interpreter refuses such a mask as it computes it (int32 data); the generated source
+    for gpu:interpret gives it bool data. The parameter annotated tl.tensor_descriptor is accepted."""
+    x, z = torch.arange(12.0), torch.zeros(12)
+    with use_target(target):
+        _scalar_and_block_mask[(3,)](x, z, 3, 2)
+    assert z.tolist() == [1.0, 2.0, 3.0, 0.0, 5.0, 6.0, 7.0, 0.0, 0.0, 0.0, 0.0, 0.0]
