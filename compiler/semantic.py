@@ -352,6 +352,8 @@ class Builder:
 
     def dot(self, a, b, acc=None, out_dtype=D.float32) -> Tile:
         a, b = self.to_tile(a), self.to_tile(b)
+        if len(a.shape) == 3 and len(b.shape) == 3:
+            return self._batched_dot(a, b, acc, out_dtype)
         if len(a.shape) != 2 or len(b.shape) != 2:
             raise SemanticError(f"tl.dot needs 2-D tiles, got {a.type} and {b.type}")
         if a.shape[1] != b.shape[0]:
@@ -370,6 +372,36 @@ class Builder:
             if acc.shape != shape:
                 raise SemanticError(f"tl.dot acc has shape {list(acc.shape)}, expected {list(shape)}")
         return self.op1("dot", [a, b, acc])
+
+    def _batched_dot(self, a: Tile, b: Tile, acc, out_dtype) -> Tile:
+        """tl.dot of [B, M, K] and [B, K, N] tiles: one 2-D dot per batch element (each with the 2-D
+        dot's numerics), gathered into [B, M, N] by selection: the same bits as B separate dots."""
+        n = a.shape[0]
+        if b.shape[0] != n:
+            raise SemanticError(f"tl.dot: batch sizes differ: {a.type} @ {b.type}")
+        acc = self.to_tile(acc) if acc is not None else None
+        outs = [self.dot(_take(self, a, i), _take(self, b, i), _take(self, acc, i) if acc is not None else None,
+                         out_dtype) for i in range(n)]
+        shape = (n,) + outs[0].shape
+        r = self.broadcast_to(self.expand_dims(outs[0], 0), shape)
+        idx = _batch_index(self, n)
+        for i in range(1, n):
+            r = self.where(self.binary("eq", idx, i), self.expand_dims(outs[i], 0), r)
+        return r
+
+
+def _batch_index(b: Builder, n: int) -> Tile:
+    return b.op1("reshape", [b.op1("arange", [], {"start": 0, "end": n})], {"shape": (n, 1, 1)})
+
+
+def _take(b: Builder, t: Tile, i: int) -> Tile:
+    """Element i along axis 0 of a 3-D tile, exactly: the other elements are replaced by the sum's
+    identity (-0.0 for floats, which adds exactly to any value)."""
+    if t.shape[0] == 1:
+        return b.op1("reshape", [t], {"shape": t.shape[1:]})
+    hit = b.broadcast_to(b.binary("eq", _batch_index(b, t.shape[0]), i), t.shape)
+    zero = -0.0 if t.dtype.is_floating() else 0
+    return b.cast(b.reduce("sum", b.where(hit, t, zero), 0), t.dtype)
 
 
 def fold_python_binary(name: str, a, b):

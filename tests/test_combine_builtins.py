@@ -197,3 +197,29 @@ def test_scalar_comparison_in_a_block_mask(target):
     with use_target(target):
         _scalar_and_block_mask[(3,)](x, z, 3, 2)
     assert z.tolist() == [1.0, 2.0, 3.0, 0.0, 5.0, 6.0, 7.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+@triton.jit
+def _dot3(Q, K, O, O2, B: tl.constexpr, M: tl.constexpr, N: tl.constexpr, KK: tl.constexpr):
+    b = tl.arange(0, B)
+    m = tl.arange(0, M)
+    n = tl.arange(0, N)
+    kk = tl.arange(0, KK)
+    q = tl.load(Q + b[:, None, None] * M * KK + m[None, :, None] * KK + kk[None, None, :])
+    k = tl.load(K + b[:, None, None] * KK * N + kk[None, :, None] * N + n[None, None, :])
+    tl.store(O + b[:, None, None] * M * N + m[None, :, None] * N + n[None, None, :], tl.dot(q, k))
+    for i in tl.static_range(B):   # the same products as 2-D dots, batch element by batch element
+        qi = tl.load(Q + i * M * KK + m[:, None] * KK + kk[None, :])
+        ki = tl.load(K + i * KK * N + kk[:, None] * N + n[None, :])
+        tl.store(O2 + i * M * N + m[:, None] * N + n[None, :], tl.dot(qi, ki))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_batched_dot_is_one_2d_dot_per_batch_element(target):
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(4, 16, 16, generator=g), torch.randn(4, 16, 16, generator=g)
+    o, o2 = torch.zeros(4, 16, 16), torch.zeros(4, 16, 16)
+    with use_target(target):
+        _dot3[(1,)](q, k, o, o2, B=4, M=16, N=16, KK=16)
+    assert torch.equal(o, o2)
+    torch.testing.assert_close(o, q @ k)
