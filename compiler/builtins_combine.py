@@ -14,16 +14,9 @@ dimensions:
 from __future__ import annotations
 
 from . import dtypes as D
-from .builtins_common import _const_int
+from .builtins_common import _axis, _const_int
 from .builtins_tiles import reshape
 from .semantic import SemanticError, Tile
-
-
-def _axis(name, axis, rank, extra=0) -> int:
-    axis = _const_int(name, "axis", axis)
-    if not -(rank + extra) <= axis < rank + extra:
-        raise SemanticError(f"tl.{name}: invalid axis {axis} for a {rank}-D tile")
-    return axis % (rank + extra)
 
 
 def reduce_with(visitor, node, inputs, axis, combine_fn, keep_dims=False):
@@ -48,15 +41,26 @@ def reduce_with(visitor, node, inputs, axis, combine_fn, keep_dims=False):
     fn = combine_fn if callable(combine_fn) and hasattr(combine_fn, "__code__") else python_function(combine_fn)
     if fn is None:
         raise SemanticError("tl.reduce: combine_fn must be a @triton.jit / @kernel function")
+
+    def combine(los, his):
+        out = visitor._inline(node, fn, los + his, {}, owner=combine_fn)
+        out = list(out) if isinstance(out, tuple) else [out]
+        if len(out) != len(los):
+            raise SemanticError(f"tl.reduce: combine_fn returned {len(out)} values for {len(los)} inputs")
+        return out
+
+    tiles = [_drop_axis(b, t, axis, keep_dims) for t in _tree(b, tiles, axis, combine)]
+    return tiles[0] if single else tuple(tiles)
+
+
+def _tree(b, tiles, axis, combine):
+    """The tiles reduced along `axis` (a power-of-two extent) by `combine(los, his)` over neighbour
+    pairs, level by level, down to extent 1 (the axis kept)."""
     while tiles[0].shape[axis] > 1:
         halves = [_pairs_along(b, t, axis) for t in tiles]
-        out = visitor._inline(node, fn, [lo for lo, _ in halves] + [hi for _, hi in halves], {}, owner=combine_fn)
-        out = list(out) if isinstance(out, tuple) else [out]
-        if len(out) != len(tiles):
-            raise SemanticError(f"tl.reduce: combine_fn returned {len(out)} values for {len(tiles)} inputs")
+        out = combine([lo for lo, _ in halves], [hi for _, hi in halves])
         tiles = [b.broadcast_to(b.to_tile(o), lo.shape) for o, (lo, _) in zip(out, halves)]
-    tiles = [_drop_axis(b, t, axis, keep_dims) for t in tiles]
-    return tiles[0] if single else tuple(tiles)
+    return tiles
 
 
 def _pairs_along(b, t: Tile, axis: int):
@@ -101,9 +105,7 @@ def _bitwise_reduce(b, name, x, axis, keep_dims, op):
     n = x.shape[axis]
     if n & (n - 1):
         raise SemanticError(f"tl.{name} needs a power-of-two extent along the axis, got {n}")
-    while x.shape[axis] > 1:
-        lo, hi = _pairs_along(b, x, axis)
-        x = b.op1(op, [lo, hi])
+    (x,) = _tree(b, [x], axis, lambda los, his: [b.op1(op, [los[0], his[0]])])
     return b.cast(_drop_axis(b, x, axis, keep_dims), dt)
 
 

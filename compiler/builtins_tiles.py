@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import dtypes as D
 from . import language as lang
-from .builtins_common import _const_int, _dtype, _shape
+from .builtins_common import _axis, _const_int, _dtype, _shape
 from .semantic import SemanticError, Tile
 
 
@@ -96,13 +96,6 @@ def _interleave(b, name, a):
     if len(j.shape) < 2:   # two scalars: the pair itself
         return j
     return reshape(b, j, j.shape[:-2] + (2 * j.shape[-2],))
-
-
-def _axis(name, axis, rank) -> int:
-    axis = _const_int(name, "axis", axis)
-    if not -rank <= axis < rank:
-        raise SemanticError(f"tl.{name}: axis {axis} out of range for a {rank}-D tile")
-    return axis % rank
 
 
 def _cumsum(b, name, a):

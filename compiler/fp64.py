@@ -16,6 +16,7 @@ from __future__ import annotations
 from . import dtypes as D
 from .errors import CompilationError
 from .ir import Block, Function, Op, TileType
+from .passes import replace_all_uses
 from .semantic import Builder, Tile
 
 U32 = D.uint32
@@ -94,7 +95,7 @@ def _load(fn: Function, op: Op) -> list[Op]:
     if mask is not None:   # `other` is an fp64 value computed in fp32 like the rest
         _narrow_value(op.operands[2])
         x = b.where(mask, x, Tile(op.operands[2]))
-    _replace(fn, op.results[0], x.value)
+    replace_all_uses(fn, op.results[0], x.value)
     return tmp.ops
 
 
@@ -108,11 +109,6 @@ def _store(op: Op) -> list[Op]:
     b.store(lo_p, lo, mask)
     b.store(hi_p, hi, mask)
     return tmp.ops
-
-
-def _replace(fn: Function, old, new) -> None:
-    for o in fn.walk():
-        o.operands = [new if v is old else v for v in o.operands]
 
 
 def _u(b, x):

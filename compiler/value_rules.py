@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from . import dtypes as D
 from .ir import Block, Function, Op
+from .passes import replace_all_uses
 from .semantic import Builder, Tile
 
 
@@ -72,10 +73,6 @@ def _rewrite(fn: Function, block: Block) -> None:
         seen = b.op1("reduce", [b.cast(b.binary("eq", t, t), D.int32)], {"axis": axis, "kind": "sum"})
         y = b.where(b.binary("ne", seen, 0), r, float("nan"))
         out.extend(tmp.ops)
-        _replace_uses(fn, op.results[0], y.value)
+        replace_all_uses(fn, op.results[0], y.value)
     block.ops = out
 
-
-def _replace_uses(fn: Function, old, new) -> None:
-    for o in fn.walk():
-        o.operands = [new if v is old else v for v in o.operands]
