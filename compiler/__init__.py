@@ -10,6 +10,7 @@ from .errors import (CompilationError, DeviceAssertionError, IRError, KernelArgu
                      TargetError, TilejitError)
 from .jit import CompiledKernel, KernelFunction, compile_only, kernel, render_only
 from .numerics import current_policy, numerics
+from .source import keep_source
 from .target import available_targets, current_target, get_target, register_target, use_target
 from .version import __version__
 
@@ -28,5 +29,5 @@ __all__ = ["language", "kernel", "KernelFunction", "CompiledKernel", "Compilatio
            "IRError",
            "KernelArgumentError", "KernelBoundsError", "TargetError", "TilejitError", "numerics", "current_policy",
            "available_targets", "current_target", "get_target", "register_target", "use_target", "cdiv",
-           "render_only", "compile_only",
+           "render_only", "compile_only", "keep_source",
            "__version__"]

@@ -24,7 +24,19 @@ def _shape(name, shape) -> tuple[int, ...]:
     return out
 
 
+def _axis(name, axis, rank, extra=0) -> int:
+    """A constexpr axis of a `rank`-D tile (of the result's rank + extra for inserted axes),
+    negative ones counted from the end."""
+    axis = _const_int(name, "axis", axis)
+    if not -(rank + extra) <= axis < rank + extra:
+        raise SemanticError(f"tl.{name}: invalid axis {axis} for a {rank}-D tile")
+    return axis % (rank + extra)
+
+
 def _dtype(name, dt) -> D.dtype:
     if not isinstance(dt, D.dtype):
         raise SemanticError(f"tl.{name}: expected a dtype such as tl.float32, got {dt!r}")
+    if dt in D.UNSUPPORTED_FP8:
+        raise SemanticError(f"tl.{name}: {dt.triton_name} is not supported in a kernel; the fp8 formats here are "
+                            "tl.float8e5 and tl.float8e4nv (torch float8_e5m2 / float8_e4m3fn)")
     return dt

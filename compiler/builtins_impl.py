@@ -8,10 +8,12 @@ from . import dtypes as D
 from . import language as lang
 from .ir.ops import MATH
 from .builtins_common import _const_int, _dtype, _shape
+from .builtins_combine import HANDLERS as _COMBINE_HANDLERS
+from .builtins_combine import reduce_with
 from .builtins_memory import HANDLERS as _MEMORY_HANDLERS
 from .builtins_random import HANDLERS as _RANDOM_HANDLERS
 from .builtins_tiles import HANDLERS as _TILE_HANDLERS
-from .builtins_tiles import convert
+from .builtins_tiles import convert, minmax
 from .semantic import SemanticError, Tile
 
 
@@ -94,10 +96,21 @@ def _broadcast_to(b, name, a):
 
 
 def _expand_dims(b, name, a):
+    """Triton's rule: each axis is a position in the result (rank + len(axes) dims), negative ones
+    counted from its end; inserted in ascending order."""
     axes = a["axis"] if isinstance(a["axis"], (tuple, list)) else (a["axis"],)
     t = b.to_tile(a["input"])
+    rank = len(t.shape) + len(axes)
+    norm = []
     for ax in axes:
-        t = b.expand_dims(t, _const_int(name, "axis", ax))
+        ax = _const_int(name, "axis", ax)
+        if not -rank <= ax < rank:
+            raise SemanticError(f"tl.expand_dims: invalid axis {ax}: the result has {rank} dimensions")
+        norm.append(ax % rank)
+    if len(set(norm)) != len(norm):
+        raise SemanticError(f"tl.expand_dims: duplicate axes, normalized axes = {sorted(norm)}")
+    for ax in sorted(norm):
+        t = b.expand_dims(t, ax)
     return t
 
 
@@ -132,8 +145,8 @@ _HANDLERS = {
     "sum": lambda b, n, a: b.reduce("sum", a["input"], a["axis"], a["keep_dims"], a["dtype"]),
     **{m: _math for m in MATH},
     "where": lambda b, n, a: b.where(a["condition"], a["x"], a["y"]),
-    "maximum": lambda b, n, a: b.binary("max", a["x"], a["y"]),
-    "minimum": lambda b, n, a: b.binary("min", a["x"], a["y"]),
+    "maximum": lambda b, n, a: minmax(b, "max", a["x"], a["y"], a["propagate_nan"]),
+    "minimum": lambda b, n, a: minmax(b, "min", a["x"], a["y"], a["propagate_nan"]),
     "fma": lambda b, n, a: b.fma(a["x"], a["y"], a["z"]),
     "cdiv": _cdiv, "broadcast_to": _broadcast_to, "expand_dims": _expand_dims, "trans": _trans,
     "multiple_of": lambda b, n, a: a["input"], "max_contiguous": lambda b, n, a: a["input"],
@@ -143,6 +156,7 @@ _HANDLERS = {
 
 
 _HANDLERS.update(_TILE_HANDLERS)
+_HANDLERS.update(_COMBINE_HANDLERS)
 _HANDLERS.update(_RANDOM_HANDLERS)
 _HANDLERS.update(_MEMORY_HANDLERS)
 
@@ -153,6 +167,9 @@ def call_builtin(visitor, node, name: str, args: list, kwargs: dict):
     b = visitor.builder
     if name == "_to":
         return _to(b, name, args, kwargs)
+    if name == "reduce":   # inlines the combine function: needs the visitor
+        a = _bind(name, args, kwargs)
+        return reduce_with(visitor, node, a["input"], a["axis"], a["combine_fn"], a["keep_dims"])
     handler = _HANDLERS.get(name)
     if handler is None:
         raise SemanticError(f"tl.{name} is not implemented")

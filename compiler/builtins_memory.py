@@ -192,7 +192,7 @@ def atomic(b, name, a):
     if not ptr.dtype.is_ptr():
         raise SemanticError(f"tl.{name} needs a pointer, got {ptr.dtype}")
     elem = ptr.dtype.element_ty
-    if elem.is_bool() or elem in D.FP8 or elem is D.float64:
+    if elem.is_bool() or elem in D.FP8:
         raise SemanticError(f"tl.{name} on {elem} values is not supported")
     if kind in ("and", "or", "xor") and not elem.is_int():
         raise SemanticError(f"tl.{name} needs an integer tensor, got {elem}")

@@ -5,7 +5,8 @@ libdevice predicates (isnan, isinf, signbit, copysign, ...) built from exact ope
 from __future__ import annotations
 
 from . import dtypes as D
-from .builtins_common import _const_int, _dtype, _shape
+from . import language as lang
+from .builtins_common import _axis, _const_int, _dtype, _shape
 from .semantic import SemanticError, Tile
 
 
@@ -44,8 +45,11 @@ def _umulhi(b, name, a):
     x, y = b._promote_pair(a["x"], a["y"])
     x, y = b.broadcast_all(x, y)
     dt = D.promote(x.dtype, y.dtype)
+    if dt in (D.int64, D.uint64):
+        from .builtins_combine import umulhi64  # noqa: PLC0415
+        return umulhi64(b, b.cast(x, dt), b.cast(y, dt), dt)
     if dt not in (D.int32, D.uint32):
-        raise SemanticError(f"tl.umulhi needs 32-bit integer operands, got {x.dtype} and {y.dtype}")
+        raise SemanticError(f"tl.umulhi needs 32- or 64-bit integer operands, got {x.dtype} and {y.dtype}")
     return b.op1("umulhi", [b.cast(x, dt), b.cast(y, dt)])
 
 
@@ -89,16 +93,9 @@ def _split(b, name, a):
 
 def _interleave(b, name, a):
     j = _join(b, "join", a)
-    if len(j.shape) < 2:
-        raise SemanticError("tl.interleave needs tiles of at least one axis")
+    if len(j.shape) < 2:   # two scalars: the pair itself
+        return j
     return reshape(b, j, j.shape[:-2] + (2 * j.shape[-2],))
-
-
-def _axis(name, axis, rank) -> int:
-    axis = _const_int(name, "axis", axis)
-    if not -rank <= axis < rank:
-        raise SemanticError(f"tl.{name}: axis {axis} out of range for a {rank}-D tile")
-    return axis % rank
 
 
 def _cumsum(b, name, a):
@@ -144,8 +141,25 @@ def _min_max(b, name, a):
     return b.reduce(name, a["input"], a["axis"], a["keep_dims"])
 
 
+def minmax(b, kind, x, y, propagate_nan=None):
+    """Elementwise max/min: the IR's op ignores a NaN operand; PropagateNan.ALL selects the NaN
+    operand first (compiler/value_rules.py)."""
+    try:
+        nan_all = lang.propagates_nan(propagate_nan)
+    except ValueError as e:
+        raise SemanticError(str(e)) from None
+    x, y = b._promote_pair(x, y)
+    r = b.binary(kind, x, y)
+    if nan_all and r.dtype.is_floating():
+        x, y = b.cast(x, r.dtype), b.cast(y, r.dtype)
+        r = b.where(b.binary("ne", y, y), y, r)
+        r = b.where(b.binary("ne", x, x), x, r)
+    return r
+
+
 def _clamp(b, name, a):
-    return b.binary("min", b.binary("max", a["x"], a["min"]), a["max"])
+    nan = a["propagate_nan"]
+    return minmax(b, "min", minmax(b, "max", a["x"], a["min"], nan), a["max"], nan)
 
 
 def _zeros_like(b, name, a):

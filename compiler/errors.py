@@ -10,7 +10,12 @@ from __future__ import annotations
 import linecache
 
 
-class TilejitError(Exception):
+class TritonError(Exception):
+    """Triton's base of all its errors, served as `triton.TritonError` by the front door. Every
+    tilejit error derives from it, so code written for Triton that catches it catches them."""
+
+
+class TilejitError(TritonError):
     """Base of all tilejit errors."""
 
 
@@ -81,3 +86,32 @@ class DeviceAssertionError(TilejitError, AssertionError):
     @classmethod
     def at(cls, loc, message: str, *, kernel: str | None = None):
         return cls(str(CompilationError.at(loc, message, kernel=kernel)))
+
+
+class OutOfResources(TilejitError):
+    """A kernel needs more of a target's resource than it has (`triton.runtime.errors.OutOfResources`,
+    which autotuners catch to drop a config). Raised as `OutOfResources(required, limit, name)`;
+    Kunlun's LMBudgetError (no memory plan fits local memory) is one."""
+
+    required = limit = None
+    name = "resource"
+
+    def __init__(self, *args, **kwargs):
+        if len(args) == 3 and not kwargs:
+            self.required, self.limit, self.name = args
+            args = (f"out of resource: {self.name}, Required: {self.required}, Hardware limit: {self.limit}. "
+                    "Reducing block sizes or `num_stages` may help.",)
+        super().__init__(*args, **kwargs)
+
+
+class InterpreterError(TilejitError):
+    """`triton.runtime.errors.InterpreterError`: what Triton's interpreter raises when a kernel
+    fails while it runs; the gpu:interpret target raises it for Triton's own."""
+
+
+class PTXASError(TilejitError):
+    """`triton.runtime.errors.PTXASError` (ptxas failed; the gpu target reports it as a TargetError)."""
+
+
+class AutotunerError(TilejitError):
+    """`triton.runtime.errors.AutotunerError`."""

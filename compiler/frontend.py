@@ -22,9 +22,10 @@ from . import language as lang
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
-from .frontend_names import (BoundMethod, did_you_mean, map_global, missing_builtin, other_attr, tile_attr,
-                             unsupported)
+from .frontend_names import (TILE_METHODS, BoundMethod, did_you_mean, map_global, missing_builtin, other_attr,
+                             tile_attr, unsupported)
 from .semantic import PY_BINARY, Builder, SemanticError, Tile, fold_python_binary
+from .source import kept_or_read
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.FloorDiv: "floordiv",
            ast.Mod: "mod", ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl",
@@ -48,21 +49,27 @@ class ArgSpec:
     hints: dict | None = None
 
 
+def parse(fn, owner=None) -> tuple[ast.FunctionDef, str, int, int]:
+    """(the function's AST, its file, its first line, the indentation the dedent removed); the
+    source is the one kept on `owner` (its kernel object), else the function's file
+    (compiler/source.py)."""
+    return _parse(fn, getattr(owner, "kept_source", None))
+
+
 @lru_cache(maxsize=None)
-def _parse(fn) -> tuple[ast.FunctionDef, str, int, int]:
-    """(the function's AST, its file, its first line, the indentation the dedent removed)."""
-    try:
-        lines, start = inspect.getsourcelines(fn)
-    except (OSError, TypeError) as e:
-        raise CompilationError(f"cannot read the source of {fn.__qualname__}: {e}. Kernels must be "
-                               "defined in a file, not typed at an interactive prompt.") from None
-    src = textwrap.dedent("".join(lines))
-    shift = len(lines[0]) - len(lines[0].lstrip()) - (len(src) - len(src.lstrip(" \t")))
-    tree = ast.parse(src)
-    fdef = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+def _parse(fn, kept) -> tuple[ast.FunctionDef, str, int, int]:
+    src = kept if kept is not None else kept_or_read(None, fn)
+    lines, start = list(src.lines), src.first_line
+    text = textwrap.dedent("".join(lines))
+    shift = len(lines[0]) - len(lines[0].lstrip()) - (len(text) - len(text.lstrip(" \t")))
+    tree = ast.parse(text)
+    fdef = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fdef is None:
+        raise CompilationError(f"the source kept for {fn.__qualname__} defines no function", filename=src.filename,
+                               lineno=start)
     if isinstance(fdef, ast.AsyncFunctionDef):
-        raise CompilationError("a kernel cannot be async", filename=inspect.getsourcefile(fn), lineno=start)
-    return fdef, inspect.getsourcefile(fn) or "<unknown>", start, shift
+        raise CompilationError("a kernel cannot be async", filename=src.filename, lineno=start)
+    return fdef, src.filename, start, shift
 
 
 def python_function(obj):
@@ -75,18 +82,22 @@ def python_function(obj):
     return None
 
 
-def constexpr_params(fn) -> set[str]:
+def constexpr_params(fn, owner=None) -> set[str]:
     """Parameter names annotated `tl.constexpr` (ours or Triton's, or the string form)."""
-    fdef = _parse(fn)[0]
-    return {a.arg for a in fdef.args.args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
+    fdef = parse(fn, owner)[0]
+    return {a.arg for a in fdef.args.args
+            if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
 
 
 class FunctionVisitor(FlowMixin, ast.NodeVisitor):
     """Walks one function body (a kernel, or a helper being inlined) with a shared builder."""
 
-    def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0):
+    def __init__(self, fn, builder: Builder, kernel_name: str, depth: int = 0, owner=None):
         self.fn = fn
-        self.fdef, self.filename, self.first_line, self.col_shift = _parse(fn)
+        self.fdef, self.filename, self.first_line, self.col_shift = parse(fn, owner)
+        if owner is not None and "kept_source" in vars(owner):
+            # a replaced source recompiles this kernel and every kernel that inlines it
+            record_capture(getattr(builder, "captured", None), vars(owner), "kept_source", owner.kept_source)
         self.builder = builder
         self.kernel_name = kernel_name
         self.depth = depth
@@ -251,14 +262,19 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             if isinstance(it, ast.Constant) and it.value is None:
                 t = self.builder.expand_dims(t, axis)
                 axis += 1
-            elif isinstance(it, ast.Slice) and it.lower is None and it.upper is None and it.step is None:
-                axis += 1
+            elif isinstance(it, ast.Slice) and all(p is None or self._is_none(p)
+                                                   for p in (it.lower, it.upper, it.step)):
+                axis += 1   # `:`, also spelled `None:None`
             else:
-                raise self.error(it, "tensor indexing supports only ':' and None (e.g. x[:, None]); "
-                                     "use pointer arithmetic and tl.load to gather elements")
+                raise self.error(it, "unsupported tensor index: a tensor takes only ':' and None (e.g. x[:, None]); "
+                                     "use pointer arithmetic and tl.load to gather elements, or tl.gather")
         if axis != len(t.shape):
             raise self.error(node, f"index uses {axis} axes but the tensor has {len(t.shape)}")
         return t
+
+    def _is_none(self, node) -> bool:
+        v = self.visit(node)
+        return v is None or (isinstance(v, lang.constexpr) and v.value is None)
 
     def visit_BinOp(self, node):
         return self._binary(_BINOPS.get(type(node.op), type(node.op).__name__),
@@ -352,13 +368,17 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             return args[0] if args else None
         helper = python_function(func)
         if helper is not None:
-            return self._inline(node, helper, args, kwargs)
+            return self._inline(node, helper, args, kwargs, owner=func)
+        if func is D.pointer_type or getattr(func, "__name__", "") == "pointer_type" and isinstance(func, type):
+            return D.pointer_type(*(map_global(a) for a in args))   # tl.pointer_type(tl.float16): a dtype
         if isinstance(func, type) and issubclass(func, D.dtype) or isinstance(func, D.dtype):
             raise self.error(node, "dtypes are not callable; use x.to(dtype)")
         if func in _PY_BUILTINS.values() or func is range:
             if any(isinstance(a, Tile) for a in list(args) + list(kwargs.values())):
                 if func in (min, max) and len(args) == 2 and not kwargs:
                     return self.builder.binary("min" if func is min else "max", *args)
+                if func in (isinstance, hasattr) and len(args) == 2 and not kwargs:
+                    return _tile_isinstance(args[0], args[1]) if func is isinstance else _tile_hasattr(args[1])
                 raise self.error(node, f"Python's {func.__name__}() cannot take tensor values; "
                                        "use the tl.* equivalent")
             return func(*args, **kwargs)
@@ -370,10 +390,10 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         raise self.error(node, f"call to '{ast.unparse(node.func)}' is not supported in a kernel: only tl.* "
                                "builtins, @kernel helper functions and constexpr Python builtins may be called")
 
-    def _inline(self, node, fn, args, kwargs):
+    def _inline(self, node, fn, args, kwargs, owner=None):
         if self.depth > 32:
             raise self.error(node, "helper calls nest too deeply (recursion is not supported)")
-        sub = FunctionVisitor(fn, self.builder, self.kernel_name, self.depth + 1)
+        sub = FunctionVisitor(fn, self.builder, self.kernel_name, self.depth + 1, owner)
         sig = inspect.signature(fn)
         try:
             bound = sig.bind(*args, **kwargs)
@@ -387,15 +407,25 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
         return result
 
 
+def _tile_isinstance(t: Tile, cls) -> bool:
+    """isinstance(tensor, X) at compile time: true for tl.tensor (ours or Triton's)."""
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    return any(c is lang.tensor or getattr(c, "__name__", "") == "tensor" for c in classes)
+
+
+def _tile_hasattr(name) -> bool:
+    return name in ("dtype", "shape", "type", "T") or name in TILE_METHODS
+
+
 def build_function(fn, kernel_name: str, argspecs: list[ArgSpec], specialization: dict,
-                   captured: dict | None = None) -> Function:
-    """Runs the frontend over `fn` for one specialisation and returns the kernel's IR. `captured`,
-    when given, receives the globals the kernel (and the helpers it inlines) read
-    (compiler.captured.record)."""
+                   captured: dict | None = None, owner=None) -> Function:
+    """Runs the frontend over `fn` (the function of kernel object `owner`) for one specialisation
+    and returns the kernel's IR. `captured`, when given, receives the globals the kernel (and the
+    helpers it inlines) read (compiler.captured.record)."""
     body = Block()
     builder = Builder(body)
     builder.captured = captured
-    visitor = FunctionVisitor(fn, builder, kernel_name)
+    visitor = FunctionVisitor(fn, builder, kernel_name, owner=owner)
     params = []
     for spec in argspecs:
         if spec.kind == "constexpr":

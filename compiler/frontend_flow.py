@@ -178,7 +178,11 @@ class FlowMixin:
         raise _Return(ret[0] if ret else None)
 
     def truth(self, node, v: Tile, what: str) -> Tile:
-        """An int1 scalar from a run-time scalar condition."""
+        """An int1 scalar from a run-time scalar condition (a single-element tensor is its element,
+        as Triton unsplats it)."""
+        if v.shape and v.type.numel == 1:
+            from .builtins_combine import item_of  # noqa: PLC0415
+            v = item_of(self.builder, v)
         if v.shape:
             raise self.error(node, f"{what} on a tensor of shape {list(v.shape)}: the condition must be a "
                                    "scalar (use tl.where for elementwise choices, or reduce it with tl.max / "

@@ -27,9 +27,13 @@ TILE_METHODS = {"to", "cast", "sum", "max", "min", "argmax", "argmin", "cumsum",
                 "broadcast_to", "reshape", "view", "ravel", "split", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
                 "abs", "sigmoid", "sin", "cos", "floor", "ceil", "erf", "tanh", "log1p", "expm1", "store",
                 "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "atomic_and", "atomic_or",
-                "atomic_xor", "advance"}
+                "atomic_xor", "advance", "reduce", "xor_sum", "reduce_or", "histogram", "gather", "item"}
 _NUMBER_METHODS = {"to", "cast"}
-_DTYPE_ATTRS = ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name")
+# Triton's dtype attributes a kernel may read at compile time (their values are constexprs)
+_DTYPE_ATTRS = ("is_floating", "is_int", "is_ptr", "is_bool", "primitive_bitwidth", "name", "itemsize",
+                "int_bitwidth", "fp_mantissa_width", "exponent_bias", "scalar", "is_fp8", "is_standard_floating",
+                "is_int_signed", "is_int_unsigned", "get_int_max_value", "get_int_min_value", "is_block",
+                "is_const", "address_space", "is_dtype")
 
 
 def did_you_mean(name: str, candidates, prefix: str = "") -> str:
@@ -53,7 +57,7 @@ def map_global(obj):
                 return D.from_name(str(obj))
             except ValueError:
                 raise SemanticError(f"dtype {obj} is not supported; the tile language has "
-                                    "fp32/fp16/bf16/fp8e5/fp8e4nv and int1/8/16/32/64") from None
+                                    "fp64/fp32/fp16/bf16/fp8e5/fp8e4nv, int1/8/16/32/64 and uint8/16/32/64") from None
         if tname == "constexpr":
             return obj.value
     fmod = getattr(obj, "__module__", "") or ""
@@ -131,16 +135,29 @@ def tile_attr(builder, base: Tile, attr: str):
                         + did_you_mean(attr, list(TILE_METHODS) + ["dtype", "shape", "type", "T"], "."))
 
 
+class _HostMethod:
+    """A dtype's method (`is_fp16`, `get_int_max_value`, ...) called in a kernel: run at compile time."""
+
+    __tilejit_method__ = True
+
+    def __init__(self, f):
+        self.fn = lambda builder, *args, **kwargs: f(*args, **kwargs)
+
+
 def other_attr(builder, base, attr: str):
     """Attributes of dtypes, Python numbers, aggregates, namespaces and other Python objects."""
     if isinstance(base, D.dtype):
         if attr == "element_ty" and base.is_ptr():
             return base.element_ty
-        if attr in _DTYPE_ATTRS:
-            return getattr(base, attr)
+        if attr in _DTYPE_ATTRS or (attr.startswith("is_") and hasattr(base, attr)):   # is_fp16(), is_uint8(), ...
+            v = getattr(base, attr)
+            return _HostMethod(v) if callable(v) and not isinstance(v, D.dtype) else v
         raise SemanticError(f"dtype has no attribute '{attr}'" + did_you_mean(attr, _DTYPE_ATTRS, "."))
     if isinstance(base, (int, float)) and attr in _NUMBER_METHODS:
         return BoundMethod(builder.to_tile(base), attr)   # a specialised constant used as a scalar
+    if isinstance(base, (int, float)) and attr == "dtype":   # the dtype the constant gets as a tensor
+        from .semantic import scalar_dtype_of  # noqa: PLC0415
+        return scalar_dtype_of(base)
     if hasattr(base, "tj_attr"):
         return base.tj_attr(attr)
     if is_namespace(base):
@@ -188,18 +205,18 @@ def unsupported(node) -> str:
 
 # Triton builtins this language does not have, and what to use instead
 MISSING_BUILTINS = {
-    "associative_scan": "use tl.cumsum for prefix sums", "reduce": "use tl.sum / tl.max / tl.min / tl.argmax",
+    "associative_scan": "use tl.cumsum for prefix sums, or tl.reduce for one combined value",
     "sort": "sorting is not supported", "topk": "use tl.max with return_indices repeatedly",
-    "gather": "load with a pointer tile (ptr + index) instead", "histogram": "use tl.atomic_add into a histogram",
-    "flip": "index with a reversed arange instead", "cat": "use tl.join + tl.reshape",
-    "dot_scaled": "use tl.dot on converted operands", "inline_asm_elementwise": "inline assembly is not portable",
+    "flip": "index with a reversed arange instead",
+    "dot_scaled": "scaled (microscaling) dots are not supported: convert the operands and use tl.dot",
+    "inline_asm_elementwise": "inline assembly is not portable",
     "map_elementwise": "write the elementwise function as a helper", "cumprod": "cumprod is not supported",
-    "xor_sum": "xor reductions are not supported", "reduce_or": "use tl.max on int1 values",
     "softmax": "write exp(x - max) / sum", "swizzle2d": "compute the program ids with // and %",
     "atomic_load": "use tl.atomic_add(ptr, 0)", "atomic_store": "use tl.atomic_xchg",
+    "atomic_poll": "its timeout needs a device timer; without one, spin with "
+                   "`while tl.atomic_cas(ptr, expected, expected) != expected: pass`",
     "expect_zero": "not supported", "condition": "not supported", "dispatch": "not supported",
-    "extern_elementwise": "not supported", "squeeze": "use tl.reshape", "unsqueeze": "use tl.expand_dims",
-    "empty": "use tl.zeros",
+    "extern_elementwise": "not supported", "empty": "use tl.zeros",
 }
 
 

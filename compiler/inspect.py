@@ -127,7 +127,7 @@ def _checked_kernel(obj, ref: str) -> KernelFunction:
 def specs_for(kfn: KernelFunction, signature: list[D.dtype], constexprs: dict) -> list[ArgSpec]:
     # a run-time parameter given with --constexpr is specialised to that value (as an int equal to
     # 1 is at a launch)
-    cnames = constexpr_params(kfn.fn) | set(constexprs)
+    cnames = constexpr_params(kfn.fn, kfn) | set(constexprs)
     runtime_names = [n for n in kfn.arg_names if n not in cnames]
     params = kfn.signature.parameters
     left_off = runtime_names[len(signature):]

@@ -23,7 +23,7 @@ import torch
 
 from . import dtypes as D
 from . import launch_options as LO
-from . import cache_miss
+from . import cache_miss, source
 from .cache import CacheMissError, KernelCache, stable_hash, strict_mode
 from .captured import is_current, refreshed
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
@@ -158,7 +158,36 @@ def _spec_of(a):
         return "b"
     if a is None:
         return None
+    if t.__name__ == "TensorWrapper":
+        return _WRAPPED
     return t
+
+
+_WRAPPED = "triton.reinterpret"   # _spec_of of a TensorWrapper: launched as the tensor it stands for
+
+
+def _reinterpreted(kernel: str, names, args) -> tuple:
+    """`args` with each TensorWrapper (`triton.reinterpret(t, dtype)`, Triton's or the front door's)
+    replaced by a view of its tensor as the stated dtype: the kernel sees a tensor of that dtype."""
+    out = list(args)
+    for i, a in enumerate(args):
+        if type(a).__name__ != "TensorWrapper":
+            continue
+        base = getattr(a, "base", None)
+        try:
+            dt = D.from_name(str(a.dtype))
+        except ValueError:
+            dt = None
+        tdt = D.DTYPE_TO_TORCH.get(dt)
+        if tdt is None or not isinstance(base, torch.Tensor) or base.element_size() != tdt.itemsize:
+            raise KernelArgumentError(
+                f"kernel '{kernel}': argument '{names[i]}' reinterprets a "
+                f"{getattr(base, 'dtype', type(base).__name__)} tensor as {getattr(a.dtype, 'triton_name', a.dtype)}, "
+                "which "
+                + ("has another element size" if tdt is not None else "is not a dtype a kernel argument can have")
+                + f"; supported: {', '.join(str(t).replace('torch.', '') for t in D.TORCH_TO_DTYPE)}")
+        out[i] = base.view(tdt)
+    return tuple(out)
 
 
 class KernelFunction:
@@ -170,6 +199,9 @@ class KernelFunction:
         if not inspect.isfunction(fn):
             raise TypeError(f"@kernel expects a function, got {type(fn).__name__}")
         self.fn = fn
+        # the source text when it is not in fn's file (compiler/source.py); a function made by
+        # exec() of a string gets it here, while the frames running that exec still hold the text
+        self.kept_source = source.recover(fn, source.caller_frame(0)) if source.needs_recovery(fn) else None
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__module__ = fn.__module__
@@ -190,9 +222,17 @@ class KernelFunction:
         self._nargs = -1   # set by _prepare; -1 sends the first launch through bind()
         self._dispatch = None   # the warm path `dispatch(grid, *args, **kwargs)`, made at the first launch
 
+    def source_replaced(self) -> None:
+        """After `kept_source` changed (compiler.source.keep_source): what the signature's
+        annotations decide is worked out again at the next launch. The compiled specialisations,
+        this kernel's and those of the kernels that inline it, recompile there (compiler.captured
+        checks the kept source they were built from)."""
+        self._binder = self._constexpr_names = self._dispatch = None
+        self._nargs = -1
+
     # -- binding --------------------------------------------------------------------------
     def _prepare(self):
-        self._constexpr_names = constexpr_params(self.fn)
+        self._constexpr_names = constexpr_params(self.fn, self)
         self.constexpr_idx = [i for i, n in enumerate(self.arg_names) if n in self._constexpr_names]
         self.runtime_idx = [i for i, n in enumerate(self.arg_names) if n not in self._constexpr_names]
         self._binder = self._make_binder()
@@ -284,6 +324,10 @@ class KernelFunction:
         target = self.target or current_target()
         key = (target.launch_key, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
+        if _WRAPPED in key:   # triton.reinterpret(...) arguments: launched as the tensors they stand for
+            args = _reinterpreted(self.__name__, self.arg_names, args)
+            key = (key[0], key[1], *map(_spec_of, self._runtime_args(args)),
+                   *map(_constexpr_key, self._constexpr_args(args)))
         topts = LO.for_target(target, opts) if opts else ()
         if topts:
             key += (topts,)
@@ -328,7 +372,7 @@ class KernelFunction:
         if self._binder is None:
             self._prepare()
         kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
-        args = self.bind(args, kwargs)
+        args = _reinterpreted(self.__name__, self.arg_names, self.bind(args, kwargs))
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
         key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
@@ -419,7 +463,7 @@ class KernelFunction:
         specialization = {"numerics": policy, "args": spec_desc}
         if options:
             specialization["options"] = dict(options)
-        fn_ir = build_function(self.fn, self.__name__, specs, specialization, captured)
+        fn_ir = build_function(self.fn, self.__name__, specs, specialization, captured, owner=self)
         verify(fn_ir)
         ir_before = print_function(fn_ir)
         optimize(fn_ir)

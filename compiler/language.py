@@ -7,17 +7,16 @@ plain Python raises an error that says so. The docstrings state the allowed valu
 """
 from __future__ import annotations
 
-import functools
-
 import types as _types
 
-from .dtypes import (bfloat16, dtype, float8e4nv, float8e5, float16, float32, float64, int1, int8,  # noqa: F401
-                     int16, int32, int64, pointer_type, uint8, uint16, uint32, uint64)
+from .builtin_registry import BUILTINS, builtin  # noqa: F401  (BUILTINS: read through this module)
+from .dtypes import (bfloat16, dtype, float8e4b8, float8e4b15, float8e4nv, float8e5, float8e5b16,  # noqa: F401
+                     float16, float32, float64, int1, int8, int16, int32, int64, pointer_type, uint8, uint16, uint32,
+                     uint64)
 
 # Triton spells some of these differently too.
 bool_ = int1
-# not supported; present so that these names give a clear error rather than AttributeError
-float8 = float8e4b15 = float8e4b8 = float8e5b16 = None
+pi32_t = pointer_type(int32)
 
 
 class constexpr:
@@ -45,8 +44,13 @@ class static_range:
 
 
 class tensor:
-    """The type of tile values, for annotations (`-> tl.tensor`, `x: tl.tensor`); a kernel never
-    constructs one, and annotations are not checked."""
+    """The type of tile values, for annotations (`-> tl.tensor`, `x: tl.tensor`) and
+    `isinstance(x, tl.tensor)` in a kernel (true for tensors); a kernel never constructs one."""
+
+
+class tensor_descriptor:
+    """The type of a tensor descriptor, for annotations (`desc: tl.tensor_descriptor`). Kernels make
+    descriptors with tl.make_tensor_descriptor; a host TensorDescriptor argument is not supported."""
 
 
 # loop options of tl.range, accepted for Triton compatibility: the gpu target forwards them to
@@ -82,23 +86,6 @@ def range_options(kwargs: dict) -> dict:
             raise TypeError(f"tl.range option {k} must be a constexpr int or bool, got {v!r}")
         out[k] = v
     return out
-
-
-BUILTINS: dict[str, object] = {}
-
-
-def builtin(fn):
-    """Registers a tile-language builtin; its Python body is never run."""
-
-    @functools.wraps(fn)
-    def outside(*args, **kwargs):
-        raise RuntimeError(
-            f"tl.{fn.__name__} can only be called inside a @kernel function body "
-            "(did you forget the @kernel decorator?)")
-
-    outside.__tilejit_builtin__ = fn.__name__
-    BUILTINS[fn.__name__] = outside
-    return outside
 
 
 @builtin
@@ -161,23 +148,24 @@ def sum(input, axis=None, keep_dims=False, dtype=None):
 
 @builtin
 def max(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
-    """Maximum along `axis` (all axes when None); with `return_indices`, (maximum, int32 index of
-    its first occurrence). Only tie_break_left=True is supported."""
+    """Maximum along `axis` (all axes when None): NaN elements are ignored (NaN only when all are);
+    with `return_indices`, (maximum, int32 index of its first occurrence), as tl.argmax."""
 
 
 @builtin
 def min(input, axis=None, return_indices=False, return_indices_tie_break_left=True, keep_dims=False):
-    """Minimum along `axis` (all axes when None); with `return_indices`, (minimum, index)."""
+    """Minimum along `axis` (all axes when None), NaN as tl.max; with `return_indices`, (minimum, index)."""
 
 
 @builtin
 def argmax(input, axis, tie_break_left=True, keep_dims=False):
-    """int32 index of the maximum along `axis` (ties: the lowest index; NaN inputs: unspecified)."""
+    """int32 index of the maximum along `axis`: NaN elements are ignored, ties give the lowest
+    index (whatever `tie_break_left` says), an all-NaN slice gives 0."""
 
 
 @builtin
 def argmin(input, axis, tie_break_left=True, keep_dims=False):
-    """int32 index of the minimum along `axis` (ties: the lowest index)."""
+    """int32 index of the minimum along `axis` (NaN and ties as tl.argmax)."""
 
 
 @builtin
@@ -226,9 +214,29 @@ def full_like(input, value, dtype=None):
     """A tile of `input`'s shape filled with `value`."""
 
 
+class PropagateNan:
+    """`propagate_nan=` of tl.maximum / tl.minimum / tl.clamp: NONE (the default) ignores a NaN
+    operand, ALL makes the result NaN when any operand is (compiler/value_rules.py)."""
+
+    NONE = 0x0000
+    ALL = 0xFFFF
+
+
+def propagates_nan(v) -> bool:
+    """Whether a `propagate_nan=` value (ours, Triton's enum member, or its int) is ALL."""
+    if v is None:
+        return False
+    name = getattr(v, "name", None)
+    if isinstance(name, str):
+        return name == "ALL"
+    if v in (PropagateNan.NONE, PropagateNan.ALL):
+        return v == PropagateNan.ALL
+    raise ValueError(f"propagate_nan must be tl.PropagateNan.NONE or tl.PropagateNan.ALL, got {v!r}")
+
+
 @builtin
-def clamp(x, min, max, propagate_nan=None):  # noqa: A002
-    """minimum(maximum(x, min), max)."""
+def clamp(x, min, max, propagate_nan=PropagateNan.NONE):  # noqa: A002
+    """minimum(maximum(x, min), max) under `propagate_nan` (NONE: a NaN x gives min; ALL: NaN)."""
 
 
 def _unary_doc(name, what):
@@ -266,7 +274,7 @@ def pow(x, y):  # noqa: A001
 
 @builtin
 def umulhi(x, y):
-    """The high 32 bits of the 64-bit product of two 32-bit integer tiles read as unsigned."""
+    """The high half of the double-width product of two 32- or 64-bit integer tiles read as unsigned."""
 
 
 @builtin
@@ -281,13 +289,15 @@ def where(condition, x, y):
 
 
 @builtin
-def maximum(x, y):
-    """Elementwise maximum."""
+def maximum(x, y, propagate_nan=PropagateNan.NONE):
+    """Elementwise maximum. Floats: a NaN operand is ignored (IEEE maxNum; NaN only when both are),
+    or with `propagate_nan=tl.PropagateNan.ALL` makes the result NaN; equal operands (+0.0 and
+    -0.0) give `y`."""
 
 
 @builtin
-def minimum(x, y):
-    """Elementwise minimum."""
+def minimum(x, y, propagate_nan=PropagateNan.NONE):
+    """Elementwise minimum; NaN as for tl.maximum."""
 
 
 @builtin
@@ -307,7 +317,8 @@ def broadcast_to(input, *shape):
 
 @builtin
 def expand_dims(input, axis):
-    """Inserts a size-1 axis at `axis`; `x[:, None]` is the same."""
+    """Inserts a size-1 axis at `axis` (or at each of a tuple of axes, as positions in the result;
+    negative ones count from its end); `x[:, None]` is the same."""
 
 
 @builtin
@@ -545,3 +556,8 @@ extra.cuda = _types.ModuleType("compiler.language.extra.cuda")
 extra.hip = _types.ModuleType("compiler.language.extra.hip")
 extra.cuda.libdevice = extra.hip.libdevice = extra.libdevice
 NAMESPACES = (math, extra, extra.libdevice, extra.cuda, extra.hip)
+
+
+# builtins made of the IR's own ops (tl.reduce, tl.gather, tl.cat, ...): declared in their own module
+from .language_combine import (broadcast, cat, gather, histogram, item, reduce, reduce_or, squeeze,  # noqa: E402,F401
+                               unsqueeze, xor_sum)

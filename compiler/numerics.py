@@ -46,9 +46,14 @@ def numerics(policy: str):
 
 def lower_numerics(fn: Function, policy: str, target=None) -> None:
     """Rewrites ops whose numerics the policy defines. `fast` keeps the IR as it is, except on
-    targets that ask for the software math sequences (`Target.fast_software_math`)."""
+    targets that ask for the software math sequences (`Target.fast_software_math`), and for the
+    NaN rule of max/min reductions (compiler/value_rules.py) where the target's own reductions
+    do not follow it (`Target.nan_ignoring_reductions`)."""
     from .strict import lower_software_math, lower_strict  # noqa: PLC0415
+    from .value_rules import lower_nan_reductions  # noqa: PLC0415
     validate_policy(policy)
+    if target is None or policy not in target.nan_ignoring_reductions:
+        lower_nan_reductions(fn)
     if policy == "strict":
         lower_strict(fn)
     elif target is not None and target.fast_software_math:

@@ -75,7 +75,7 @@ def _cse_block(fn: Function, block: Block, seen: dict) -> None:
 
 
 _FOLD = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.fmax, "min": np.fmin,   # value_rules: maxNum
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
     "ne": np.not_equal, "neg": np.negative,

@@ -162,6 +162,9 @@ class Builder:
         if t.dtype in D.FP8 or to in D.FP8:
             from .fp8 import convert  # noqa: PLC0415
             return convert(self, t, to)
+        if t.dtype.is_ptr() != to.is_ptr() and (t.dtype if to.is_ptr() else to) not in (D.int64, D.uint64):
+            raise SemanticError(f"cannot cast {t.dtype} to {to}: a pointer is made from a 64-bit integer "
+                                "(x.to(tl.int64).to(tl.pointer_type(...))) and read as one (ptr.to(tl.int64))")
         return self.op1("cast", [t], {"to": to})
 
     def bitcast(self, t: Tile, to: D.dtype) -> Tile:
@@ -195,6 +198,8 @@ class Builder:
     def binary(self, name: str, a, b) -> Tile:
         a, b = self._promote_pair(a, b)
         a, b = self.broadcast_all(a, b)
+        if name == "shr" and a.dtype.is_int() and b.dtype.is_int():
+            return self._shr(a, b)
         if a.dtype.is_ptr() or b.dtype.is_ptr():
             if name not in ("add", "sub") or (b.dtype.is_ptr() and name == "sub"):
                 if name in COMPARE and a.dtype is b.dtype:
@@ -211,8 +216,28 @@ class Builder:
         if name in BITWISE and not dt.is_int():
             raise SemanticError(f"bitwise operator needs integer operands, got {a.dtype} and {b.dtype}")
         if name in ARITH and dt.is_bool():
-            dt = D.int32
+            return self._int1_arith(name, a, b)
         return self.op1(name, [self.cast(a, dt), self.cast(b, dt)])
+
+    def _shr(self, a: Tile, b: Tile) -> Tile:
+        """`a >> b`: arithmetic when a's own type is signed, logical otherwise, on the promoted type's
+        bits, as Triton's (an int8 >> uint8 shifts the sign in, then reads as uint8)."""
+        dt = D.promote(a.dtype, b.dtype)
+        arithmetic = a.dtype.kind == "i"
+        a, b = self.cast(a, dt), self.cast(b, dt)
+        if dt.is_bool() or arithmetic == (dt.kind == "i"):
+            return self.op1("shr", [a, b])
+        other = D.from_name(("int" if arithmetic else "uint") + str(dt.bits))
+        r = self.op1("shr", [self.bitcast(a, other), self.bitcast(b, other)])
+        return self.bitcast(r, dt)
+
+    def _int1_arith(self, name: str, a: Tile, b: Tile) -> Tile:
+        """int1 arithmetic stays int1 and wraps modulo 2, as Triton's (docs/numerics.md, value rules):
+        + and - are xor, * and // are and (x // 0 is 0), % is 0."""
+        a, b = self.cast(a, D.int1), self.cast(b, D.int1)
+        if name == "mod":
+            return self.const(False, D.int1, a.shape)
+        return self.op1({"add": "xor", "sub": "xor", "mul": "and", "floordiv": "and"}[name], [a, b])
 
     def unary(self, name: str, a) -> Tile:
         a = self.to_tile(a)
@@ -221,7 +246,7 @@ class Builder:
             raise SemanticError(f"tl.{name} needs a floating-point tensor, got {a.dtype} "
                                 f"(cast with .to(tl.float32) first)")
         if name == "neg" and a.dtype.is_bool():
-            a = self.cast(a, D.int32)
+            return a   # -x wraps to x in int1 (Triton's)
         if name == "not" and not a.dtype.is_int():
             raise SemanticError(f"'~' needs an integer tensor, got {a.dtype}")
         return self.op1(name, [a])
@@ -327,6 +352,8 @@ class Builder:
 
     def dot(self, a, b, acc=None, out_dtype=D.float32) -> Tile:
         a, b = self.to_tile(a), self.to_tile(b)
+        if len(a.shape) == 3 and len(b.shape) == 3:
+            return self._batched_dot(a, b, acc, out_dtype)
         if len(a.shape) != 2 or len(b.shape) != 2:
             raise SemanticError(f"tl.dot needs 2-D tiles, got {a.type} and {b.type}")
         if a.shape[1] != b.shape[0]:
@@ -336,7 +363,7 @@ class Builder:
         if a.dtype is not b.dtype:
             dt = D.promote(a.dtype, b.dtype)
             a, b = self.cast(a, dt), self.cast(b, dt)
-        acc_dt = D.int32 if a.dtype.is_int() else (out_dtype or D.float32)
+        acc_dt = D.int32 if a.dtype.is_int() else D.float64 if a.dtype is D.float64 else (out_dtype or D.float32)
         shape = (a.shape[0], b.shape[1])
         if acc is None:
             acc = self.const(0, acc_dt, shape)
@@ -345,6 +372,36 @@ class Builder:
             if acc.shape != shape:
                 raise SemanticError(f"tl.dot acc has shape {list(acc.shape)}, expected {list(shape)}")
         return self.op1("dot", [a, b, acc])
+
+    def _batched_dot(self, a: Tile, b: Tile, acc, out_dtype) -> Tile:
+        """tl.dot of [B, M, K] and [B, K, N] tiles: one 2-D dot per batch element (each with the 2-D
+        dot's numerics), gathered into [B, M, N] by selection: the same bits as B separate dots."""
+        n = a.shape[0]
+        if b.shape[0] != n:
+            raise SemanticError(f"tl.dot: batch sizes differ: {a.type} @ {b.type}")
+        acc = self.to_tile(acc) if acc is not None else None
+        outs = [self.dot(_take(self, a, i), _take(self, b, i), _take(self, acc, i) if acc is not None else None,
+                         out_dtype) for i in range(n)]
+        shape = (n,) + outs[0].shape
+        r = self.broadcast_to(self.expand_dims(outs[0], 0), shape)
+        idx = _batch_index(self, n)
+        for i in range(1, n):
+            r = self.where(self.binary("eq", idx, i), self.expand_dims(outs[i], 0), r)
+        return r
+
+
+def _batch_index(b: Builder, n: int) -> Tile:
+    return b.op1("reshape", [b.op1("arange", [], {"start": 0, "end": n})], {"shape": (n, 1, 1)})
+
+
+def _take(b: Builder, t: Tile, i: int) -> Tile:
+    """Element i along axis 0 of a 3-D tile, exactly: the other elements are replaced by the sum's
+    identity (-0.0 for floats, which adds exactly to any value)."""
+    if t.shape[0] == 1:
+        return b.op1("reshape", [t], {"shape": t.shape[1:]})
+    hit = b.broadcast_to(b.binary("eq", _batch_index(b, t.shape[0]), i), t.shape)
+    zero = -0.0 if t.dtype.is_floating() else 0
+    return b.cast(b.reduce("sum", b.where(hit, t, zero), 0), t.dtype)
 
 
 def fold_python_binary(name: str, a, b):

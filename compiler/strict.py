@@ -148,6 +148,10 @@ def lower_software_math(fn: Function, only=None) -> None:
 
 
 def _check_strict(fn: Function, op: Op) -> None:
+    if op.name in REWRITES and op.name != "rint" and op.operands[0].dtype is D.float64:
+        raise CompilationError.at(op.loc, f"tl.{op.name} of float64 has no strict (bitwise-reproducible) sequence; "
+                                  "the strict policy defines fp32 ones (compute in fp32 with .to(tl.float32), or "
+                                  "use the fast numerics policy for this kernel)", kernel=fn.name)
     if op.name in _REFUSED:
         raise CompilationError.at(op.loc, f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the "
                                   "fast numerics policy for this kernel", kernel=fn.name)
@@ -167,7 +171,8 @@ def _lower_block(fn: Function, block: Block, math_only: bool, only) -> None:
             _check_strict(fn, op)
         if op.name == "reduce" and not math_only:
             op.attrs["order"] = "pairwise"
-        if op.name not in REWRITES or (only is not None and op.name not in only):
+        if op.name not in REWRITES or (only is not None and op.name not in only) \
+                or op.operands[0].dtype is D.float64:   # the sequences are fp32's; fp64 keeps its libm
             out.append(op)
             continue
         tmp = Block()

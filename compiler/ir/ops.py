@@ -132,8 +132,8 @@ def _pid(ts, attrs):
 def _cast(ts, attrs):
     (a,) = ts
     to = attrs["to"]
-    if a.dtype.is_ptr() != to.is_ptr():
-        raise TypeRuleError(f"cannot cast {a.dtype} to {to}")
+    if a.dtype.is_ptr() != to.is_ptr() and (a.dtype if to.is_ptr() else to) not in (D.int64, D.uint64):
+        raise TypeRuleError(f"cannot cast {a.dtype} to {to} (pointers convert to and from 64-bit integers)")
     return [a.with_dtype(to)]
 
 
@@ -245,7 +245,7 @@ def _reshape(ts, attrs):
     n = 1
     for d in shape:
         n *= d
-    if n != a.numel or not shape:
+    if n != a.numel:   # () takes the element of a single-element tile
         raise TypeRuleError(f"cannot reshape {a} ({a.numel} elements) to shape {list(shape)}")
     return [a.with_shape(shape)]
 

@@ -11,6 +11,7 @@ Target (one compiled-for machine, e.g. `kunlun:xpu2`)
                                                 its capabilities as data (`Caps`)
     fast_software_math                          numerics: the fast policy also uses the software math
                                                 (True: every sequence; a set of op names: those only)
+    nan_ignoring_reductions                     policies whose max/min reductions ignore NaN natively
     fingerprint() -> dict                       what its binaries depend on (part of every cache key)
     unknown_here() -> tuple                     fingerprint fields this machine cannot determine (a
                                                 toolchain that is not installed; cache_only.py)
@@ -103,6 +104,9 @@ class Target:
     source_suffix = ".txt"
     caps = Caps()
     fast_software_math = False
+    # the policies in which its own max/min reductions already ignore NaN (compiler/value_rules.py);
+    # elsewhere the compiler rewrites them so that the reductions never see one
+    nan_ignoring_reductions: tuple = ()
     launch_options: frozenset = frozenset()   # see compiler/launch_options.py
 
     @property

@@ -14,9 +14,13 @@ from __future__ import annotations
 from . import language, runtime, testing, tools  # noqa: F401
 from .alias import alias, alias_installed, install_alias, uninstall_alias  # noqa: F401
 from .autotuner import AutotuneNote, Autotuner, Config, Heuristics, autotune, heuristics  # noqa: F401
-from .jit import JITFunction, KernelInterface, jit  # noqa: F401
-from .runtime.errors import OutOfResources  # noqa: F401
-from ..errors import CompilationError  # noqa: F401
+from .jit import JITFunction, KernelInterface, TensorWrapper, jit, reinterpret  # noqa: F401
+from . import compiler, errors  # noqa: F401
+from ..errors import (AutotunerError, CompilationError, InterpreterError, OutOfResources,  # noqa: F401
+                      PTXASError, TritonError)
+from ..source import watch_exec
+
+watch_exec()   # kernels generated as text and exec'd get their source back (compiler/source.py)
 
 
 def _version() -> str:
@@ -51,5 +55,7 @@ def must_use_result(x, s=True):
 
 
 __all__ = ["jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "runtime", "testing",
-           "tools", "JITFunction", "KernelInterface", "Autotuner", "Heuristics", "AutotuneNote", "OutOfResources",
-           "CompilationError", "install_alias", "uninstall_alias", "alias", "alias_installed", "__version__"]
+           "tools", "JITFunction", "TensorWrapper", "reinterpret", "KernelInterface", "Autotuner", "Heuristics",
+           "AutotuneNote", "OutOfResources", "CompilationError", "TritonError", "InterpreterError", "PTXASError",
+           "AutotunerError", "compiler", "errors", "install_alias", "uninstall_alias", "alias", "alias_installed",
+           "__version__"]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
+import re
+import textwrap
 
-from ..errors import KernelArgumentError
+from .. import source
+from ..errors import CompilationError, KernelArgumentError
 from ..frontend import constexpr_params
 from ..jit import KernelFunction
 
@@ -54,15 +56,32 @@ class JITFunction(KernelFunction, KernelInterface):
     """A kernel made by `triton.jit`. Launch: `k[grid](*args, **kwargs)` or
     `k.run(*args, grid=grid, **kwargs)`; the launch options (num_warps=, ...) are accepted."""
 
+    hash = None   # Triton's memo of cache_key; code that replaces a source resets it on callers
+
     def __init__(self, fn, **options):
         super().__init__(fn, options=options)
-        constexprs = constexpr_params(fn)
+        constexprs = constexpr_params(fn, self) if self.kept_source is not None or not source.needs_recovery(fn) \
+            else set()
         self.params = [KernelParam(i, n, n in constexprs, n in self.no_specialize, n in self.no_align_specialize,
                                    p.annotation) for i, (n, p) in enumerate(self.signature.parameters.items())]
+
+    @property
+    def src(self) -> str:
+        """Triton's `.src`: the function's source from `def` on (no decorators), dedented; "" when
+        the source is unavailable (compiling it says why)."""
         try:
-            self.src = inspect.getsource(fn)
-        except (OSError, TypeError):   # no source file: compiling it will say so, with the fix
-            self.src = ""
+            lines = source.kept_or_read(self, self.fn).lines
+        except CompilationError:
+            return ""
+        text = textwrap.dedent("".join(lines))
+        m = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        return text[m.start():] if m else text
+
+    def _unsafe_update_src(self, new_src: str) -> None:
+        """Triton's way to replace the source a kernel compiles from: compiler.source.keep_source
+        (its specialisations and the kernels that inline it recompile at their next launch)."""
+        source.keep_source(self, new_src)
+        self.hash = None
 
     @property
     def cache_key(self) -> str:
@@ -98,3 +117,56 @@ def jit(fn=None, **options):
             f = f.fn
         return JITFunction(f, **options)
     return wrap(fn) if fn is not None else wrap
+
+
+class TensorWrapper:
+    """`triton.reinterpret(tensor, dtype)`: `tensor`'s memory seen as elements of `dtype` (one element
+    size). A kernel launched with it sees a tensor of that dtype (Triton's TensorWrappers too)."""
+
+    def __init__(self, base, dtype):
+        self.base, self.dtype = base, dtype
+        self.data, self.device, self.shape = base.data, base.device, base.shape
+
+    def data_ptr(self) -> int:
+        return self.base.data_ptr()
+
+    def stride(self, *args):
+        return self.base.stride(*args)
+
+    def numel(self) -> int:
+        return self.base.numel()
+
+    def element_size(self) -> int:
+        return self.base.element_size()
+
+    def dim(self) -> int:
+        return self.base.dim()
+
+    def cpu(self):
+        return TensorWrapper(self.base.cpu(), self.dtype)
+
+    def copy_(self, other):
+        self.base.copy_(other.base if isinstance(other, TensorWrapper) else other)
+        return self
+
+    def clone(self):
+        return TensorWrapper(self.base.clone(), self.dtype)
+
+    def to(self, device):
+        return TensorWrapper(self.base.to(device), self.dtype)
+
+    def new_empty(self, sizes):
+        return TensorWrapper(self.base.new_empty(sizes), self.dtype)
+
+    def __str__(self) -> str:
+        return f"TensorWrapper[{self.dtype}]({self.base})"
+
+
+def reinterpret(tensor, dtype):
+    """`tensor` (a torch tensor or a TensorWrapper) seen as `dtype`, as Triton's: a TensorWrapper,
+    or the tensor itself when `dtype` is its own torch dtype."""
+    if isinstance(tensor, TensorWrapper):
+        return tensor.base if dtype == tensor.base.dtype else TensorWrapper(tensor.base, dtype)
+    if not hasattr(tensor, "data_ptr"):
+        raise TypeError(f"cannot reinterpret object of type {type(tensor).__name__}")
+    return TensorWrapper(tensor, dtype)

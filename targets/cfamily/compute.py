@@ -197,6 +197,8 @@ class ReduceDotLowering:
         e = self.ev(x, inner.idx, inner)
         loop = f"for (int ja = {ext - 1}; ja >= 0; --ja) {{" if reverse else f"for (int ja = 0; ja < {ext}; ++ja) {{"
         body = head + [loop] + ["    " + st for st in inner.stmts] + ["    " + ln for ln in step(e)] + ["}"] + tail
+        if not out_shape:   # no loop around it: a scope of its own keeps `head`'s names apart
+            body = ["{"] + ["    " + ln for ln in body] + ["}"]
         self.close_nest(nest, body)
         return nest.idx
 
@@ -216,7 +218,9 @@ class ReduceDotLowering:
 
     def op_argreduce(self, op: Op) -> None:
         """(value, index) of the max/min along the axis: a scan from index 0 that takes a later
-        element only when it compares strictly greater (less), so ties keep the lowest index."""
+        element only when it compares strictly greater (less), so ties keep the lowest index. Floats
+        start from NaN, which any non-NaN element replaces and no NaN element does: NaN elements are
+        ignored, and an all-NaN slice gives NaN at index 0 (compiler/value_rules.py)."""
         x = op.operands[0]
         rv, ri = op.results
         axis, cmp = op.attrs["axis"], (">" if op.attrs["kind"] == "max" else "<")
@@ -230,9 +234,13 @@ class ReduceDotLowering:
             vname, iname = self.declare_buffer(rv), self.declare_buffer(ri)
             lin = self.linear(tuple(f"i{k}" for k in range(len(rv.shape))), rv.shape)
             vat, iat = f"{vname}[{lin}]", f"{iname}[{lin}]"
-        self._along(x, axis, rv.shape, ["bool first = true;", f"{ctype} best = 0;", "int32_t bi = 0;"],
-                    lambda e: [f"{ctype} const x_ = {e};",
-                               f"if (first || x_ {cmp} best) {{ best = x_; bi = ja; first = false; }}"],
+        if x.dtype.is_floating():
+            init = [f"{ctype} best = {self.d.literal(math.nan, x.dtype)};", "int32_t bi = 0;"]
+            take = f"if (x_ {cmp} best || (best != best && x_ == x_)) {{ best = x_; bi = ja; }}"
+        else:
+            init = ["bool first = true;", f"{ctype} best = 0;", "int32_t bi = 0;"]
+            take = f"if (first || x_ {cmp} best) {{ best = x_; bi = ja; first = false; }}"
+        self._along(x, axis, rv.shape, init, lambda e: [f"{ctype} const x_ = {e};", take],
                     [f"{vat} = best;", f"{iat} = bi;"])
 
     def _reduce_pairwise(self, op: Op) -> None:
@@ -334,7 +342,9 @@ class ReduceDotLowering:
         the same per-element order as plain loops (vectorised over n)."""
         it, rt = self.index_type, self.d.reg_type(in_dt)
         step, ldb = self.d.dot_step, ldb or str(N)
-        kernel = self.d.dot_microkernel if acc_dt.is_floating() and in_dt.is_floating() else None
+        # the micro-kernel is fp32's (fp64 dots run the plain loops)
+        kernel = self.d.dot_microkernel if acc_dt is D.float32 and in_dt.is_floating() and in_dt is not D.float64 \
+            else None
         if kernel:
             # the register block's height comes from the header (tj_dot_mr: what the ISA's vector
             # registers hold); rows left below the last full block run as one shorter block

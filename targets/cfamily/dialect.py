@@ -4,6 +4,7 @@ math functions, loads/stores of one element, and a few pragmas. A target subclas
 from __future__ import annotations
 
 import math
+import re
 from typing import NamedTuple
 
 from compiler import dtypes as D
@@ -33,12 +34,12 @@ class CDialect:
     # Register types: fp16/bf16 compute in float, rounded after each op (exact IEEE semantics,
     # since float has more than 2p+2 bits for p = 11 and 8).
     # fp8 values are their bits (compiler/fp8.py converts them with integer operations)
-    reg_types = {D.float32: "float", D.float16: "float", D.bfloat16: "float", D.int1: "bool",
-                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
+    reg_types = {D.float64: "double", D.float32: "float", D.float16: "float", D.bfloat16: "float",
+                 D.int1: "bool", D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
                  D.float8e5: "uint8_t", D.float8e4nv: "uint8_t", D.uint8: "uint8_t", D.uint16: "uint16_t",
                  D.uint32: "uint32_t", D.uint64: "uint64_t"}
-    mem_types = {D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t", D.int1: "uint8_t",
-                 D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
+    mem_types = {D.float64: "double", D.float32: "float", D.float16: "uint16_t", D.bfloat16: "uint16_t",
+                 D.int1: "uint8_t", D.int8: "int8_t", D.int16: "int16_t", D.int32: "int32_t", D.int64: "int64_t",
                  D.float8e5: "uint8_t", D.float8e4nv: "uint8_t", D.uint8: "uint8_t", D.uint16: "uint16_t",
                  D.uint32: "uint32_t", D.uint64: "uint64_t"}
     # bytes of each register/memory C type (local buffer sizes are counted with it)
@@ -86,6 +87,8 @@ class CDialect:
                   "abs": "fabsf({0})", "fma": "fmaf({0}, {1}, {2})", "mod": "fmodf({0}, {1})",
                   "tanh": "tanhf({0})", "erf": "erff({0})", "log1p": "log1pf({0})", "expm1": "expm1f({0})",
                   "trunc": "truncf({0})", "rint": "rintf({0})", "pow": "powf({0}, {1})"}
+    # the same functions of fp64 operands: the C library's double versions (expf -> exp)
+    float_math_f64 = {k: re.sub(r"\b([a-z0-9]+)f\(", r"\1(", v).replace("1.0f", "1.0") for k, v in float_math.items()}
     # ops whose fp16/bf16 result must be rounded back to the narrow format
     rounding_ops = ROUNDS
     round_fn = {D.float16: "tj_round_fp16", D.bfloat16: "tj_round_bf16"}
@@ -133,10 +136,12 @@ class CDialect:
                 return "NAN"
             if math.isinf(v):
                 return "INFINITY" if v > 0 else "(-INFINITY)"
-            return f"{v!r}f"
+            return repr(v) if dt is D.float64 else f"{v!r}f"
         if dt.is_bool():
             return "true" if value else "false"
         v = int(value)
+        if dt.bits < 32:   # typed, so that a helper template (tj_idiv, tj_shl, ...) deduces one type
+            return f"(({self.reg_type(dt)}){v})"
         if dt.is_unsigned():
             return f"UINT64_C({v})" if dt.bits == 64 else f"{v}u"
         if dt is D.int64:
@@ -166,7 +171,7 @@ class CDialect:
         if name == "add" and dt.is_ptr():
             return f"({args[0]} + {args[1]})"
         if src.is_floating() and name in self.float_math:
-            e = self.float_math[name].format(*args)
+            e = (self.float_math_f64 if src is D.float64 else self.float_math)[name].format(*args)
         elif name == "abs":
             e = f"tj_abs({args[0]})"
         elif name == "mod":
@@ -186,10 +191,17 @@ class CDialect:
             return f"({x} != 0)"
         if dst.is_floating():
             if src.is_floating():
+                if src is D.float64 and dst in self.round_fn:
+                    # fp64 -> fp16/bf16 in one rounding: fp32 rounded to odd keeps the sticky bit
+                    return self._round(f"tj_f64_to_f32_odd({x})", dst)
+                if src is D.float64 or dst is D.float64:
+                    return f"({self.reg_type(dst)}){x}"   # fp64 -> fp32 rounds; widening is exact
                 # narrowing rounds; widening fp16/bf16 -> fp32 is exact (already a float)
                 if dst in self.round_fn and src is not dst:
                     return self._round(x, dst)
                 return x
+            if dst is D.float64:
+                return f"(double){x}"
             return self._round(f"(float){x}", dst)
         if src.is_floating():
             return f"tj_f2i<{self.reg_type(dst)}>({x})"
@@ -277,7 +289,7 @@ class CDialect:
         if kind == "sum":
             e = f"({acc} + {x})"
             return self._round(e, dt) if dt in self.round_fn else e
-        return f"tj_{kind}({acc}, {x})"
+        return f"tj_r{kind}({acc}, {x})"   # max/min reductions never see NaN (compiler/value_rules.py)
 
     def simd_reduction_pragma(self, kind: str, dt: D.dtype, var: str = "acc") -> str | None:
         """OpenMP SIMD reduction clause for a fast-policy reduction, or None for a sequential loop."""
@@ -288,5 +300,5 @@ class CDialect:
 
     def dot_step(self, a: str, b: str, c: str, acc_dt: D.dtype) -> str:
         if acc_dt.is_floating():
-            return self.float_math["fma"].format(a, b, c)
+            return (self.float_math_f64 if acc_dt is D.float64 else self.float_math)["fma"].format(a, b, c)
         return f"({c} + ({self.reg_type(acc_dt)}){a} * ({self.reg_type(acc_dt)}){b})"

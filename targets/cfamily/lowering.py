@@ -303,9 +303,10 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         if v.type.is_scalar:
             if op.name == "const":
                 return  # scalar constants are spelled as literals where they are used
-            expr = self._ev_op(op, v, (), None) if op.name not in ("program_id", "num_programs") \
-                else self.d.program_id(op.name, op.attrs["axis"])
-            self.emit(f"{self.d.reg_type(v.dtype)} const {self.name(v)} = {expr};")
+            for r in op.results:   # (split of a pair has two)
+                expr = self._ev_op(op, r, (), None) if op.name not in ("program_id", "num_programs") \
+                    else self.d.program_id(op.name, op.attrs["axis"])
+                self.emit(f"{self.d.reg_type(r.dtype)} const {self.name(r)} = {expr};")
             return
         if not self._materialize(v):
             return

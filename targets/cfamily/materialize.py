@@ -110,7 +110,7 @@ class Materialization:
             return True
         if _is_cheap(op):
             return False
-        if self._feeds_broadcast(v):
+        if self._feeds_broadcast(v) or self._feeds_split(v):
             return True
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return True   # used inside a loop it is defined outside of: compute once, not per iteration
@@ -126,6 +126,17 @@ class Materialization:
             if u.name in ("broadcast", "dot"):
                 return True
             if u.name in _SAME_ELEMENTS and u.results and self._feeds_broadcast(u.results[0]):
+                return True
+        return False
+
+    def _feeds_split(self, v: Value) -> bool:
+        """Whether `v` reaches a split, directly or through views: one nest reads its two halves at
+        different indices (a tree level's x[2i] . x[2i + 1]), so an inlined `v` would be evaluated
+        twice per element, and a chain of levels (tl.reduce's tree) would double that at each one."""
+        for u in self.uses.get(id(v), []):
+            if u.name == "split":
+                return True
+            if u.name in _SAME_ELEMENTS and u.results and self._feeds_split(u.results[0]):
                 return True
         return False
 

@@ -91,6 +91,15 @@ static inline bool tj_shl(bool a, bool b) { return b ? false : a; }
 static inline bool tj_shr(bool a, bool b) { return b ? false : a; }
 template <class T> static inline T tj_max(T a, T b) { return a > b ? a : b; }
 template <class T> static inline T tj_min(T a, T b) { return a < b ? a : b; }
+// floats: IEEE maxNum / minNum (compiler/value_rules.py): a NaN operand is ignored, ties give b.
+// Reductions combine with tj_rmax / tj_rmin: their operands never hold NaN (the compiler removes
+// them first), so the plain comparison vectorises.
+static inline float tj_max(float a, float b) { return (a > b || b != b) ? a : b; }
+static inline float tj_min(float a, float b) { return (a < b || b != b) ? a : b; }
+static inline double tj_max(double a, double b) { return (a > b || b != b) ? a : b; }
+static inline double tj_min(double a, double b) { return (a < b || b != b) ? a : b; }
+template <class T> static inline T tj_rmax(T a, T b) { return a > b ? a : b; }
+template <class T> static inline T tj_rmin(T a, T b) { return a < b ? a : b; }
 template <class T> static inline T tj_abs(T a) { return a < 0 ? (T)(0 - a) : a; }
 template <class T> static inline T tj_lowest() { return std::numeric_limits<T>::lowest(); }
 template <class T> static inline T tj_highest() { return std::numeric_limits<T>::max(); }
@@ -102,6 +111,22 @@ template <class T> static inline T tj_f2i(float x) {
     return (T)x;
 }
 template <> inline bool tj_f2i<bool>(float x) { return x != 0.0f; }
+template <class T> static inline T tj_f2i(double x) {
+    if (x != x) return 0;
+    if (x <= (double)std::numeric_limits<T>::lowest()) return std::numeric_limits<T>::lowest();
+    if (x >= (double)std::numeric_limits<T>::max()) return std::numeric_limits<T>::max();
+    return (T)x;
+}
+template <> inline bool tj_f2i<bool>(double x) { return x != 0.0; }
+// fp64 -> fp32 rounded to odd (truncated, sticky bit in the last place): rounding that to fp16 or
+// bf16 gives the correctly rounded fp64 -> fp16/bf16 conversion (one rounding, as torch's)
+static inline float tj_f64_to_f32_odd(double d) {
+    float f = (float)d;
+    if ((double)f == d || d != d) return f;
+    if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+    uint32_t u; std::memcpy(&u, &f, 4); u |= 1u; std::memcpy(&f, &u, 4);
+    return f;
+}
 template <class To, class From> static inline To tj_bitcast(From x) {
     static_assert(sizeof(To) == sizeof(From), "bitcast between types of one width");
     To y; std::memcpy(&y, &x, sizeof(To)); return y;
@@ -169,6 +194,7 @@ template <int K, class T> static inline T tj_atomic_bits(T a, T b) {
     return tj_atomic_op<K>(a, b);
 }
 template <int K> static inline float tj_atomic_bits(float a, float b) { return tj_atomic_op<K>(a, b); }
+template <int K> static inline double tj_atomic_bits(double a, double b) { return tj_atomic_op<K>(a, b); }
 template <int K, int C, class M, class R> static inline R tj_atomic(M* p, R v) {
     M old;
     __atomic_load(p, &old, __ATOMIC_RELAXED);

@@ -46,6 +46,9 @@ class GPUTarget(Target):
     # the ops without a tl.* spelling use compiler/strict.py's sequences
     fast_software_math = False
     INTERPRETER_SOFTWARE_MATH = frozenset({"tanh", "log1p", "expm1", "pow", "rint"})
+    # Triton's tl.max / tl.min combine with maxnum / minnum (its interpreter: nanmax / nanmin);
+    # the strict policy's explicit trees compare with `>` and need NaN-free operands
+    nan_ignoring_reductions = ("fast",)
 
     def __init__(self, mode: str, backend: str | None, arch: str | None, tf32: bool = False,
                  num_warps: int = DEFAULT_NUM_WARPS, name: str = "gpu"):

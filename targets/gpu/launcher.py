@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from compiler.errors import TargetError
+from compiler.errors import InterpreterError, OutOfResources, TargetError
 from compiler.target import launch_grid
 from compiler.target.args import check_tensors
 
@@ -67,7 +67,24 @@ class InterpretLauncher:
         runtime = [args[i] for i in self.arg_indices]
         check_tensors(self.name, self.param_names, runtime, "cpu")
         with interpreting():
-            self.fn[grid](*runtime)
+            try:
+                self.fn[grid](*runtime)
+            except Exception as e:  # noqa: BLE001 - Triton's runtime errors become tilejit's
+                ours = tilejit_error(e)
+                if ours is None:
+                    raise
+                raise ours from e
+
+
+def tilejit_error(e: BaseException):
+    """Triton's runtime error `e` as tilejit's class of the same name (so that code catching the
+    front door's `triton.runtime.errors.*` catches it), or None for any other exception."""
+    from triton.runtime import errors as R  # noqa: PLC0415
+    if isinstance(e, R.OutOfResources):
+        return OutOfResources(e.required, e.limit, e.name)
+    if isinstance(e, R.InterpreterError):
+        return InterpreterError(str(e))
+    return None
 
 
 _TRITON_RUNTIME = None
@@ -157,7 +174,13 @@ class DeviceLauncher:
         device = drv.get_current_device()            # torch.cuda.current_device()
         stream = drv.get_current_stream(device)      # torch's current stream on that device
         ck = binary.on(device)
-        run = ck.run                                 # loads the module onto the device on first use
+        try:
+            run = ck.run                             # loads the module onto the device on first use
+        except Exception as e:  # noqa: BLE001 - Triton's OutOfResources (shared memory) becomes tilejit's
+            ours = tilejit_error(e)
+            if ours is None:
+                raise
+            raise ours from e
         # what CompiledKernel[grid](...) does, without building a closure per launch; the launch
         # metadata is None unless a launch hook (a profiler) is installed
         run(g[0], g[1], g[2], stream, ck.function, ck.packed_metadata, ck.launch_metadata(g, stream, *runtime),

@@ -283,9 +283,10 @@ class _Emitter(StructuredOps):
         name, r = op.name, op.results[0]
         dt = r.dtype
         src = op.operands[0].dtype
-        if name in ("shl", "shr") and src.is_bool():
-            raise self.err(op, f"'{name}' on int1 values has no Triton rendering; cast to an integer first")
         args = self.operands(op, tuple(range(len(op.operands))))
+        if name in ("shl", "shr") and src.is_bool():   # by 0: unchanged; by 1 (>= the width): 0
+            self.assign(r, f"{self.typed(op.operands[0]).text} & ~{self.typed(op.operands[1]).text}")
+            return
         if name in ("floordiv", "mod") and src.is_int():
             self.assign(r, self._int_div(name, args, src))
             return
@@ -300,7 +301,8 @@ class _Emitter(StructuredOps):
             self.pyints.add(id(r))
         table = BINARY if name in BINARY else UNARY if name in UNARY else TERNARY
         fmt = table[name]
-        if self.strict and src.is_floating() and name in STRICT_FLOAT:
+        if self.strict and src.is_floating() and name in STRICT_FLOAT \
+                and (src is not D.float64 or name in ("max", "min")):   # fp64's / and sqrt round correctly
             fmt = STRICT_FLOAT[name]
         wide = (dt in NARROW_FLOATS and name in ROUNDING) or (src is D.bfloat16 and name in BF16_EXACT) \
             or (src in NARROW_FLOATS and name in EXACT_VIA_F32)
@@ -339,8 +341,8 @@ class _Emitter(StructuredOps):
         ok = f"({b.text} >= 0) & ({b.text} < {w})"
         safe = f"tl.where({ok}, {b.text}, 0)"
         if name == "shl" or dt.is_unsigned():
-            return f"tl.where({ok}, {a.text} {op} {safe}, 0)"
-        return f"tl.where({ok}, {a.text} >> {safe}, tl.where({a.text} < 0, -1, 0))"
+            return f"tl.where({ok}, {a.text} {op} {safe}, {a.text} ^ {a.text})"   # 0, in a's own type
+        return f"tl.where({ok}, {a.text} >> {safe}, {a.text} >> {w - 1})"   # the sign, in a's own type
 
     def op_cast(self, op: Op) -> None:
         x, r = op.operands[0], op.results[0]
@@ -359,6 +361,17 @@ class _Emitter(StructuredOps):
                     f" >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)")
         return f"{x}.to({tl_dtype(dst)}, fp_downcast_rounding=\"rtne\")"
 
+    def _f32_rounded_to_odd(self, x: str, hint: str) -> str:
+        """fp64 `x` as fp32 rounded to odd (truncated, the last bit set when inexact): rounding that
+        to fp16/bf16 is the correctly rounded conversion (the cpu target's tj_f64_to_f32_odd)."""
+        self.emit(f"{hint}_d = {x}", defs=[f"{hint}_d"], pure=True)
+        self.emit(f"{hint}_r = {hint}_d.to(tl.float32)", defs=[f"{hint}_r"], pure=True)
+        self.emit(f"{hint}_b = {hint}_r.to(tl.int32, bitcast=True)", defs=[f"{hint}_b"], pure=True)
+        self.emit(f"{hint}_b = tl.where(tl.abs({hint}_r.to(tl.float64)) > tl.abs({hint}_d), {hint}_b - 1, {hint}_b)",
+                  defs=[f"{hint}_b"], pure=True)
+        return (f"tl.where(({hint}_r.to(tl.float64) != {hint}_d) & ({hint}_d == {hint}_d), ({hint}_b | 1)"
+                f".to(tl.float32, bitcast=True), {hint}_r)")
+
     def cast_expr(self, x: str, src: D.dtype, dst: D.dtype, hint: str = "tmp") -> str:
         if src is dst:
             return x
@@ -367,14 +380,16 @@ class _Emitter(StructuredOps):
         if dst.is_bool():
             return f"({x} != {'0.0' if src.is_floating() else '0'})"
         if dst.is_floating():
-            if dst is D.float32 or (src.is_floating() and src.bits < dst.bits):
+            if dst in (D.float32, D.float64) or (src.is_floating() and src.bits < dst.bits):
                 return f"{x}.to({tl_dtype(dst)})"
+            if src is D.float64:               # fp64 -> fp16/bf16: one rounding, as on cpu
+                return self.round_from_f32(self._f32_rounded_to_odd(x, hint), dst, hint)
             if src is not D.float32:           # int -> fp16/bf16 and fp16 <-> bf16 go through fp32, as on cpu
                 x = f"{x}.to(tl.float32)"
             return self.round_from_f32(x, dst, hint)
         if src.is_floating():
             # truncation toward zero; NaN -> 0 and out-of-range values saturate (the cpu target's tj_f2i)
-            if src is not D.float32:
+            if src is not D.float32 and src is not D.float64:
                 x = f"{x}.to(tl.float32)"
             lo, hi = dst.int_range()
             return (f"tl.where({x} != {x}, 0, tl.where({x} >= {float(hi + 1)!r}, {hi}, "
@@ -386,11 +401,17 @@ class _Emitter(StructuredOps):
         self.assign(r, f"{self.typed(x).text}.to({tl_dtype(r.dtype)}, bitcast=True)")
 
     # -- memory -------------------------------------------------------------------------------------
+    def _mask(self, a: _Arg) -> str:
+        """A load/store mask. Triton 3.9's interpreter keeps a comparison's numpy data in the type of
+        its left operand (int32 for `pid < n`), and an `&` of that with a block mask keeps int32,
+        which its load/store refuse ("mask has unsupported dtype"): `!= 0` gives bool data."""
+        return f"({a.text}) != 0" if self.interpret and not a.literal else a.text
+
     def op_load(self, op: Op) -> None:
         args = self.operands(op, tuple(range(1, len(op.operands))))
         parts = [args[0].text]
         if len(args) > 1:
-            parts.append(f"mask={args[1].text}")
+            parts.append(f"mask={self._mask(args[1])}")
         if len(args) > 2:
             parts.append(f"other={args[2].text}")
         self.assign(op.results[0], f"tl.load({', '.join(parts)})", pure=True)
@@ -399,7 +420,7 @@ class _Emitter(StructuredOps):
         args = self.operands(op, tuple(range(1, len(op.operands))))
         parts = [args[0].text, args[1].text]
         if len(args) > 2:
-            parts.append(f"mask={args[2].text}")
+            parts.append(f"mask={self._mask(args[2])}")
         self.emit(f"tl.store({', '.join(parts)})")
 
     # -- reductions ------------------------------------------------------------------------------------

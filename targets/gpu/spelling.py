@@ -3,18 +3,19 @@ over operand expressions {0}, {1}, {2}), the strict overrides, and the generated
 from __future__ import annotations
 
 import keyword
+import re
 
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function
 from compiler.ir.ops import COMPARE, ROUNDS
 
-TL_DTYPES = {D.float32: "tl.float32", D.float16: "tl.float16", D.bfloat16: "tl.bfloat16", D.int1: "tl.int1",
-             D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64",
+TL_DTYPES = {D.float64: "tl.float64", D.float32: "tl.float32", D.float16: "tl.float16", D.bfloat16: "tl.bfloat16",
+             D.int1: "tl.int1", D.int8: "tl.int8", D.int16: "tl.int16", D.int32: "tl.int32", D.int64: "tl.int64",
              D.float8e5: "tl.float8e5", D.float8e4nv: "tl.float8e4nv", D.uint8: "tl.uint8", D.uint16: "tl.uint16",
              D.uint32: "tl.uint32", D.uint64: "tl.uint64"}
-SIG_NAMES = {D.float32: "fp32", D.float16: "fp16", D.bfloat16: "bf16", D.int1: "i1", D.int8: "i8",
-             D.int16: "i16", D.int32: "i32", D.int64: "i64", D.float8e5: "fp8e5", D.float8e4nv: "fp8e4nv",
+SIG_NAMES = {D.float64: "fp64", D.float32: "fp32", D.float16: "fp16", D.bfloat16: "bf16", D.int1: "i1",
+             D.int8: "i8", D.int16: "i16", D.int32: "i32", D.int64: "i64", D.float8e5: "fp8e5", D.float8e4nv: "fp8e4nv",
              D.uint8: "u8", D.uint16: "u16", D.uint32: "u32", D.uint64: "u64"}
 NARROW_FLOATS = (D.float16, D.bfloat16)
 MAX_NUMEL = 1 << 20   # Triton's largest tile
@@ -38,9 +39,11 @@ UNARY = {
     "expm1": "tl.extra.libdevice.expm1({0})", "rint": "tl.extra.libdevice.rint({0})",
 }
 TERNARY = {"where": "tl.where({0}, {1}, {2})", "fma": "tl.fma({0}, {1}, {2})"}
-# strict overrides (float operands): correctly rounded division/sqrt, cpu's max/min selection
+# strict overrides (float operands): correctly rounded division/sqrt, the C targets' max/min
+# selection (maxNum / minNum, ties give the second operand: compiler/value_rules.py)
 STRICT_FLOAT = {"div": "tl.div_rn({0}, {1})", "sqrt": "tl.sqrt_rn({0})",
-                "max": "tl.where({0} > {1}, {0}, {1})", "min": "tl.where({0} < {1}, {0}, {1})"}
+                "max": "tl.where(({0} > {1}) | ({1} != {1}), {0}, {1})",
+                "min": "tl.where(({0} < {1}) | ({1} != {1}), {0}, {1})"}
 # float ops whose fp16/bf16 result is computed in fp32 and rounded once
 ROUNDING = ROUNDS
 # bf16 ops that are exact but also go through fp32: Triton's interpreter keeps bf16 as raw uint16
@@ -100,13 +103,17 @@ def _bshape(shapes):
     return out
 
 
+_GENERATED = re.compile(r"v\d+(_|$)")   # the renderer's value names: vN, vN_suffix
+
+
 def param_names(fn: Function) -> list[str]:
     """The Python names of the kernel's parameters in the generated source (IR names, with a
     trailing _ where one would clash with Python, `tl`/`triton` or the generated `vN` names)."""
     out: list[str] = []
     for p in fn.params:
         name = p.name
-        while name in _RESERVED or (name[:1] == "v" and name[1:].split("_")[0].isdigit()) or name in out:
-            name = name + "_"
+        while name in _RESERVED or name in out or _GENERATED.match(name):
+            # a trailing _ cannot take `v2` out of the generated names (`v2_x` is one): prefix it
+            name = "p" + name if _GENERATED.match(name) else name + "_"
         out.append(name)
     return out

@@ -19,7 +19,13 @@ class _Flag:
 
 class StructuredOps:
     def op_reshape(self, op: Op) -> None:
-        self.assign(op.results[0], f"tl.reshape({self.typed(op.operands[0]).text}, {list(op.results[0].shape)})")
+        x, r = self.typed(op.operands[0]).text, op.results[0]
+        if not r.shape:   # the element of a single-element tile: a reduction of one element returns it
+            one = f"tl.reshape({x}, [1])"
+            self.assign(r, f"tl.max({one}.to(tl.int32), axis=0) != 0" if r.dtype.is_bool()
+                        else f"tl.max({one}, axis=0)")
+            return
+        self.assign(r, f"tl.reshape({x}, {list(r.shape)})")
 
     def op_join(self, op: Op) -> None:
         a, b = (self.typed(v).text for v in op.operands)
@@ -31,7 +37,7 @@ class StructuredOps:
 
     def op_atomic_rmw(self, op: Op) -> None:
         args = self.operands(op, tuple(range(1, len(op.operands))))
-        parts = [args[0].text, args[1].text] + ([f"mask={args[2].text}"] if len(args) > 2 else [])
+        parts = [args[0].text, args[1].text] + ([f"mask={self._mask(args[2])}"] if len(args) > 2 else [])
         self.assign(op.results[0], f"tl.atomic_{op.attrs['kind']}({', '.join(parts)})", pure=False)
 
     def op_atomic_cas(self, op: Op) -> None:
@@ -50,16 +56,40 @@ class StructuredOps:
         self.emit(f"tl.device_assert({self.typed(op.operands[0]).text}, {op.attrs['msg']!r})")
 
     def op_argreduce(self, op: Op) -> None:
-        """Triton's max/min with indices, ties to the lowest index (bf16 compared in fp32: exact)."""
+        """Triton's max/min with indices under tilejit's value rules (compiler/value_rules.py): NaN
+        elements ignored, the lowest index of the extreme, an all-NaN slice NaN at index 0. Built
+        from plain reductions, whose order cannot change the result: the extreme of the elements
+        with NaN replaced by -inf (+inf), the lowest index holding it, and the element at that
+        index (exact, -0.0 included). bf16 is compared in fp32 (exact)."""
         x = op.operands[0]
         rv, ri = op.results
+        kind, axis = op.attrs["kind"], op.attrs["axis"]
+        n, ext = self.name(ri), x.shape[axis]
         xs = self.typed(x).text
         if x.dtype is D.bfloat16:
             xs = f"{xs}.to(tl.float32)"
-        v, i = self.name(rv), self.name(ri)
-        self.emit(f"{v}_x, {i} = tl.{op.attrs['kind']}({xs}, axis={op.attrs['axis']}, return_indices=True, "
-                  "return_indices_tie_break_left=True)", defs=[f"{v}_x", i], pure=True)
-        self.assign(rv, f"{v}_x.to(tl.bfloat16)" if x.dtype is D.bfloat16 else f"{v}_x")
+        kshape = [1] * len(x.shape)
+        kshape[axis] = ext
+        self.emit(f"# {n} = arg{kind} along axis {axis}: NaN ignored, lowest index (compiler/value_rules.py)")
+        self.emit(f"{n}_x = {xs}", defs=[f"{n}_x"], pure=True)
+        self.emit(f"{n}_k = tl.reshape(tl.arange(0, {ext}), {kshape})", defs=[f"{n}_k"], pure=True)
+        if x.dtype.is_floating():
+            fill = '-float("inf")' if kind == "max" else 'float("inf")'
+            self.emit(f"{n}_c = tl.where({n}_x != {n}_x, {fill}, {n}_x)", defs=[f"{n}_c"], pure=True)
+            hit = f"({n}_c == {n}_m) & ({n}_x == {n}_x)"
+        else:
+            self.emit(f"{n}_c = {n}_x", defs=[f"{n}_c"], pure=True)
+            hit = f"{n}_c == {n}_m"
+        self.emit(f"{n}_m = tl.{kind}({n}_c, axis={axis}, keep_dims=True)", defs=[f"{n}_m"], pure=True)
+        self.emit(f"{n}_i = tl.min(tl.where({hit}, {n}_k, {ext}), axis={axis})", defs=[f"{n}_i"], pure=True)
+        self.assign(ri, f"tl.where({n}_i == {ext}, 0, {n}_i)")
+        if x.dtype.is_floating():
+            at = f"tl.expand_dims({n}_i, {axis})" if len(x.shape) > 1 else f"{n}_i"
+            pick = f"tl.{kind}(tl.where({n}_k == {at}, {n}_c, {fill}), axis={axis})"
+            val = f"tl.where({n}_i == {ext}, float('nan'), {pick})"
+        else:
+            val = f"tl.{kind}({n}_m, axis={axis})"   # the extreme itself: integers have one encoding
+        self.assign(rv, f"({val}).to(tl.bfloat16)" if x.dtype is D.bfloat16 else val)
 
     def op_scan(self, op: Op) -> None:
         """fast: tl.cumsum. strict: the C targets' order, one element after the other: element i

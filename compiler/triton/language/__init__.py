@@ -14,5 +14,10 @@ def __getattr__(name):
     try:
         return getattr(_tl, name)
     except AttributeError:
-        raise AttributeError(f"triton.language.{name} is not part of tilejit's tile language (see the README's "
-                             "supported subset)") from None
+        pass
+    from compiler.frontend_names import MISSING_BUILTINS  # noqa: PLC0415
+    if name in MISSING_BUILTINS:   # Triton has it: importable, refused with the alternative at the call
+        from ._names import unsupported  # noqa: PLC0415
+        return unsupported(f"triton.language.{name}", MISSING_BUILTINS[name])
+    raise AttributeError(f"triton.language.{name} is not part of tilejit's tile language (see "
+                         "docs/triton.md)") from None

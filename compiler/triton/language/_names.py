@@ -55,12 +55,14 @@ def _builtin(name):
 
 
 @functools.lru_cache(maxsize=None)
-def unsupported(qualname: str):
+def unsupported(qualname: str, instead: str | None = None):
     """A placeholder for a Triton function tilejit has no builtin for: importable, refused (with
-    a CompilationError at the call) when a kernel calls it."""
-    msg = (f"{qualname} is not supported yet by tilejit's tile language; the math functions it has are "
+    a CompilationError at the call, saying `instead` or listing the math functions) when a kernel
+    calls it."""
+    msg = (f"{qualname} is not supported by tilejit's tile language: {instead}" if instead else
+           f"{qualname} is not supported yet by tilejit's tile language; the math functions it has are "
            f"tl.exp, tl.exp2, tl.log, tl.log2, tl.sqrt, tl.rsqrt, tl.sigmoid, tl.sin, tl.cos, tl.abs, "
-           f"tl.floor, tl.ceil, tl.fma and the others in the README's supported subset")
+           f"tl.floor, tl.ceil, tl.fma and the others in docs/triton.md")
 
     def placeholder(*args, **kwargs):
         raise RuntimeError(msg)

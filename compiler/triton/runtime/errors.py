@@ -1,8 +1,3 @@
-"""`triton.runtime.errors`."""
-from ...errors import TilejitError
-
-
-class OutOfResources(TilejitError):
-    def __init__(self, required=0, limit=0, name="resource"):
-        self.required, self.limit, self.name = required, limit, name
-        super().__init__(f"out of resource: {name}, required: {required}, hardware limit: {limit}")
+"""`triton.runtime.errors`: Triton's runtime error classes (compiler/errors.py holds them; tilejit's
+own errors derive from TritonError, and its resource errors from OutOfResources)."""
+from ...errors import AutotunerError, InterpreterError, OutOfResources, PTXASError, TritonError  # noqa: F401

@@ -1,2 +1,2 @@
 """`triton.runtime.jit`."""
-from ..jit import JITFunction, KernelInterface, KernelParam, jit  # noqa: F401
+from ..jit import JITFunction, KernelInterface, KernelParam, TensorWrapper, jit, reinterpret  # noqa: F401

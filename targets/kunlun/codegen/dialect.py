@@ -13,8 +13,9 @@ class KunlunDialect(CDialect):
     # int64 values the memory plan could not narrow to int32 (plan/narrow.py) are two 32-bit halves;
     # no uint64 (the halves are signed arithmetic)
     reg_types = {**{k: v for k, v in CDialect.reg_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
-    mem_types = {**{k: v for k, v in CDialect.mem_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
-    ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8}
+    mem_types = {**{k: v for k, v in CDialect.mem_types.items() if k is not D.uint64}, D.int64: "tj_i64",
+                 D.float64: "tj_f64"}   # fp64 memory, read and written by compiler/fp64.py's words
+    ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8, "tj_f64": 8}
     pointer_bytes = 4   # device pointers are 4 bytes
     # a tile of pointers in LM stays at 8 bytes an element: the host emulation's pointers are 8
     # bytes, and one placement serves the device and the emulation
@@ -41,8 +42,8 @@ class KunlunDialect(CDialect):
     def reg_type(self, dt: D.dtype) -> str:
         if dt.is_ptr():
             return f"__global_ptr__ {self.mem_type(dt.element_ty)}*"
-        if dt is D.float64:
-            raise CompilationError("the kunlun target has no fp64 (software-only on xpu2, absent on xpu3)")
+        if dt is D.float64:   # compiler/fp64.py leaves none: a compiler bug if one gets here
+            raise CompilationError("internal: an fp64 value reached the kunlun renderer")
         return super().reg_type(dt)
 
     def literal(self, value, dt: D.dtype) -> str:

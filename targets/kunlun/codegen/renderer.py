@@ -4,11 +4,12 @@ program body, the jinja2 skeleton in templates/ for the kernel (a stride loop ov
 from __future__ import annotations
 
 import os
+import warnings
 
 import jinja2
 
-from compiler import dtypes as D
 from compiler.errors import CompilationError
+from compiler.fp64 import narrow_fp64, uses_fp64
 from compiler.ir import Function
 
 from ..arch import Arch
@@ -21,6 +22,10 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
                           keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
+class Fp64AsFp32Warning(UserWarning):
+    """A kernel's float64 values are computed in fp32 on the kunlun target (docs/kunlun.md)."""
+
+
 class KunlunRenderer:
     dialect = KunlunDialect()
 
@@ -29,11 +34,17 @@ class KunlunRenderer:
 
     def render(self, fn: Function, policy: str) -> tuple[str, MemoryPlan]:
         """(the .xpu source, the memory plan it emits)."""
+        if uses_fp64(fn):
+            narrow_fp64(fn)
+            warnings.warn(f"kunlun: kernel '{fn.name}' computes its float64 values in fp32, as Kunlun's torch stacks "
+                          "do (the chip has no fp64): float64 tensors are read rounded to fp32 and written back "
+                          "exactly; results carry fp32 precision (docs/kunlun.md, \"float64\")",
+                          Fp64AsFp32Warning, stacklevel=2)
         for op in fn.walk():
-            for v in list(op.results) + list(op.operands):
-                if v.dtype is D.float64:
-                    raise CompilationError.at(op.loc, "the kunlun target has no fp64 (software-only on xpu2, "
-                                              "absent on xpu3); compute in float32", kernel=fn.name)
+            if op.name == "cast" and op.operands[0].dtype.is_ptr() != op.results[0].dtype.is_ptr():
+                raise CompilationError.at(op.loc, "a pointer made from an integer (or read as one) is not supported on "
+                                          "the kunlun target: its memory plan must know which argument each "
+                                          "pointer addresses (pass the tensor itself)", kernel=fn.name)
         plan = plan_memory(fn, self.arch, policy, self.dialect)
         lm = plan.lm_bytes
         low = KunlunLowering(plan.ir, self.dialect, policy, placement={b.index: b.offset for b in plan.lm},

@@ -18,7 +18,9 @@ from compiler import dtypes as D
 
 LANES = 16
 _VLOAD = re.compile(r"vload_lm_float32x16\(&(\w+)\[")
-_VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16", "max": "vvmax_float32x16"}
+# no elementwise max: tl.maximum ignores a NaN operand (compiler/value_rules.py), and what
+# vvmax_float32x16 does with one is not documented; reductions use it (their operands hold no NaN)
+_VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16"}
 _SV = {"add": "svadd_float32x16", "mul": "svmul_float32x16"}   # scalar op vector
 _ARITH = (*_VV, "sub", "neg")
 
@@ -65,7 +67,7 @@ class VectorExpr:
             op_name = op.name
         if a.startswith("#") or b.startswith("#"):
             if op_name not in _SV:
-                return None   # max has no scalar-vector intrinsic
+                return None   # no scalar-vector intrinsic
             sc, vec = (a[1:], b) if a.startswith("#") else (b[1:], a)
             return f"{_SV[op_name]}({sc}, {vec})"
         return f"{_VV[op_name]}({a}, {b})"
@@ -182,7 +184,7 @@ def emit_reduce(lowering, op, expr: str) -> None:
         low.emit("}")
     low.begin_group()   # the lanes, read by scalar code: the fence stage puts mfence_lm before it
     low.work += rows * LANES * low.loop_weight()
-    combine = "{0} + {1}" if kind == "sum" else "tj_max({0}, {1})"
+    combine = "{0} + {1}" if kind == "sum" else "tj_rmax({0}, {1})"   # NaN-free (compiler/value_rules.py)
     if r.type.is_scalar:
         name = low.name(r)
         low.emit(f"float {name} = {lanes}[0];")

@@ -87,6 +87,11 @@ TJ_DEV bool tj_shl(bool a, bool b) { return b ? false : a; }
 TJ_DEV bool tj_shr(bool a, bool b) { return b ? false : a; }
 template <class T> TJ_DEV T tj_max(T a, T b) { return a > b ? a : b; }
 template <class T> TJ_DEV T tj_min(T a, T b) { return a < b ? a : b; }
+// floats: maxNum / minNum (compiler/value_rules.py); reductions use tj_rmax / tj_rmin (NaN-free operands)
+TJ_DEV float tj_max(float a, float b) { return (a > b || b != b) ? a : b; }
+TJ_DEV float tj_min(float a, float b) { return (a < b || b != b) ? a : b; }
+template <class T> TJ_DEV T tj_rmax(T a, T b) { return a > b ? a : b; }
+template <class T> TJ_DEV T tj_rmin(T a, T b) { return a < b ? a : b; }
 template <class T> TJ_DEV T tj_abs(T a) { return a < 0 ? (T)(0 - a) : a; }
 TJ_DEV float tj_abs(float a) { return __builtin_fabsf(a); }
 template <class T> TJ_DEV T tj_lowest() { return tj_lim<T>::lo(); }
@@ -216,6 +221,9 @@ TJ_DEV void tj_assert_fail(int k, const char* msg, int p0, int p1, int p2) {}
 // The memory plan narrows int64 values that only feed addresses to int32; the others are tj_i64:
 // the bytes of a little-endian int64_t (so int64 tensors move by DMA as they are), with wrapping
 // two's-complement arithmetic and the cpu target's defined results for /, %, shifts and casts.
+// an fp64 element in memory: the chip has no fp64, so kernels compute float64 in fp32 and read and
+// write these as two 32-bit words (compiler/fp64.py); the struct gives pointers their 8-byte step
+struct tj_f64 { uint32_t w[2]; };
 struct tj_i64 {
     uint32_t lo;
     int32_t hi;

@@ -3,14 +3,15 @@ names in the kernel source, with sizes), why the dimension that dominates cannot
 chunks, and the largest block along it that would fit."""
 from __future__ import annotations
 
-from compiler.errors import CompilationError
+from compiler.errors import CompilationError, OutOfResources
 
 from ..arch import Arch
 from .model import align, describe_value
 
 
-class LMBudgetError(CompilationError):
-    """No memory plan fits the arch's local memory."""
+class LMBudgetError(CompilationError, OutOfResources):
+    """No memory plan fits the arch's local memory (an OutOfResources, as Triton's for shared
+    memory: autotuners written for Triton drop the config)."""
 
 
 def _peak(buffers) -> tuple[int, list]:

@@ -93,9 +93,6 @@ def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
         raise KernelArgumentError(
             f"kernel '{kernel_name}': argument '{arg_name}' is on device '{t.device}'; the kunlun target runs "
             "under host emulation here and takes host tensors")
-    if t.dtype is torch.float64:
-        raise KernelArgumentError(f"kernel '{kernel_name}': argument '{arg_name}' is float64; the kunlun target "
-                                  "has no fp64 (convert with .float())")
     nbytes = t.untyped_storage().nbytes()
     if nbytes > INT32_MAX:
         raise KernelArgumentError(
