@@ -14,7 +14,7 @@ dimensions:
 from __future__ import annotations
 
 from . import dtypes as D
-from .builtins_common import _axis, _const_int
+from .builtins_common import _axis, _const_int, python_function
 from .builtins_tiles import reshape
 from .semantic import SemanticError, Tile
 
@@ -37,7 +37,6 @@ def reduce_with(visitor, node, inputs, axis, combine_fn, keep_dims=False):
     if n & (n - 1):
         raise SemanticError(f"tl.reduce with a combine function needs a power-of-two extent along the axis, got {n} "
                             "(pad the tile, masking the extra elements with the combine function's identity)")
-    from .frontend import python_function  # noqa: PLC0415
     fn = combine_fn if callable(combine_fn) and hasattr(combine_fn, "__code__") else python_function(combine_fn)
     if fn is None:
         raise SemanticError("tl.reduce: combine_fn must be a @triton.jit / @kernel function")
@@ -191,27 +190,6 @@ def _unsqueeze(b, name, a):
 
 def _item(b, name, a):
     return item_of(b, a["input"])
-
-
-def umulhi64(b, x: Tile, y: Tile, dt) -> Tile:
-    """The high 64 bits of the 128-bit product of two 64-bit integers read as unsigned, from their
-    32-bit halves in int64 arithmetic (wrapping; shifts masked to act as logical ones), so targets
-    without uint64 (kunlun) compute it too."""
-    x, y = b.bitcast(b.to_tile(x), D.int64) if x.dtype.bits == 64 else x, \
-        b.bitcast(b.to_tile(y), D.int64) if y.dtype.bits == 64 else y
-    mask = 0xFFFFFFFF
-
-    def lo(v):
-        return b.binary("and", v, mask)
-
-    def hi(v):
-        return b.binary("and", b.binary("shr", v, 32), mask)
-
-    xl, xh, yl, yh = lo(x), hi(x), lo(y), hi(y)
-    ll, lh, hl, hh = (b.binary("mul", p, q) for p, q in ((xl, yl), (xl, yh), (xh, yl), (xh, yh)))
-    mid = b.binary("add", b.binary("add", hi(ll), lo(lh)), lo(hl))
-    r = b.binary("add", b.binary("add", b.binary("add", hh, hi(lh)), hi(hl)), hi(mid))
-    return b.bitcast(r, dt)
 
 
 HANDLERS = {

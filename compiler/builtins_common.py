@@ -40,3 +40,13 @@ def _dtype(name, dt) -> D.dtype:
         raise SemanticError(f"tl.{name}: {dt.triton_name} is not supported in a kernel; the fp8 formats here are "
                             "tl.float8e5 and tl.float8e4nv (torch float8_e5m2 / float8_e4m3fn)")
     return dt
+
+
+def python_function(obj):
+    """The plain function behind a @kernel object or a Triton JITFunction; None otherwise."""
+    if getattr(type(obj), "is_tilejit_kernel", False):
+        return obj.fn
+    mod = type(obj).__module__ or ""
+    if mod.startswith("triton") and hasattr(obj, "fn") and callable(obj.fn):
+        return obj.fn
+    return None

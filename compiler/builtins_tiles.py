@@ -46,11 +46,31 @@ def _umulhi(b, name, a):
     x, y = b.broadcast_all(x, y)
     dt = D.promote(x.dtype, y.dtype)
     if dt in (D.int64, D.uint64):
-        from .builtins_combine import umulhi64  # noqa: PLC0415
         return umulhi64(b, b.cast(x, dt), b.cast(y, dt), dt)
     if dt not in (D.int32, D.uint32):
         raise SemanticError(f"tl.umulhi needs 32- or 64-bit integer operands, got {x.dtype} and {y.dtype}")
     return b.op1("umulhi", [b.cast(x, dt), b.cast(y, dt)])
+
+
+def umulhi64(b, x: Tile, y: Tile, dt) -> Tile:
+    """The high 64 bits of the 128-bit product of two 64-bit integers read as unsigned, from their
+    32-bit halves in int64 arithmetic (wrapping; shifts masked to act as logical ones), so targets
+    without uint64 (kunlun) compute it too."""
+    x, y = b.bitcast(b.to_tile(x), D.int64) if x.dtype.bits == 64 else x, \
+        b.bitcast(b.to_tile(y), D.int64) if y.dtype.bits == 64 else y
+    mask = 0xFFFFFFFF
+
+    def lo(v):
+        return b.binary("and", v, mask)
+
+    def hi(v):
+        return b.binary("and", b.binary("shr", v, 32), mask)
+
+    xl, xh, yl, yh = lo(x), hi(x), lo(y), hi(y)
+    ll, lh, hl, hh = (b.binary("mul", p, q) for p, q in ((xl, yl), (xl, yh), (xh, yl), (xh, yh)))
+    mid = b.binary("add", b.binary("add", hi(ll), lo(lh)), lo(hl))
+    r = b.binary("add", b.binary("add", b.binary("add", hh, hi(lh)), hi(hl)), hi(mid))
+    return b.bitcast(r, dt)
 
 
 def _shape_args(name, shape):

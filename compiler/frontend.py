@@ -19,6 +19,7 @@ from functools import lru_cache
 from .captured import record as record_capture
 from . import dtypes as D
 from . import language as lang
+from .builtins_common import python_function
 from .errors import CompilationError
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
@@ -70,16 +71,6 @@ def _parse(fn, kept) -> tuple[ast.FunctionDef, str, int, int]:
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise CompilationError("a kernel cannot be async", filename=src.filename, lineno=start)
     return fdef, src.filename, start, shift
-
-
-def python_function(obj):
-    """The plain function behind a @kernel object or a Triton JITFunction; None otherwise."""
-    if getattr(type(obj), "is_tilejit_kernel", False):
-        return obj.fn
-    mod = type(obj).__module__ or ""
-    if mod.startswith("triton") and hasattr(obj, "fn") and callable(obj.fn):
-        return obj.fn
-    return None
 
 
 def constexpr_params(fn, owner=None) -> set[str]:
