@@ -240,9 +240,13 @@ def test_a_timing_takes_more_samples_while_it_is_spread_and_says_when_it_never_s
 
 @pytest.mark.compile
 def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsettled(tcache):
-    rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 64}, {"BLOCK": 16}]},
-                    progress=False, force=True)   # BLOCK=64 is the default for N=64: the reference
-    results = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
+    for _attempt in range(3):   # a busy spell makes the pair untrusted and unstored: measured again
+        rows = tune_ops(["rms_norm"], RMS_SHAPE, cache_dir=tcache, spaces={"rms_norm": [{"BLOCK": 64}, {"BLOCK": 16}]},
+                        progress=False, force=True)   # BLOCK=64 is the default for N=64: the reference
+        results = _store_doc(tcache, "rms_norm")["entries"]["N=64"]["results"]
+        if "BLOCK=16" in results:
+            break
+        assert rows[0]["untrusted_configs"] == 1, rows[0]   # not stored only when reported untrusted
     res = results["BLOCK=16"]
     assert res["samples"] >= 4 and res["spread"] >= 0 and res["best_s"] <= res["time_s"]
     # paired with the default: the ratio of the fastest samples, how far the halves disagree, the median

@@ -95,6 +95,8 @@ class CDialect:
     # elementwise ops spelled by a branch of `elementwise` rather than by a table entry
     special_elementwise = frozenset({"cast", "where", "bitcast", "neg", "not", "abs", "mod"})
 
+    missing_dtype_hint = ""   # appended to the error for a dtype reg_types lacks
+
     def spells(self, op_name: str) -> bool:
         """Whether `elementwise` has a spelling for this elementwise op."""
         return op_name in self.binary_ops or op_name in self.float_math or op_name in self.special_elementwise
@@ -108,7 +110,7 @@ class CDialect:
         try:
             return self.reg_types[dt]
         except KeyError:
-            raise CompilationError(f"dtype {dt} is not supported by this target") from None
+            raise CompilationError(f"dtype {dt} is not supported by this target{self.missing_dtype_hint}") from None
 
     def mem_type(self, dt: D.dtype) -> str:
         return self.mem_types[dt]

@@ -15,6 +15,8 @@ class KunlunDialect(CDialect):
     reg_types = {**{k: v for k, v in CDialect.reg_types.items() if k is not D.uint64}, D.int64: "tj_i64"}
     mem_types = {**{k: v for k, v in CDialect.mem_types.items() if k is not D.uint64}, D.int64: "tj_i64",
                  D.float64: "tj_f64"}   # fp64 memory, read and written by compiler/fp64.py's words
+    missing_dtype_hint = (" (kunlun has no 64-bit unsigned integer: compute in tl.int64, which gives the same "
+                          "bits for +, -, *, &, |, ^ and <<)")
     ctype_bytes = {**CDialect.ctype_bytes, "tj_i64": 8, "tj_f64": 8}
     pointer_bytes = 4   # device pointers are 4 bytes
     # a tile of pointers in LM stays at 8 bytes an element: the host emulation's pointers are 8

@@ -93,6 +93,11 @@ def check_tensor(kernel_name: str, arg_name: str, t: torch.Tensor) -> None:
         raise KernelArgumentError(
             f"kernel '{kernel_name}': argument '{arg_name}' is on device '{t.device}'; the kunlun target runs "
             "under host emulation here and takes host tensors")
+    if t.dtype == torch.uint64:
+        raise KernelArgumentError(
+            f"kernel '{kernel_name}': argument '{arg_name}' is a uint64 tensor; the kunlun target has no 64-bit "
+            "unsigned integer (its int64 is two signed 32-bit halves). Pass `.view(torch.int64)`: +, -, *, "
+            "&, |, ^ and << give the same bits; compare and divide as signed")
     nbytes = t.untyped_storage().nbytes()
     if nbytes > INT32_MAX:
         raise KernelArgumentError(
