@@ -1,5 +1,8 @@
-"""Argument checks shared by the builtin handlers (builtins_impl.py and its companions)."""
+"""Argument checks shared by the builtin handlers (builtins_impl.py and its companions), and the
+type objects of Triton's `x.type` / `p.dtype` that they accept as dtypes."""
 from __future__ import annotations
+
+import dataclasses
 
 from . import dtypes as D
 from .semantic import SemanticError, Tile
@@ -33,7 +36,30 @@ def _axis(name, axis, rank, extra=0) -> int:
     return axis % (rank + extra)
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockType:
+    """What `x.type` is for a tile, as in Triton: its element type and shape. Where a dtype is
+    expected (`x.to(t)`, `tl.cast`) it stands for its element type, as in Triton's cast."""
+
+    element_ty: D.dtype
+    shape: tuple
+
+    @property
+    def scalar(self):
+        return self.element_ty
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPointerType:
+    """What `p.dtype` (and `p.type`) is for a block pointer, as in Triton: a pointer to a block,
+    whose `element_ty` is the block type (`x.to(p.dtype.element_ty)` casts to the element type)."""
+
+    element_ty: BlockType
+
+
 def _dtype(name, dt) -> D.dtype:
+    if isinstance(dt, BlockType):
+        dt = dt.element_ty
     if not isinstance(dt, D.dtype):
         raise SemanticError(f"tl.{name}: expected a dtype such as tl.float32, got {dt!r}")
     if dt in D.UNSUPPORTED_FP8:

@@ -6,7 +6,7 @@ tl.device_print and tl.device_assert."""
 from __future__ import annotations
 
 from . import dtypes as D
-from .builtins_common import _const_int
+from .builtins_common import BlockPointerType, BlockType, _const_int
 from .semantic import SemanticError, Tile
 
 
@@ -40,7 +40,10 @@ class BlockPointer:
     def tj_attr(self, attr):
         if attr == "advance":
             return _Method(lambda b, offsets: advance(b, self, offsets))
-        raise SemanticError(f"a block pointer has no attribute '{attr}' (use tl.load / tl.store / tl.advance)")
+        if attr in ("dtype", "type"):
+            return BlockPointerType(BlockType(self.base.dtype.element_ty, self.block_shape))
+        raise SemanticError(f"a block pointer has no attribute '{attr}' (it has .dtype and .type; use tl.load / "
+                            "tl.store / tl.advance)")
 
     def pointers(self, b, check) -> tuple[Tile, Tile | None]:
         """(pointer tile of block_shape, mask of the axes in `check`, or None)."""

@@ -10,6 +10,7 @@ import types
 
 from . import dtypes as D
 from . import language as lang
+from .builtins_common import BlockType
 from .semantic import SemanticError, Tile
 
 # Triton's module names -> our namespace objects
@@ -89,18 +90,6 @@ def namespace_attr(base, attr: str):
 
 def is_namespace(obj) -> bool:
     return isinstance(obj, types.ModuleType) and id(obj) in _NAMESPACE_PREFIX
-
-
-@dataclasses.dataclass(frozen=True)
-class BlockType:
-    """What `x.type` is for a tile, as in Triton: its element type and shape."""
-
-    element_ty: D.dtype
-    shape: tuple
-
-    @property
-    def scalar(self):
-        return self.element_ty
 
 
 class BoundMethod:

@@ -35,6 +35,35 @@ LAUNCH = {
     "num_buffers_warp_spec": "older Triton warp specialisation: no effect",
     "num_ctas_per_cluster": "no effect",
 }
+# Kunlun Triton's options (FlagTree's xpu backend, XPUOptions; Kunlun's own kernels pass some at
+# launch, e.g. vllm-kunlun's): what each does there and on tilejit's kunlun target is in docs/kunlun.md
+KUNLUN = {
+    "groups_per_cluster": "Kunlun Triton: core groups sharing one program's tile; no effect (a tilejit program runs "
+                          "on one core)",
+    "is_use_mask_zero": "Kunlun Triton: masked-off DMA lanes read as zero; no effect (tilejit copies the true runs "
+                        "and writes `other` itself)",
+    "isCloseUnrollControl": "Kunlun Triton: skip its unroll-control pass; no effect",
+    "isCloseVectorization": "kunlun: no SIMD code (scalar loops; strict keeps its bits); no effect elsewhere",
+    "isCloseMemoryAsync": "kunlun: no asynchronous DMA (no row batches, no tiles fetched ahead); no effect elsewhere",
+    "buffer_size_limit": "Kunlun Triton: elements per core-local buffer; no effect (tilejit plans LM in bytes from "
+                         "the arch table)",
+    "unroll_num": "Kunlun Triton: unroll factor of its buffer loops; no effect",
+    "cluster_num": "Kunlun Triton: clusters launched; no effect (the arch table's)",
+    "core_num": "Kunlun Triton: cores per cluster launched; no effect (the arch table's)",
+    "isOpenCmpNan": "Kunlun Triton: IEEE NaN comparisons; no effect (tilejit's comparisons always are)",
+    "isCloseOffsetAnalysis": "Kunlun Triton: skip a pass; no effect",
+    "isCloseCoreTiling": "Kunlun Triton: skip a pass; no effect",
+    "isCloseMemoryCache": "Kunlun Triton: skip a pass; no effect",
+    "isCloseClusterLoopGrid": "Kunlun Triton: skip a pass; no effect",
+    "isClusterOneCoreActOnly": "Kunlun Triton: one core of a cluster computes; no effect",
+    "isCLOSE_TTXPU_O_ATOMIC_SIM": "Kunlun Triton: skip its atomic simulation; no effect",
+    "isCloseDtypeConvert": "Kunlun Triton: skip a pass; no effect",
+    "isCloseInterleave": "Kunlun Triton: skip a pass; no effect",
+    "exp_range": "Kunlun Triton (SDNN): input range of its exp table; no effect",
+    "is_sdnn": "Kunlun Triton: compile for the SDNN matrix unit; no effect",
+    "use_int4_w4a8": "Kunlun Triton (SDNN): int4 weights; no effect",
+}
+LAUNCH.update(KUNLUN)
 # only meaningful on the decorator
 DECORATOR = {
     "do_not_specialize": "parameters (names or indices) whose integer value never specialises the kernel "
@@ -43,7 +72,9 @@ DECORATOR = {
     "noinline": "helpers are always inlined by tilejit: no effect",
     "version": "no effect", "repr": "no effect", "launch_metadata": "no effect",
 }
-_BOOL = {"enable_fp_fusion", "debug", "launch_cooperative_grid", "launch_pdl"}
+_BOOL = {"enable_fp_fusion", "debug", "launch_cooperative_grid", "launch_pdl", "is_use_mask_zero", "is_sdnn",
+         "use_int4_w4a8"} | {k for k in KUNLUN if k.startswith(("isClose", "isOpen", "isCluster", "isCLOSE"))}
+_POSITIVE = {"num_ctas", "maxnreg", "groups_per_cluster", "buffer_size_limit", "unroll_num", "cluster_num", "core_num"}
 
 
 def _check_value(kernel: str, name: str, v) -> None:
@@ -52,12 +83,15 @@ def _check_value(kernel: str, name: str, v) -> None:
     if name == "num_warps":
         ok = isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0
         want = "a positive power of two"
-    elif name in ("num_stages", "num_ctas", "maxnreg"):
+    elif name == "num_stages" or name in _POSITIVE:
         ok = isinstance(v, int) and not isinstance(v, bool) and v >= (0 if name == "num_stages" else 1)
         want = "a positive int"
     elif name in _BOOL:
         ok = isinstance(v, (bool, int))
         want = "a bool"
+    elif name == "exp_range":
+        ok = isinstance(v, str) and v.count(":") <= 1
+        want = "a range string such as '-10:0'"
     else:
         return
     if not ok:

@@ -204,6 +204,24 @@ def test_block_pointers_and_tensor_descriptors(tgt):
 
 
 @kernel
+def block_dtype_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    src = tl.make_block_ptr(x_ptr, (n,), (1,), (0,), (BLOCK,), (0,))
+    dst = tl.make_block_ptr(y_ptr, (n,), (1,), (0,), (BLOCK,), (0,))
+    tl.static_assert(dst.type.element_ty.element_ty == tl.float16)
+    tl.static_assert(dst.dtype.element_ty.shape[0] == BLOCK)
+    x = tl.load(src, boundary_check=(0,)).to(tl.float32) * 3.0
+    tl.store(dst, x.to(dst.dtype.element_ty), boundary_check=(0,))   # a cast to the block's element type
+
+
+def test_block_pointer_dtype_is_a_pointer_to_its_block():
+    """`p.dtype.element_ty` of a block pointer is its block type, which `x.to()` takes for its element type,
+    as Triton's does (vllm-kunlun's fla kernels store with it)."""
+    x, y = torch.randn(10), torch.zeros(10, dtype=torch.float16)
+    block_dtype_kernel[(1,)](x, y, 10, BLOCK=16)
+    assert torch.equal(y, (x * 3.0).half())
+
+
+@kernel
 def fp8_kernel(x_ptr, y5_ptr, y4_ptr, z_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     x = tl.load(x_ptr + offs)

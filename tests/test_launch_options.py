@@ -136,3 +136,70 @@ def test_gpu_forwards_options_to_triton_compile_and_keys_on_them(monkeypatch):
     with use_target("gpu:interpret"):
         k[(1,)](x, y, 64, BLOCK=64, num_warps=8)
     torch.testing.assert_close(y, x * 2)
+
+
+def _dot(a, b, c, N: tl.constexpr):
+    i = tl.arange(0, N)
+    x = tl.load(a + i[:, None] * N + i[None, :])
+    y = tl.load(b + i[:, None] * N + i[None, :])
+    tl.store(c + i[:, None] * N + i[None, :], tl.dot(x, y) + x * 0.5)
+
+
+KUNLUN_TRITON = dict(groups_per_cluster=2, is_use_mask_zero=True, isCloseUnrollControl=True, buffer_size_limit=2048,
+                     unroll_num=4, isOpenCmpNan=True, exp_range="-10:0")
+
+
+@pytest.mark.parametrize("target", ["cpu", "gpu:interpret", "kunlun:xpu3"])
+def test_kunlun_triton_options_are_accepted_on_every_target(target):
+    """The options Kunlun's Triton takes at launch (vllm-kunlun passes the first four) compile and run
+    everywhere; those with no meaning on a target leave one compiled kernel."""
+    import targets.kunlun  # noqa: PLC0415
+    from compiler.target import register_target  # noqa: PLC0415
+    register_target("kunlun", targets.kunlun.TARGET)
+    k = kernel(_double)
+    x, y = torch.randn(40), torch.zeros(40)
+    with use_target(target):
+        k[(2,)](x, y, 40, BLOCK=32, **KUNLUN_TRITON)
+        k[(2,)](x, y, 40, BLOCK=32)
+        triton.jit(_double)[(2,)](x, y, 40, BLOCK=32, isCloseVectorization=False, groups_per_cluster=1)
+    torch.testing.assert_close(y, x * 2)
+    assert len(k.compiled) == 1
+    with pytest.raises(KernelArgumentError, match="groups_per_cluster=0 must be a positive int"):
+        k[(2,)](x, y, 40, BLOCK=32, groups_per_cluster=0)
+    with pytest.raises(KernelArgumentError, match="isCloseVectorization='yes' must be a bool"):
+        k[(2,)](x, y, 40, BLOCK=32, isCloseVectorization="yes")
+    with pytest.raises(KernelArgumentError, match="'isCloseVectorisation'.*Did you mean 'isCloseVectorization'"):
+        k[(2,)](x, y, 40, BLOCK=32, isCloseVectorisation=True)
+
+
+@pytest.mark.parametrize("policy", ["fast", "strict"])
+def test_kunlun_honours_close_vectorization_and_memory_async(policy):
+    """On kunlun isCloseVectorization leaves no SIMD in the source (the dot's svmac lanes become the scalar
+    fma chain: the same bits in strict) and isCloseMemoryAsync no asynchronous DMA; both are part of the
+    key there and nowhere else."""
+    import targets.kunlun  # noqa: PLC0415
+    from compiler import render_only  # noqa: PLC0415
+    from compiler.target import register_target  # noqa: PLC0415
+    register_target("kunlun", targets.kunlun.TARGET)
+    k = kernel(_dot)
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    src, out = {}, {}
+    for name, opts in (("plain", {}), ("scalar", {"isCloseVectorization": True}),
+                       ("sync", {"isCloseMemoryAsync": True})):
+        with use_target("kunlun:xpu3"), numerics(policy):
+            with render_only() as seen:
+                k[(1,)](a, b, torch.empty(16, 16), N=16, **opts)
+            out[name] = torch.empty(16, 16)
+            k[(1,)](a, b, out[name], N=16, **opts)
+        src[name] = seen[0].source
+    assert "svmac_float32x16" in src["plain"] and "_ASYNC(" in src["plain"]
+    assert "svmac_float32x16" not in src["scalar"] and "vload_lm" not in src["scalar"]
+    assert "_ASYNC(" not in src["sync"] and "svmac_float32x16" in src["sync"]
+    want = a @ b + a * 0.5
+    for name in out:
+        torch.testing.assert_close(out[name], want, rtol=1e-5, atol=1e-5)
+    if policy == "strict":
+        assert torch.equal(out["scalar"], out["plain"]) and torch.equal(out["sync"], out["plain"])
+    assert for_target(get_target("kunlun:xpu3"), {"isCloseVectorization": True, "groups_per_cluster": 2}) == \
+        (("isCloseVectorization", True),)
+    assert for_target(get_target("cpu"), {"isCloseVectorization": True}) == ()

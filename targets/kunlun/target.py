@@ -25,6 +25,8 @@ class KunlunTarget(Target):
     device_type = "cpu"          # host emulation: tensors live on the host
     source_suffix = ".xpu"
     fast_software_math = False   # fast policy: the target's own math library
+    # Kunlun Triton's options with a meaning here (compiler/launch_options.py, codegen/lowering.py)
+    launch_options = frozenset({"isCloseVectorization", "isCloseMemoryAsync"})
 
     def __init__(self, arch: str | None = None):
         self.arch = get_arch(arch)

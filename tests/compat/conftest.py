@@ -26,6 +26,11 @@ def tritonbench(compat_root):
     return {s: sources.import_tritonbench(root, s) for s in stems}
 
 
+@pytest.fixture(scope="session")
+def flaggems_softmax(compat_root):
+    return sources.import_flaggems(sources.fetch_wheel(sources.FLAGGEMS, compat_root), "ops.softmax")
+
+
 @pytest.fixture(autouse=True)
 def triton_alias():
     with alias():

@@ -4,7 +4,9 @@ unpacked there, its modules imported with tilejit's front door served as `triton
 (compiler.triton.alias), unchanged."""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 from compiler.triton import alias
 
 LIGER = "liger-kernel==0.8.5"
+FLAGGEMS = "flag_gems==5.0.2"
 GEAK = "geak-eval==0.1.5"      # TritonBench-G kernels (Triton tutorials among them), Apache-2.0
 TRITONBENCH_DIR = "geak_eval/data/TritonBench/data/TritonBench_G_v1"
 
@@ -74,3 +77,38 @@ def import_tritonbench(root: pathlib.Path, stem: str) -> types.ModuleType:
     with alias():
         exec(compile("".join(lines[:cut]), str(path), "exec"), mod.__dict__)  # noqa: S102 - the downloaded file
     return mod
+
+
+def import_flaggems(root: pathlib.Path, module: str) -> types.ModuleType:
+    """One of FlagGems' op modules (`ops.softmax`), imported as written. Its package's own
+    __init__ files detect a GPU vendor at import, so they are stood in for by small modules: the
+    runtime's heuristics are FlagGems' NVIDIA table (its file imported as written), `libentry`
+    (a launch cache) and the device context are pass-throughs, and the backend shims keep
+    FlagGems' portable implementations."""
+    base = root / "flag_gems"
+
+    def package(name: str, path: pathlib.Path | None = None, **attrs) -> types.ModuleType:
+        m = sys.modules.get(name)
+        if m is None:
+            m = sys.modules[name] = types.ModuleType(name)
+            if path is not None:
+                m.__path__ = [str(path)]
+        m.__dict__.update(attrs)
+        return m
+
+    with alias():
+        import triton   # the alias: tilejit's front door
+        spec = importlib.util.spec_from_file_location(
+            "flag_gems_nvidia_heuristics", base / "runtime/backend/_nvidia/heuristics_config_utils.py")
+        heur = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(heur)
+        package("flag_gems", base)
+        package("flag_gems.ops", base / "ops")
+        package("flag_gems.ops.zeros", zero_=lambda t: t.zero_())
+        package("flag_gems.runtime", base / "runtime",
+                get_heuristic_config=lambda name: heur.HEURISTICS_CONFIGS[name],
+                get_tuned_config=lambda name: [triton.Config({})],
+                torch_device_fn=types.SimpleNamespace(device=lambda d: contextlib.nullcontext()))
+        package("flag_gems.utils", base / "utils", libentry=lambda *a, **k: (lambda f: f))
+        package("flag_gems.utils.triton_lang_helper", use_tl_extra=lambda f: f)
+        return importlib.import_module(f"flag_gems.{module}")

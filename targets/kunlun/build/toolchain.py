@@ -18,9 +18,14 @@ from . import sdk
 
 HEADER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "include")   # tilejit_xpu.h, xpu_emulation.h
 # -O1: an emulation build checks a kernel rather than times it, and builds 1.5x faster than at -O2;
-# no flag here changes a result bit (no fast-math, no contraction), so strict stays bitwise cpu's
+# no flag here changes a result bit (no fast-math, no contraction), so strict stays bitwise cpu's.
+# -fno-ivopts: GCC's induction-variable rewrite turns a loop that writes an LM row over another
+# view of it (fp16/bf16 widened in place: floats at 4 bytes a step over halves read at 2) into
+# stores addressed from a null base; the function summaries made after it (pure-const, modref)
+# then see no store through the argument, call the helper free of side effects and delete every
+# call, so a tile fetched ahead was never widened (GCC 12 at -O2: FlagGems' softmax gave inf in fast)
 EMU_FLAGS = ["-O1", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-fwrapv", "-fno-math-errno",
-             "-fno-trapping-math", "-ffp-contract=off", "-fno-strict-aliasing"]
+             "-fno-trapping-math", "-ffp-contract=off", "-fno-strict-aliasing", "-fno-ivopts"]
 
 
 @functools.lru_cache(maxsize=None)

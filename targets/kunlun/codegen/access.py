@@ -45,11 +45,13 @@ class FencedAccess:
             for unit in units:
                 self._access(name, unit, write)
 
-    def _access(self, name: str, unit: str, write: bool) -> None:
+    def _access(self, name: str, unit: str, write: bool, part: tuple[int, int] | None = None,
+                what: str | None = None) -> None:
+        """`unit` reaches buffer `name` (or bytes `part` of the arena, described as `what`)."""
         if self.fences is None or name not in self.lm_range:
             return
-        lo, hi = self.lm_range[name]
-        a = Access(lo, hi, unit, write, name)
+        lo, hi = part or self.lm_range[name]
+        a = Access(lo, hi, unit, write, what or name)
         fence = self.fences.access(a)
         pad = "    " * self._group_indent
         if fence:

@@ -26,8 +26,13 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     def __init__(self, fn: Function, dialect, policy: str, placement: dict[int, int] | None = None,
                  vector_f16: bool = False, prefetch: bool = False, skip: frozenset = frozenset()):
         super().__init__(fn, dialect, policy)
-        self.vectorize = policy == "fast"   # elementwise nests; strict keeps them scalar
-        self.vector_f16 = vector_f16   # the arch widens fp16 with vector loads (float16x32_t)
+        # Kunlun Triton's switches for its vectorize and memory-async passes, as launch options
+        # (compiler/launch_options.py; docs/kunlun.md, "Kunlun Triton's options")
+        options = fn.specialization.get("options", {})
+        self.vector_unit = not options.get("isCloseVectorization")
+        self.async_dma = not options.get("isCloseMemoryAsync")
+        self.vectorize = policy == "fast" and self.vector_unit   # elementwise nests; strict keeps them scalar
+        self.vector_f16 = vector_f16 and self.vector_unit   # the arch widens fp16 with vector loads (float16x32_t)
         staging = stageable(fn)        # loads a cluster's cores share through SM (plan/staging.py)
         self.staged, self.shadowed = staging.loads, staging.shadowed
         self.sm_slots: list[tuple[str, int, int]] = []   # (LM buffer, SM offset, bytes) per staged load
@@ -35,7 +40,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
         self._shadow_of: dict[int, tuple] = {}   # body of a shadowed loop -> (the loop, its team's trips)
         self._team_iteration = ""   # in a shadow iteration: whether a program of the team runs it
         self.init_memory(placement)
-        self.init_prefetch(prefetch, skip)   # double-buffered loads (prefetch.py), where the plan fits them
+        self.init_prefetch(prefetch and self.async_dma, skip)   # double-buffered loads (prefetch.py), where they fit
 
     def _load_fuses(self, v) -> bool:
         return False
@@ -101,7 +106,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt, ldb=None) -> None:
         # ldb is N here: no operand is read in place from GM (the dialect has no rows_strided)
         self.work += M * N * K * self.loop_weight()
-        if in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:   # svmac: both policies
+        if self.vector_unit and in_dt.is_floating() and acc_dt is D.float32 and N % simd.LANES == 0:   # svmac
             self.vector_dot_work += M * N * K * self.loop_weight()
             simd.emit_dot(self, A, B, C, M, N, K)
             return
@@ -173,7 +178,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
 
     def _dma_async(self, kind: str, dt):
         """The `_copy_rows` batch form of a plain (same-representation) DMA, or None."""
-        if not self.d.same_repr(dt):
+        if not self.async_dma or not self.d.same_repr(dt):
             return None
         size = f"(int)sizeof({self.d.mem_type(dt)})"
         if kind == "GM2LM":

@@ -101,6 +101,13 @@ class Prefetching:
             self._scoped(lambda: self._fetch(a, cur, iv, None, False, flag))
         finally:
             self.loop_trips.append(trips)
+        if self.fences is not None and slot in self.lm_range:
+            # iteration 0 goes on to fill the second slot, which the fence stage otherwise sees
+            # only through `cur`: what is still pending on its bytes from before the loop is
+            # ordered here, in iteration 0 alone
+            lo, hi = self.lm_range[slot]
+            self.begin_group()
+            self._access(slot, "D", True, ((lo + hi) // 2, hi), f"the second slot of {slot}")
         self.flow_close("}")
         if flag:
             this = self.fresh("inb")

@@ -23,6 +23,7 @@ class Dims:
     def __init__(self, fn: Function):
         self.parent: dict[tuple[int, int], tuple[int, int]] = {}
         self.values: dict[int, Value] = {}
+        self.order: dict[int, int] = {}      # value id -> its place in the IR walk (a stable key)
         self._pins: list[tuple[int, int]] = []
         self.unknown: list[Op] = []          # ops pinned for being unknown to this analysis
         for p in fn.params:
@@ -36,6 +37,7 @@ class Dims:
     # -- union-find ------------------------------------------------------------------------------
     def _add(self, v: Value) -> None:
         self.values[id(v)] = v
+        self.order.setdefault(id(v), len(self.order))
         for a, n in enumerate(v.shape):
             if n > 1:
                 self.parent.setdefault((id(v), a), (id(v), a))
@@ -73,6 +75,10 @@ class Dims:
             if n > 1 and self.find((id(v), a)) == c:
                 return a
         return None
+
+    def key(self, node) -> tuple[int, int]:
+        """A key that orders dimensions the same way in every process (object ids do not)."""
+        return self.order[node[0]], node[1]
 
     def classes(self) -> dict:
         """dimension -> extent, for every dimension that is not pinned."""

@@ -116,16 +116,12 @@ def _largest_fitting(sizes: list[int], at, budget: int) -> None:
             lo = mid + 1
 
 
-def _order(kv):
-    return (-kv[1], str(kv[0]))
-
-
 def candidates(ir: Function, arch: Arch, policy: str, record, refused: dict) -> list[Candidate]:
     """One dimension at a time, and every dimension of one extent together (the chunk loops of a
     norm's passes each have their own arange of the same BLOCK). `refused` gets, per dimension
     that cannot be cut at all, the reason."""
     dims = Dims(ir)
-    classes = sorted(dims.classes().items(), key=_order)
+    classes = sorted(dims.classes().items(), key=lambda kv: (-kv[1], dims.key(kv[0])))
     groups = [[i] for i in range(len(classes))]
     for extent in sorted({e for _, e in classes}, reverse=True):
         same = [i for i, (_, e) in enumerate(classes) if e == extent]
