@@ -552,11 +552,12 @@ _SOURCE_HASH = None
 
 
 def compiler_source_hash() -> str:
-    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache."""
+    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache
+    (a change to its doctor or command lines does not: version.COMPILER_FILES_OUTSIDE_THE_KEY)."""
     global _SOURCE_HASH
     if _SOURCE_HASH is None:
-        from .version import package_source_hash  # noqa: PLC0415
-        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__))
+        from .version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash  # noqa: PLC0415
+        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__), COMPILER_FILES_OUTSIDE_THE_KEY)
     return _SOURCE_HASH
 
 
