@@ -77,6 +77,18 @@ def test_an_internal_error_says_it_is_a_bug_and_keeps_its_trace(monkeypatch, deb
     assert "in _broken_pass" in printed and "InternalError: internal error in tilejit" in printed
 
 
+def test_the_autotuner_does_not_take_a_bug_for_a_config_it_cannot_build(monkeypatch, tmp_path):
+    """Kunlun's cost model renders each candidate (no chip, no build): a fault while one lowers
+    stops the tuning with the InternalError instead of rejecting the config with a one-line reason."""
+    from compiler.autotune import tune_ops  # noqa: PLC0415
+    _debug(monkeypatch, None)
+    monkeypatch.setattr("compiler.jit.optimize", _broken_pass)
+    with pytest.raises(InternalError, match="while lowering kernel 'rms_norm_kernel'") as e:
+        tune_ops(["rms_norm"], {"rms_norm": [{"rows": 4, "N": 64}]}, target="kunlun:xpu2", cache_dir=tmp_path,
+                 spaces={"rms_norm": [{"BLOCK": 32}]}, progress=False)
+    pathlib.Path(e.value.trace_file).unlink()
+
+
 @pytest.mark.parametrize("debug", ON)
 def test_debug_raises_the_internal_error_as_it_is(monkeypatch, debug):
     _debug(monkeypatch, debug)
