@@ -276,14 +276,26 @@ SPACE = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}
 
 
 @pytest.mark.compile
+def _tune_trusted(cache_dir, force=False):
+    """(rows, measurements taken) of the last of up to 3 tunes: a busy spell that makes a timing
+    untrusted leaves it unstored, and the next tune (forced) measures every candidate again."""
+    for _ in range(3):
+        n0 = MEASURE_COUNT["n"]
+        rows = tune_ops(["rms_norm"], RMS, cache_dir=cache_dir, spaces=SPACE, progress=False, repeat=1, force=force)
+        if rows[0]["untrusted_configs"] == 0:
+            break
+        force = True
+    return rows, MEASURE_COUNT["n"] - n0
+
+
 def test_autotune_kind_reused_and_force(tmp_path):
-    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
+    rows, _ = _tune_trusted(tmp_path)
     assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2
     n0 = MEASURE_COUNT["n"]
     rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
     assert rows[0]["kind"] == "reused" and rows[0]["reused"] == 2 and MEASURE_COUNT["n"] == n0
-    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1, force=True)
-    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2 and MEASURE_COUNT["n"] == n0 + 2
+    rows, taken = _tune_trusted(tmp_path, force=True)
+    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2 and taken == 2
     text = format_summary(rows, "cpu")
     store = DecisionStore(tmp_path)
     assert f"decisions stored in {store.dir}/ (1 file(s)" in text
