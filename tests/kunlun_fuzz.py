@@ -7,8 +7,8 @@ and its launch. Five families, each with random expressions, dtypes and block si
 - elementwise: a random expression tree over two loaded tiles and a scalar, masked tail;
 - reduction: a row reduced (sum, max, min, argmax or argmin of an expression) and the row
   normalised by it;
-- scan: a row's running sum of an expression (cut into chunks with a carried prefix at large
-  blocks);
+- scan: a row's running sum of an expression, forward or reverse (cut into chunks with a
+  carried prefix at large blocks);
 - dot: a tiled matmul with a K loop, masked edges, an epilogue;
 - masked loop: a row walked in BLOCK chunks with a carried tile (an online max and rescaled sum,
   FlagGems' softmax pattern among them), then walked again to store a function of the result.
@@ -146,15 +146,18 @@ def _scan(rng, i, dt, k):
     cols = tl.arange(0, BLOCK)
     m = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
-    c = tl.cumsum(tl.where(m, {expr}, 0.0), axis=0)
+    c = tl.cumsum(tl.where(m, {expr}, 0.0), axis=0{{reverse}})
     tl.store(o_ptr + row * n + cols, c, mask=m)
 """
     rows, seed = rng.randint(1, 3), rng.getrandbits(31)
+    reverse = rng.random() < 0.5   # drawn last: the draws before it are the ones forward-only scans had
+    src = src.replace("{reverse}", ", reverse=True" if reverse else "")
 
     def make():
         g = torch.Generator().manual_seed(seed)
         return [_data(random.Random(seed), g, [rows, n], dt, False), torch.zeros(rows, n), n]
-    return name, src, make, (rows,), {"BLOCK": block}, [1], f"{dt} BLOCK={block} n={n} rows={rows}"
+    return (name, src, make, (rows,), {"BLOCK": block}, [1],
+            f"{dt}{' reverse' if reverse else ''} BLOCK={block} n={n} rows={rows}")
 
 
 def _dot(rng, i, dt, k):

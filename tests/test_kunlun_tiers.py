@@ -1,10 +1,10 @@
 """A memory plan for kernels that do not fit LM as written (targets/kunlun/plan): tiles used in two
 roles read once per role (K·Kᵀ, g[:, None] - g[None, :]), branches of a run-time `if` (an early
-return) cut like any region, scans and arg-reductions cut with a carried prefix / (value, index),
-and, for a loop that carries a whole tile and reduces along it, the GM scratch tier: the tile kept
-in the core's slot of a workspace the launcher takes once, streamed through LM. Each runs in host
-emulation on xpu2 and xpu3, bitwise equal to cpu in strict; TILEJIT_KUNLUN_SPILL=0 refuses the
-spill with LMBudgetError."""
+return) cut like any region, scans (reverse ones too) and arg-reductions cut with a carried
+prefix / (value, index), and, for a loop that carries a whole tile and reduces along it, the GM
+scratch tier: the tile kept in the core's slot of a workspace the launcher takes once, streamed
+through LM. Each runs in host emulation on xpu2 and xpu3, bitwise equal to cpu in strict;
+TILEJIT_KUNLUN_SPILL=0 refuses the spill with LMBudgetError."""
 import re
 
 import pytest
@@ -52,11 +52,12 @@ def early_return_softmax(x_ptr, y_ptr, skip_ptr, n, BLOCK: tl.constexpr):
 
 
 @kernel
-def scan_and_arg(x_ptr, c_ptr, i_ptr, n, BLOCK: tl.constexpr):
+def scan_and_arg(x_ptr, c_ptr, r_ptr, i_ptr, n, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=-float("inf"))
     tl.store(c_ptr + row * n + cols, tl.cumsum(tl.where(cols < n, x, 0.0), axis=0), mask=cols < n)
+    tl.store(r_ptr + row * n + cols, tl.cumsum(tl.where(cols < n, x, 0.0), axis=0, reverse=True), mask=cols < n)
     v, i = tl.max(x, axis=0, return_indices=True)
     tl.store(i_ptr + row, i)
     tl.store(i_ptr + 4 + row, tl.argmin(tl.where(cols < n, x, float("inf")), axis=0))
@@ -138,15 +139,16 @@ def test_scans_and_arg_reductions_are_cut_with_what_they_carry(policy):
     x[2] = 1.0   # ties: the lowest index
 
     def run():
-        c, i = torch.zeros(3, 3000), torch.zeros(8, dtype=torch.int32)
-        scan_and_arg[(3,)](x, c, i, 3000, BLOCK=4096)
-        return [c, i]
-    src = _source(lambda: scan_and_arg[(3,)](x, torch.zeros(3, 3000), torch.zeros(8, dtype=torch.int32), 3000,
-                                             BLOCK=4096), policy=policy)
+        c, r, i = torch.zeros(3, 3000), torch.zeros(3, 3000), torch.zeros(8, dtype=torch.int32)
+        scan_and_arg[(3,)](x, c, r, i, 3000, BLOCK=4096)
+        return [c, r, i]
+    src = _source(lambda: scan_and_arg[(3,)](x, torch.zeros(3, 3000), torch.zeros(3, 3000),
+                                             torch.zeros(8, dtype=torch.int32), 3000, BLOCK=4096), policy=policy)
     assert "strip-mined: 4096 -> chunks of" in src
     out = _same_everywhere(run, policy)
-    c, i = out["kunlun:xpu3"]
+    c, r, i = out["kunlun:xpu3"]
     torch.testing.assert_close(c[0], x[0].cumsum(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(r[0], x[0].flip(0).cumsum(0).flip(0), rtol=1e-4, atol=1e-4)
     assert i[0] == x[0].argmax() and i[2] == 0 and i[6] == 0 and i[4] == x[0].argmin()
     assert i[1] == 2500 + x[1, 2500:].argmax() and i[5] == 2500 + x[1, 2500:].argmin()
 

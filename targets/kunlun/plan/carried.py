@@ -3,7 +3,8 @@ them as roots of a pass, whose chunks then go in ascending order).
 
 scan (`tl.cumsum`, in index order): the running sum so far is carried into the next chunk by
 adding it to that chunk's first element before the chunk is scanned, so every element is the
-same chain of additions as in the whole row: (carry + x0) + x1 + ... The carry starts at -0.0
+same chain of additions as in the whole row: (carry + x0) + x1 + ... A reverse scan walks the
+chunks from the last, its carry entering each chunk's last element. The carry starts at -0.0
 (the additive identity for every float, -0.0 itself included; 0 for integers), and the next one
 is the chunk's last element, read off exactly with a sum of it and -0.0s.
 
@@ -45,12 +46,14 @@ def scan_init(em: Emitter, op: Op) -> Value:
 
 
 def scan_chunk(em: Emitter, op: Op, x: Value, carry: Value) -> tuple[Value, Value]:
-    """(the chunk's scan, the next carry) of chunk `x`."""
-    axis = op.attrs["axis"]
-    first = _along(em, x.shape, axis, 0)
+    """(the chunk's scan, the next carry) of chunk `x`; a reverse scan runs from the chunk's last
+    element to its first (and its pass from the last chunk to the first)."""
+    axis, n = op.attrs["axis"], x.shape[op.attrs["axis"]]
+    start, end = (n - 1, 0) if op.attrs.get("reverse") else (0, n - 1)
+    first = _along(em, x.shape, axis, start)
     x = em.v("where", [first, em.v("add", [x, _spread(em, carry, x.shape, axis)]), x])
     out = em.v("scan", [x], dict(op.attrs))
-    last = _along(em, x.shape, axis, x.shape[axis] - 1)
+    last = _along(em, x.shape, axis, end)
     zero = em.const(-0.0 if x.dtype.is_floating() else 0, x.dtype, x.shape)
     nxt = em.v("reduce", [em.v("where", [last, out, zero])], {"axis": axis, "kind": "sum", "order": "sequential"})
     return out, nxt

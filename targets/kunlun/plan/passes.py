@@ -114,8 +114,17 @@ class Region:
                         if self.roles[i] in ("con", "scan", "arg"):   # and an arg-reduction ascending
                             bump[i] = p + 1
                             conflict = True
+                elif any(self.roles[i] in ("red", "con", "arg") or self._scan(i) is False for i in ops):
+                    for i in ops:   # a reverse scan descending: in a pass of reverse scans only
+                        if self._scan(i):
+                            bump[i] = p + 1
+                            conflict = True
             if not conflict:
                 return
+
+    def _scan(self, i: int) -> bool | None:
+        """Whether op `i` is a reverse scan (its pass walks the chunks from the last); None: no scan."""
+        return bool(self.ops[i].attrs.get("reverse")) if self.roles[i] == "scan" else None
 
     def _schedule(self, bump: dict[int, int]) -> None:
         self.ready: dict[int, int] = {}     # value id -> the first pass (or gap) that can use it
@@ -188,7 +197,12 @@ class Region:
         body = Block([Value(TileType(D.int32))] + [Value(v.type) for v in inits])
         em = Emitter(body, outer.loc)
         it = body.args[0]
-        first = trees.bit_reversed(em, it, trees.levels(ctx.n)) if bitrev else it
+        if bitrev:
+            first = trees.bit_reversed(em, it, trees.levels(ctx.n))
+        elif any(self._scan(i) for i in roots):   # reverse scans only (schedule): the last chunk first
+            first = em.v("sub", [em.i32(ctx.n - 1), it])
+        else:
+            first = it
         offset = em.v("mul", [first, em.i32(ctx.size)])
         scope = Scope(self, em, offset, it)
         updates = []

@@ -8,8 +8,8 @@ works region by region (a block), by what each op does along the dimension:
   axes) run per chunk: their chunk is computed where it is needed, from its operands' chunks;
 - a *reduction* along the dimension, or a *dot* contracting it, is carried across the chunks of
   one pass (trees.py; the dot accumulates chunk after chunk, in ascending k), and so are a *scan*
-  (`tl.cumsum`, with its running sum) and an *arg-reduction* (with its value and index;
-  carried.py);
+  (`tl.cumsum`, with its running sum; a reverse one walks the chunks from the last) and an
+  *arg-reduction* (with its value and index; carried.py);
 - a value needed after such a reduction (softmax: x - max(x)) is recomputed in a later pass from
   its sources: its loads re-read GM. Passes are numbered by those dependencies; ops that use
   nothing of the dimension run between passes;
@@ -113,8 +113,6 @@ class Ctx:
         if op.name == "reduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "red"
         if op.name == "scan" and self.axis(op.operands[0]) == op.attrs["axis"]:
-            if op.attrs.get("reverse"):
-                raise NotApplicable("a reverse scan along the dimension")
             return "scan"
         if op.name == "argreduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "arg"
