@@ -99,7 +99,7 @@ def test_did_you_mean_only_for_a_close_name():
 
     with pytest.raises(compiler.CompilationError) as e:
         far[(1,)](torch.zeros(1))
-    assert "tl.frobnicate is not part of the tile language (see the supported subset in the README)" in str(e.value)
+    assert "tl.frobnicate is not part of the tile language (see the supported subset in docs/language.md)" in str(e.value)
     assert "did you mean" not in str(e.value)
 
 
