@@ -5,6 +5,7 @@ prefix / (value, index), and, for a loop that carries a whole tile and reduces a
 scratch tier: the tile kept in the core's slot of a workspace the launcher takes once, streamed
 through LM. Each runs in host emulation on xpu2 and xpu3, bitwise equal to cpu in strict;
 TILEJIT_KUNLUN_SPILL=0 refuses the spill with LMBudgetError."""
+import contextlib
 import re
 
 import pytest
@@ -77,6 +78,14 @@ def topk_mask(x_ptr, o_ptr, n, K: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(o_ptr + row * n + cols, keep, mask=cols < n)
 
 
+@contextlib.contextmanager
+def _spill_off():
+    """TILEJIT_KUNLUN_SPILL=0 while the block runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TILEJIT_KUNLUN_SPILL", "0")
+        yield
+
+
 def _source(launch, target="kunlun:xpu3", policy="fast"):
     with use_target(target), numerics(policy), render_only() as seen:
         launch()
@@ -109,6 +118,8 @@ def test_tiles_in_two_roles_are_read_once_per_role(decay, policy):
         return [a]
     src = _source(lambda: kkt[(2,)](k, g, torch.zeros(T, BT), T, K=K, BT=BT, BK=32, DECAY=decay), policy=policy)
     assert "tiles used in two roles read once per role" in src
+    with _spill_off(), pytest.raises(LMBudgetError, match="no memory plan fits"):   # the opt-out refuses it
+        _source(lambda: kkt[(2,)](k, g, torch.zeros(T, BT), T, K=K, BT=BT, BK=32, DECAY=decay), policy=policy)
     out = _same_everywhere(run, policy)
     kp, gp = torch.zeros(2 * BT, K), torch.zeros(2 * BT)   # the chunks' rows past T load as zeros
     kp[:T], gp[:T] = k, g
@@ -171,14 +182,13 @@ def test_a_carried_tile_no_cut_fits_runs_through_gm_scratch(policy):
     assert held.get("topk_mask", 0) >= 65536 * 12 * 64   # xpu3's slots: one per core, taken once
 
 
-def test_the_spill_is_priced_per_tier_and_can_be_refused(monkeypatch):
+def test_the_spill_is_priced_per_tier_and_can_be_refused():
     x = torch.randn(2, 5000)
     tgt = get_target("kunlun:xpu3")
     src = _source(lambda: topk_mask[(2,)](x, torch.zeros_like(x), 5000, K=3, BLOCK=8192))
     cost = tier_costs(tgt.plan_of(src), tgt.arch)
     assert cost["GM scratch"] > cost["GM"] > 0 and cost["LM"] > 0
-    monkeypatch.setenv("TILEJIT_KUNLUN_SPILL", "0")
-    with pytest.raises(LMBudgetError, match="no memory plan fits"):
+    with _spill_off(), pytest.raises(LMBudgetError, match="no memory plan fits(.|\n)*unset it to let the plan"):
         _source(lambda: topk_mask[(2,)](x, torch.zeros_like(x), 5000, K=4, BLOCK=8192))
 
 

@@ -14,7 +14,7 @@ from compiler.version import package_source_hash
 from .arch import get_arch
 from .build import toolchain
 from .codegen.renderer import KunlunRenderer
-from .plan.search import spill_allowed
+from .plan.scratch import spill_allowed
 from .runtime import sites
 from .runtime.launcher import KunlunLauncher, check_tensor
 from .tune import cost_model

@@ -18,6 +18,7 @@ slot per running program. `scratch_layout` says where each scratch tensor lies i
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, Param, TileType, Value
@@ -25,6 +26,14 @@ from compiler.ir import Block, Function, Op, Param, TileType, Value
 from .dims import Dims
 from .model import source_name
 from .rebuild import Emitter
+
+
+def spill_allowed() -> bool:
+    """Whether the plan may go past its first try: read a tile once per role or keep tiles in GM
+    scratch. TILEJIT_KUNLUN_SPILL=0 keeps LMBudgetError for a kernel that needs either (for whoever
+    wants to know that a kernel moves its tiles through GM beyond the cuts' re-reads)."""
+    return os.environ.get("TILEJIT_KUNLUN_SPILL", "1") != "0"
+
 
 PREFIX = "tj_scratch"
 ALIGN = 64   # bytes: each scratch tensor starts on a DMA- and vector-friendly boundary

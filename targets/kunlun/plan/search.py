@@ -1,11 +1,14 @@
 """Which dimensions to strip-mine, and by how much: the plan's search, in up to three tries.
 
-1. The kernel with its shape-only values given one copy per use (sources.py).
-2. Where that does not fit: also its loaded tiles one read per use, so that a tile in two roles
-   (K·Kᵀ) no longer pins a dimension; where no cut fits, this try halves the dimension that takes
-   the most off the arena's peak per unit of cost.
-3. Where that does not fit either, unless TILEJIT_KUNLUN_SPILL=0: the tiles of loops that reduce
-   along what they carry moved to GM scratch (scratch.py), then cut as in 2.
+1. The kernel with its shape-only values given one copy per use (sources.py), in at most
+   MAX_STEPS cuts; with TILEJIT_KUNLUN_SPILL=0, in at most FIRST_STEPS and without the
+   fallbacks below (a kernel that needs more is refused with LMBudgetError).
+2. Where that does not fit, unless TILEJIT_KUNLUN_SPILL=0: also its loaded tiles one read per
+   use, so that a tile in two roles (K·Kᵀ) no longer pins a dimension, in at most MAX_STEPS cuts;
+   where no cut fits, this try halves the dimension that takes the most off the arena's peak per
+   unit of cost.
+3. Where that does not fit either (same opt-out): the tiles of loops that reduce along what they
+   carry moved to GM scratch (scratch.py), then cut as in 2.
 
 Within a try:
 
@@ -21,7 +24,6 @@ memory bandwidth, and elements touched over the SIMD rate.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from compiler.ir import Function
 
@@ -30,11 +32,12 @@ from ..tune.cost_model import ASSUMED_CLOCK_HZ, ASSUMED_DMA_SETUP_S, FALLBACK_BA
 from .dims import Dims
 from .model import NOMINAL_TRIPS
 from .passes import stripmine
-from .scratch import is_scratch, spill_carried, spillable_loops
+from .scratch import is_scratch, spill_allowed, spill_carried, spillable_loops
 from .sources import split_shared
 from .stripmine import NotApplicable
 
-MAX_STEPS = 24
+FIRST_STEPS = 8    # the cuts of the search without fallbacks (TILEJIT_KUNLUN_SPILL=0)
+MAX_STEPS = 24     # with them (a tile read per role has more, smaller dimensions to cut)
 
 
 @dataclasses.dataclass
@@ -80,8 +83,9 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
     written = rec = record(fn)
     if rec.total <= arch.lm_budget:
         return Fit(fn, [], rec, written=written)
-    found = _cut(split_shared(fn), [], arch, policy, record, written)
-    if found.rec.total > arch.lm_budget:   # a tile in two roles may pin a dimension: one read per role
+    found = _cut(split_shared(fn), [], arch, policy, record, written,
+                 steps_left=MAX_STEPS if spill_allowed() else FIRST_STEPS)
+    if found.rec.total > arch.lm_budget and spill_allowed():   # a tile in two roles may pin a dimension
         again = _cut(split_shared(fn, reload=True), ["tiles used in two roles read once per role"], arch,
                      policy, record, written, at_peak=True)
         if (again.rec.total, again.rec.live) < (found.rec.total, found.rec.live):
@@ -100,20 +104,15 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
     return found
 
 
-def spill_allowed() -> bool:
-    """Whether the plan may keep tiles in GM scratch; TILEJIT_KUNLUN_SPILL=0 keeps LMBudgetError for
-    a kernel that needs it (for whoever wants to know that a kernel spills)."""
-    return os.environ.get("TILEJIT_KUNLUN_SPILL", "1") != "0"
-
-
-def _cut(ir: Function, steps: list[str], arch: Arch, policy: str, record, written, at_peak: bool = False) -> Fit:
+def _cut(ir: Function, steps: list[str], arch: Arch, policy: str, record, written, at_peak: bool = False,
+         steps_left: int = MAX_STEPS) -> Fit:
     """Strip-mines `ir` until it fits (or no cut helps). Where no single cut fits, the step taken
     buys the most bytes per unit of added cost: bytes live anywhere, or (`at_peak`) bytes off the
     arena's peak, which keeps a search with many small dimensions from cutting those that do not
     hold the peak (the fallback's rule; the first search keeps the plans it always made)."""
     rec = record(ir)
     refused: dict = {}
-    for _ in range(MAX_STEPS):
+    for _ in range(steps_left):
         if rec.total <= arch.lm_budget:
             return Fit(ir, steps, rec, written=written)
         refused = {}

@@ -15,6 +15,7 @@ from compiler import numerics, render_only, use_target
 from compiler.opspec import op_spec
 
 from ..plan.model import dma_growth
+from ..plan.scratch import spill_allowed
 
 
 class Profile(NamedTuple):
@@ -36,7 +37,8 @@ class Profile(NamedTuple):
 
 
 @functools.lru_cache(maxsize=4096)
-def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> Profile:
+def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str, spill: bool) -> Profile:
+    """(`spill`: TILEJIT_KUNLUN_SPILL's setting, which the plan reads: part of the cache key.)"""
     spec = op_spec(op)
     with use_target(target), numerics(policy), render_only() as seen:
         spec.probe(dict(cfg_items), dict(probe_items))
@@ -65,4 +67,5 @@ def profile(target, spec, config: dict, shape: dict | None = None, policy: str =
     exact = [k for k, how in spec.key_dims.items() if how == "exact"]
     probe = {k: shape[k] for k in ("dtype", "causal", *exact) if k in shape}
     name = spec.name
-    return _profile(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy)
+    return _profile(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy,
+                    spill_allowed())
