@@ -318,10 +318,12 @@ def test_autotune_kunlun_summary_is_one_table(tmp_path):
 
 
 @pytest.mark.no_toolchain
-def test_autotune_counts_rejections_and_lists_them_with_verbose(tmp_path):
+def test_autotune_counts_rejections_and_lists_them_with_verbose(tmp_path, monkeypatch):
+    # 84 KB of tiles: more than the plan fits without its fallbacks (which TILEJIT_KUNLUN_SPILL=0 turns off)
+    monkeypatch.setenv("TILEJIT_KUNLUN_SPILL", "0")
     shapes = {"attention": [{"batch": 1, "heads": 2, "seq_q": 256, "seq_k": 256, "head_dim": 256, "causal": False}]}
     small, huge = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32}, dict.fromkeys(
-        ("BLOCK_M", "BLOCK_N", "BLOCK_DK", "BLOCK_DO"), 256)      # 84 KB of tiles: more than the plan can fit
+        ("BLOCK_M", "BLOCK_N", "BLOCK_DK", "BLOCK_DO"), 256)
     kw = dict(target="kunlun", cache_dir=tmp_path, spaces={"attention": [small, huge]}, progress=False)
     log = io.StringIO()
     text = format_summary(tune_ops(["attention"], shapes, out=log, **kw), "kunlun:xpu3")
