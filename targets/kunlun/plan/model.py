@@ -127,8 +127,7 @@ class MemoryPlan:
     @property
     def scratch_slot(self) -> int:
         """Bytes of one core's scratch slot (0: nothing spilled to GM)."""
-        from .scratch import slot_bytes   # noqa: PLC0415 - scratch.py imports this module
-        return slot_bytes(self.scratch)
+        return sum(align(s.nbytes) for s in self.scratch)
 
     @property
     def vector_share(self) -> float:

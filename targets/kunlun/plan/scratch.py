@@ -24,7 +24,7 @@ from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, Param, TileType, Value
 
 from .dims import Dims
-from .model import source_name
+from .model import align, source_name
 from .rebuild import Emitter
 
 
@@ -36,7 +36,6 @@ def spill_allowed() -> bool:
 
 
 PREFIX = "tj_scratch"
-ALIGN = 64   # bytes: each scratch tensor starts on a DMA- and vector-friendly boundary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,12 +69,8 @@ def scratch_layout(fn: Function, what: dict[str, str] | None = None) -> list[Scr
             numel = p.hints["numel"]
             dt = p.type.dtype.element_ty
             out.append(Scratch(p.name, dt, numel, at, (what or {}).get(p.name, p.hints.get("what", ""))))
-            at += -(-numel * _bytes(dt) // ALIGN) * ALIGN
+            at += align(numel * _bytes(dt))   # each starts on a DMA- and vector-friendly boundary
     return out
-
-
-def slot_bytes(layout: list[Scratch]) -> int:
-    return sum(-(-s.nbytes // ALIGN) * ALIGN for s in layout)
 
 
 def spillable_loops(fn: Function) -> list[tuple[Op, list[int]]]:
