@@ -50,8 +50,6 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         self.lines: list[str] = []
         self.indent = 1
         self.local_buffers: list[LocalBuffer] = []
-        self.static_work = 0      # elements touched by one program's loop nests, loops not counted
-        self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
         self.loop_heads: list[list[int]] = []   # per run-time loop: [line before it, its indent]
         self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
@@ -108,10 +106,6 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
     def open_nest(self, shape: tuple[int, ...], simd: bool = True, order: tuple[int, ...] | None = None) -> Nest:
         """Loops over `shape`, outermost first in `order` (default: axis order, the last innermost)."""
-        n = 1
-        for d in shape:
-            n *= d
-        self.static_work += n
         idx = tuple(f"i{k}" for k in range(len(shape)))
         for pos, k in enumerate(order or range(len(shape))):
             if simd and pos == len(shape) - 1 and self.d.simd_pragma:
