@@ -255,7 +255,8 @@ static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t ar
 // microseconds of work must not wait for. So a launch runs its programs on the calling thread
 // unless its serial time (its programs x this kernel's measured time per program) exceeds the
 // grain and twice the recent wake-up delay of a parallel region; a launch kept serial only by the
-// delay goes parallel once in `probe_every` to measure it again. Which thread runs a program
+// delay goes parallel at most once per `probe_spacing` delays of wall time, to measure it again
+// (so probing costs at most about 1/probe_spacing of the time). Which thread runs a program
 // changes no bit: every program is the same code on its own data (tests/test_cpu_parallel.py).
 #ifdef _OPENMP
 #include <omp.h>
@@ -269,8 +270,9 @@ static inline int omp_get_num_threads() { return 1; }
 struct tj_parallel {
     int64_t grain_ns;       // serial time below which a launch stays on the calling thread
     int32_t threads;        // team size; 0: OpenMP's default
-    int32_t probe_every;
+    int32_t probe_spacing;
     int64_t wait_ns;        // moving average of a parallel region's wake-up delay
+    int64_t probe_ns;       // when a launch last went parallel to measure the delay
     int64_t parallel, serial, skipped;   // launches: parallel, serial, serial because of the delay
 };
 static const int64_t TJ_DEFAULT_GRAIN_NS = 20000;   // a launch without the launcher's settings
@@ -291,9 +293,16 @@ static inline bool tj_go_parallel(int64_t serial_ns, tj_parallel* par) {
     const int64_t grain = par ? par->grain_ns : TJ_DEFAULT_GRAIN_NS;
     if (grain == 0) return true;   // the setting that asks for every launch in parallel
     if (serial_ns < grain) return false;
-    if (par && serial_ns < 2 * __atomic_load_n(&par->wait_ns, __ATOMIC_RELAXED)
-        && __atomic_add_fetch(&par->skipped, 1, __ATOMIC_RELAXED) % (par->probe_every > 0 ? par->probe_every : 1))
-        return false;
+    const int64_t wait = par ? __atomic_load_n(&par->wait_ns, __ATOMIC_RELAXED) : 0;
+    if (serial_ns < 2 * wait) {
+        const int64_t now = tj_now_ns();
+        int64_t last = __atomic_load_n(&par->probe_ns, __ATOMIC_RELAXED);
+        if (now - last < (int64_t)par->probe_spacing * wait
+            || !__atomic_compare_exchange_n(&par->probe_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            __atomic_add_fetch(&par->skipped, 1, __ATOMIC_RELAXED);
+            return false;
+        }
+    }
     return true;
 }
 // Runs program(p) for p in [0, total): on the calling thread or split in contiguous chunks across
