@@ -58,6 +58,9 @@ class CPURenderer:
 
     def render(self, fn: Function, policy: str) -> str:
         low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
+        wide = not any(op.name in WIDTH_DEPENDENT_OPS for op in fn.walk())
+        if wide:   # two 512-bit vectors of fp32 per chunk of a bf16 store (16 kept them 256 bits wide)
+            low.bf16_store_chunk = 32
         body = low.lower()
         if low.stack_bytes > MAX_STACK_BYTES:
             largest = max(low.local_buffers, key=lambda b: b.nbytes)
@@ -72,7 +75,7 @@ class CPURenderer:
             or f"{self.dialect.bf16_store}(" in body
         return _ENV.get_template("kernel.cpp.j2").render(
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, bounds=self.bounds_check,
-            wide_vectors=not any(op.name in WIDTH_DEPENDENT_OPS for op in fn.walk()),
+            wide_vectors=wide,
             ptr_params=[i for i, p in enumerate(fn.params) if p.type.dtype.is_ptr()] or [0])
 
     def param_ctype(self, dt) -> str:

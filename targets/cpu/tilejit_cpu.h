@@ -703,6 +703,23 @@ static inline ptrdiff_t tj_ahead(const void** last, const void* now) {
 // per-element path (docs/architecture.md).
 static inline void tj_store_bf16(uint16_t* dst, const float* src, int n) {
     int i = 0;
+#if defined(__AVX512F__) && defined(TILEJIT_WIDE_VECTORS)
+    // the same rounding 32 values a step (kernels built with 512-bit vectors: their chunks are 32)
+    const __m512i bias16 = _mm512_set1_epi32(0x7fff), one16 = _mm512_set1_epi32(1);
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
+        if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+            for (int l = i; l < i + 32; ++l) dst[l] = tj_f2bf(src[l]);
+            continue;
+        }
+        const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+        const __m512i ra = _mm512_add_epi32(_mm512_add_epi32(ua, bias16), _mm512_and_si512(_mm512_srli_epi32(ua, 16), one16));
+        const __m512i rb = _mm512_add_epi32(_mm512_add_epi32(ub, bias16), _mm512_and_si512(_mm512_srli_epi32(ub, 16), one16));
+        // the high halves are below 2^16: narrowing each lane to 16 bits keeps them, in order
+        _mm256_storeu_si256((__m256i*)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(ra, 16)));
+        _mm256_storeu_si256((__m256i*)(dst + i + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rb, 16)));
+    }
+#endif
 #if defined(__AVX2__)
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     for (; i + 16 <= n; i += 16) {
