@@ -8,7 +8,12 @@ the generated code can reach at most (cores x 16 lanes x 2 flops x the model's a
 `est/roof_simd` says how far the emitted code is from streaming at full bandwidth; `vec %` is the
 share of its element operations the renderer emitted for the 16-lane vector unit (the model prices
 the rest at one lane); `dma x` is how many times the bytes its kernel names the memory plan moves
-(re-reads of strip-mined passes, which the model charges)."""
+(re-reads of strip-mined passes, which the model charges).
+
+A second table prices kernels whose tiles only run through the memory plan's lowest tier (GM
+scratch: carried tiles kept in a per-core workspace, streamed through LM), per tier and program:
+the compute on LM, the DMA of the kernel's tensors (GM) and that of the scratch tiles, so the
+price of a spill is visible."""
 from __future__ import annotations
 
 import os
@@ -19,8 +24,11 @@ if __package__ in (None, ""):   # run as a file: import from this checkout, as `
 
 import argparse  # noqa: E402
 
+import torch  # noqa: E402
+
 import kernels  # noqa: E402
-from compiler import get_target, numerics  # noqa: E402
+from compiler import get_target, kernel, numerics, render_only, use_target  # noqa: E402
+from compiler import language as tl  # noqa: E402
 from compiler.clihelp import description, line_buffered  # noqa: E402
 from targets.kunlun.tune import cost_model, footprint  # noqa: E402
 
@@ -37,6 +45,45 @@ SHAPES = [
     ("serving_attention", dict(batch=1, heads=32, kv_heads=8, seq_q=256, seq_k=256, head_dim=128),
      "prefill 1 req h32/8 q256 d128"),
 ]
+
+
+@kernel
+def topk_mask(x_ptr, o_ptr, n, K: tl.constexpr, BLOCK: tl.constexpr):
+    """The k largest logits of a row kept, the rest zeroed (a top-k sampling filter): the loop
+    carries the whole row and takes its maximum each iteration, so no cut of the row fits LM."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=-float("inf"))
+    keep = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(K):
+        m = tl.max(x, 0)
+        keep = tl.where(x == m, 1.0, keep)
+        x = tl.where(x == m, -float("inf"), x)
+    tl.store(o_ptr + row * n + cols, keep * tl.load(x_ptr + row * n + cols, mask=cols < n, other=0.0),
+             mask=cols < n)
+
+
+# (label, kernel, grid rows, launch arguments after the tensors, constexprs)
+SPILLED = [
+    ("top-50 of a 32000 vocabulary, 64 rows", topk_mask, 64, 32000, dict(K=50, BLOCK=32768)),
+    ("top-8 of an 8192 vocabulary, 64 rows", topk_mask, 64, 8192, dict(K=8, BLOCK=8192)),
+]
+
+
+def spilled(arch: str, policy: str) -> None:
+    """Per tier, the estimated cost of each SPILLED kernel (render only: nothing is built)."""
+    tgt = get_target(f"kunlun:{arch}")
+    print(f"\n{'arch':5} {'spilled kernel':40} {'LM us':>8} {'GM us':>8} {'GM scratch us':>14} {'scratch/core':>12} "
+          f"{'est ms':>8}")
+    for label, fn, rows, n, meta in SPILLED:
+        x = torch.empty(rows, n)
+        with use_target(tgt), numerics(policy), render_only() as seen:
+            fn[(rows,)](x, torch.empty_like(x), n, **meta)
+        plan = tgt.plan_of(seen[0].source)
+        per = cost_model.tier_costs(plan, tgt.arch)
+        est = cost_model.ASSUMED_LAUNCH_S + -(-rows // tgt.arch.cores) * sum(per.values())
+        print(f"{arch:5} {label:40} {per['LM'] * 1e6:8.1f} {per['GM'] * 1e6:8.1f} {per['GM scratch'] * 1e6:14.1f} "
+              f"{plan.scratch_slot:12d} {est * 1e3:8.3f}")
 
 
 def work(op: str, s: dict) -> tuple[float, float]:
@@ -74,8 +121,11 @@ def main(argv=None) -> int:
             cfg_s = ",".join(f"{k}={v}" for k, v in sorted(cfg.items()))
             print(f"{arch:5} {op:10} {label:28} {cfg_s:38} {100 * prof.vector_share:5.0f} {prof.dma_bytes:5.2f} {est * 1e3:9.3f} {roof * 1e3:9.3f} "
                   f"{roof_simd * 1e3:12.3f} {est / roof_simd:13.1f}")
+    for arch in args.arch.split(","):
+        spilled(arch, args.policy)
     print("\nest: the cost model's estimate (an estimate, not a measurement; assumed figures at the top of "
-          "targets/kunlun/tune/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in.")
+          "targets/kunlun/tune/cost_model.py). xpu3's bandwidth is unknown: xpu2's 512 GB/s stands in. "
+          "Spilled kernels: one program's time per tier (us), the launch's estimate from its waves of programs.")
     return 0
 
 

@@ -6,8 +6,8 @@ the kernel cache and target selection.
 import os
 
 from . import language
-from .errors import (CompilationError, DeviceAssertionError, IRError, KernelArgumentError, KernelBoundsError,
-                     TargetError, TilejitError)
+from .errors import (CompilationError, DeviceAssertionError, InternalError, IRError, KernelArgumentError,
+                     KernelBoundsError, TargetError, TilejitError)
 from .jit import CompiledKernel, KernelFunction, compile_only, kernel, render_only
 from .numerics import current_policy, numerics
 from .source import keep_source
@@ -26,7 +26,7 @@ def cdiv(x: int, y: int) -> int:
 
 
 __all__ = ["language", "kernel", "KernelFunction", "CompiledKernel", "CompilationError", "DeviceAssertionError",
-           "IRError",
+           "InternalError", "IRError",
            "KernelArgumentError", "KernelBoundsError", "TargetError", "TilejitError", "numerics", "current_policy",
            "available_targets", "current_target", "get_target", "register_target", "use_target", "cdiv",
            "render_only", "compile_only", "keep_source",

@@ -76,6 +76,17 @@ class ToolchainMissingError(TargetError):
     toolchain is not installed); compiler/cache_miss.py words it."""
 
 
+class InternalError(TilejitError):
+    """An unexpected exception inside the compiler while it lowered a kernel: a tilejit bug, not a
+    mistake in the kernel. Raised from the original exception (its traceback prints above this
+    one), which is also written to `trace_file` (compiler/faults.py)."""
+
+    def __init__(self, message: str, *, kernel: str | None = None, trace_file: str | None = None):
+        self.kernel = kernel
+        self.trace_file = trace_file
+        super().__init__(message)
+
+
 class IRError(CompilationError):
     """The Tile IR failed verification: a compiler bug, reported at the offending op's source line."""
 

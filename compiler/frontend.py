@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import os
 import textwrap
 import types
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from . import dtypes as D
 from . import language as lang
 from .builtins_common import python_function
 from .errors import CompilationError
+from .faults import debug_enabled
 from .ir import Block, Function, Loc, Param, TileType, Value
 from .frontend_flow import FlowMixin, _Return
 from .frontend_names import (TILE_METHODS, BoundMethod, did_you_mean, map_global, missing_builtin, other_attr,
@@ -132,7 +132,7 @@ class FunctionVisitor(FlowMixin, ast.NodeVisitor):
             raise self.error(node, "helper calls nest too deeply (recursion is not supported)") from None
         except (TypeError, ValueError, ZeroDivisionError, IndexError, KeyError, AttributeError,
                 NameError, OverflowError) as e:
-            if os.environ.get("TILEJIT_DEBUG"):
+            if debug_enabled():   # the compiler's own traceback, as it is
                 raise
             raise self.error(node, f"{type(e).__name__}: {e}") from None
 

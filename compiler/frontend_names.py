@@ -84,7 +84,7 @@ def namespace_attr(base, attr: str):
         names = [n for n in dir(base) if not n.startswith("_") and getattr(base, n, None) is not None]
         hint = did_you_mean(attr, names, prefix)
         raise SemanticError(f"{prefix}{attr} is not part of the tile language{hint or ''}"
-                            + ("" if hint else " (see the supported subset in the README)"))
+                            + ("" if hint else " (see the supported subset in docs/language.md)"))
     return v
 
 
@@ -189,7 +189,7 @@ UNSUPPORTED = {
 def unsupported(node) -> str:
     what = type(node).__name__
     return UNSUPPORTED.get(what, f"unsupported construct '{what}' in a kernel body (see the supported subset "
-                                 "in the README)")
+                                 "in docs/language.md)")
 
 
 # Triton builtins this language does not have, and what to use instead

@@ -28,6 +28,7 @@ from .cache import CacheMissError, KernelCache, stable_hash, strict_mode
 from .captured import is_current, refreshed
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
+from .faults import compiler_faults, debug_enabled
 from .frontend import ArgSpec, build_function, constexpr_params
 from .ir import print_function, structural_hash, verify
 from .launch_record import active as recording_launches, current_op
@@ -38,7 +39,7 @@ from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
 
 # errors about the user's kernel or launch, or a kernel that is not in the cache and cannot be
-# built here: shown without the compiler's frames unless TILEJIT_DEBUG=1
+# built here: shown without the compiler's frames unless TILEJIT_DEBUG is on (compiler/faults.py)
 _USER_ERRORS = (CompilationError, KernelArgumentError, CacheMissError, ToolchainMissingError)
 _cache_lock = threading.Lock()
 _caches: dict[str, KernelCache] = {}
@@ -81,10 +82,6 @@ class Rendered:
 def dry_launches() -> bool:
     """Whether launches in this context only render or compile (a render_only / compile_only block)."""
     return _DRY.get() is not None
-
-
-def _debug() -> bool:
-    return os.environ.get("TILEJIT_DEBUG", "") not in ("", "0")
 
 
 def kernel_cache() -> KernelCache:
@@ -298,7 +295,7 @@ class KernelFunction:
                 try:
                     return self.run(grid, args, kwargs)
                 except _USER_ERRORS as exc:   # one frame of the compiler's shown, not two
-                    if _debug():
+                    if debug_enabled():
                         raise
                     raise exc.with_traceback(None) from None
         self._dispatch = dispatch
@@ -340,7 +337,7 @@ class KernelFunction:
             try:
                 ck = self._first_launch(grid, key, args, target, dry, topts)
             except _USER_ERRORS as exc:
-                if not _debug():   # the user's line is in the message: the compiler's frames are noise
+                if not debug_enabled():   # the user's line is in the message: the compiler's frames are noise
                     exc.__tilejit_launch_error__ = True   # the compiled warm path drops this frame too
                     raise exc.with_traceback(None) from None
                 raise
@@ -386,7 +383,7 @@ class KernelFunction:
                 ck = self._compile(key, args, target, policy, topts)
             return ck
         except _USER_ERRORS as exc:
-            if not _debug():
+            if not debug_enabled():
                 raise exc.with_traceback(None) from None
             raise
         except TypeError as e:
@@ -463,13 +460,14 @@ class KernelFunction:
         specialization = {"numerics": policy, "args": spec_desc}
         if options:
             specialization["options"] = dict(options)
-        fn_ir = build_function(self.fn, self.__name__, specs, specialization, captured, owner=self)
-        verify(fn_ir)
-        ir_before = print_function(fn_ir)
-        optimize(fn_ir)
-        lower_numerics(fn_ir, policy, target)
-        verify(fn_ir)
-        return ir_before, fn_ir, target.render(fn_ir)
+        with compiler_faults(self.__name__, "lowering"):   # an unexpected exception here is a tilejit bug
+            fn_ir = build_function(self.fn, self.__name__, specs, specialization, captured, owner=self)
+            verify(fn_ir)
+            ir_before = print_function(fn_ir)
+            optimize(fn_ir)
+            lower_numerics(fn_ir, policy, target)
+            verify(fn_ir)
+            return ir_before, fn_ir, target.render(fn_ir)
 
     def _render(self, args, target, policy, grid, options=()) -> Rendered:
         specs, _ = self._argspecs(args, target)
@@ -554,11 +552,12 @@ _SOURCE_HASH = None
 
 
 def compiler_source_hash() -> str:
-    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache."""
+    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache
+    (a change to its doctor or command lines does not: version.COMPILER_FILES_OUTSIDE_THE_KEY)."""
     global _SOURCE_HASH
     if _SOURCE_HASH is None:
-        from .version import package_source_hash  # noqa: PLC0415
-        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__))
+        from .version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash  # noqa: PLC0415
+        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__), COMPILER_FILES_OUTSIDE_THE_KEY)
     return _SOURCE_HASH
 
 

@@ -18,8 +18,19 @@ def load_ref(ref, what: str = "reference"):
     mod, _, attr = ref.partition(":")
     try:
         obj = importlib.import_module(mod)
-        for part in attr.split(".") if attr else ():
+    except ModuleNotFoundError as e:
+        if e.name is None or not (mod == e.name or mod.startswith(e.name + ".")):
+            raise _failed(what, ref, e) from e   # a module the named one imports is missing
+        raise _failed(what, ref, e) from None    # the reference names no module: its message says all
+    except Exception as e:  # noqa: BLE001 - the module failed while it ran: its traceback is the report
+        raise _failed(what, ref, e) from e
+    for part in attr.split(".") if attr else ():
+        try:
             obj = getattr(obj, part)
-    except Exception as e:  # noqa: BLE001 - any failure to import is reported with the reference
-        raise LoadError(f"{what} {ref!r} failed to load: {type(e).__name__}: {e}") from None
+        except AttributeError as e:
+            raise _failed(what, ref, e) from None
     return obj
+
+
+def _failed(what: str, ref: str, e: BaseException) -> LoadError:
+    return LoadError(f"{what} {ref!r} failed to load: {type(e).__name__}: {e}")

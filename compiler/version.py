@@ -7,16 +7,24 @@ import os
 __version__ = "0.1.0"
 
 _SOURCE_SUFFIXES = (".py", ".j2", ".h", ".hpp")
+# compiler/ files that cannot change a kernel's bits: the doctor, the command lines and their
+# reports only read what the compiler made, so editing them keeps every cached kernel
+COMPILER_FILES_OUTSIDE_THE_KEY = frozenset({
+    "doctor.py", "inspect.py", "as_triton.py", "clihelp.py",
+    "cache/cli.py", "cache/__main__.py", "autotune/__main__.py", "autotune/summary.py",
+})
 
 
-def package_source_hash(directory: str) -> str:
-    """sha256 over the names and contents of a package's source files, in sorted order."""
+def package_source_hash(directory: str, leave_out: frozenset = frozenset()) -> str:
+    """sha256 over the names and contents of a package's source files, in sorted order, but those
+    whose path relative to `directory` (with "/") is in `leave_out`."""
     h = hashlib.sha256()
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for f in sorted(files):
-            if f.endswith(_SOURCE_SUFFIXES):
-                path = os.path.join(root, f)
+            path = os.path.join(root, f)
+            rel = os.path.relpath(path, directory).replace(os.sep, "/")
+            if f.endswith(_SOURCE_SUFFIXES) and rel not in leave_out:
                 h.update(os.path.relpath(path, directory).encode())
                 with open(path, "rb") as fh:
                     h.update(hashlib.sha256(fh.read()).digest())

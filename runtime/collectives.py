@@ -470,9 +470,9 @@ def _rank_main(fn, rank, world, port, backend, timeout, args, q):
 def run_ranks(fn, world: int, *args, backend: str | None = "gloo", timeout: float = 60.0,
               deadline: float = 120.0) -> list:
     """Runs fn(comm, *args) on `world` spawned processes on 127.0.0.1; returns each rank's return
-    value (None for a rank that exited without one). fn must be importable (module level).
-    A rank that raised makes this raise with its traceback; ranks still alive after `deadline`
-    seconds are killed."""
+    value (None for a rank that exited without one while others reported). fn must be importable
+    (module level). A rank that raised makes this raise with its traceback, and so does a run in
+    which no rank reported at all; ranks still alive after `deadline` seconds are killed."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -481,25 +481,32 @@ def run_ranks(fn, world: int, *args, backend: str | None = "gloo", timeout: floa
              for r in range(world)]
     for p in procs:
         p.start()
-    results, errors = [None] * world, {}
+    results, errors, reported = [None] * world, {}, set()
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         try:                                  # drain while waiting: a full pipe would block a child
             rank, ok, value = q.get(timeout=0.1)
             (results.__setitem__ if ok else errors.__setitem__)(rank, pickle.loads(value) if ok else value)
+            reported.add(rank)
             continue
         except queue.Empty:
             pass
-        if not any(p.is_alive() for p in procs):
+        if not any(p.is_alive() for p in procs) and q.empty():
             break
     hung = [r for r, p in enumerate(procs) if p.is_alive()]
     for p in procs:
         if p.is_alive():
             p.kill()
         p.join()
+    name = f"run_ranks({getattr(fn, '__name__', fn)}, world={world})"
     if errors or hung:
         text = "".join(f"--- rank {r} ---\n{tb}" for r, tb in sorted(errors.items()))
         late = f"ranks {hung} still running after {deadline} s; " if hung else ""
-        raise RuntimeError(f"run_ranks({getattr(fn, '__name__', fn)}, world={world}): {late}"
-                           f"{len(errors)} rank(s) failed\n{text}")
+        raise RuntimeError(f"{name}: {late}{len(errors)} rank(s) failed\n{text}")
+    if not reported:   # e.g. a script without a main guard: each spawned rank re-ran it and died
+        codes = [p.exitcode for p in procs]
+        raise RuntimeError(f"{name}: every rank exited without reporting a result or an error (exit codes "
+                           f"{codes}); their stderr above says why. A script that calls run_ranks must "
+                           "call it under `if __name__ == '__main__':` (each rank is a spawned process that "
+                           "imports the script)")
     return results

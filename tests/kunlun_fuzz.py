@@ -1,18 +1,23 @@
 """Generated kernels for the Kunlun differential fuzzer (tests/test_kunlun_fuzz.py).
 
-`cases(seed, per_family)` draws kernels from one seeded generator: each a tile program written
+`cases(seed, per_family)` draws kernels from seeded generators: each a tile program written
 as Python source (a module of its own, so the frontend reads it like any kernel file), its inputs
 and its launch. Five families, each with random expressions, dtypes and block sizes:
 
 - elementwise: a random expression tree over two loaded tiles and a scalar, masked tail;
-- reduction: a row reduced (sum, max or min of an expression) and the row normalised by it;
-- scan: a row's running sum of an expression;
+- reduction: a row reduced (sum, max, min, argmax or argmin of an expression) and the row
+  normalised by it;
+- scan: a row's running sum of an expression, forward or reverse (cut into chunks with a
+  carried prefix at large blocks);
 - dot: a tiled matmul with a K loop, masked edges, an epilogue;
 - masked loop: a row walked in BLOCK chunks with a carried tile (an online max and rescaled sum,
   FlagGems' softmax pattern among them), then walked again to store a function of the result.
 
+- carried loop: a loop carrying a whole row that it reduces every iteration (a top-k filter), which
+  only the memory plan's GM scratch tier fits at large blocks.
+
 Block sizes run from a few lanes to tiles many times the size of a core's local memory, so the
-Kunlun memory plan strip-mines and double-buffers loads.
+Kunlun memory plan strip-mines, double-buffers loads and keeps tiles in GM scratch.
 Inputs hold -inf and large values where the family allows, and lengths leave masked tails.
 """
 from __future__ import annotations
@@ -107,8 +112,9 @@ def _elementwise(rng, i, dt, k):
 def _reduction(rng, i, dt, k):
     block = _pick(rng, [32, 128, 1024, 2048, 8192])
     n = rng.randint(max(1, block // 2), block)
-    kind = _pick(rng, ["sum", "max", "min"])
-    other = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[kind]
+    kind = _pick(rng, ["sum", "max", "min", "argmax", "argmin"])
+    other = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')", "argmax": "-float('inf')",
+             "argmin": "float('inf')"}[kind]
     expr = _expr(rng, ["x", "x * 0.25"], rng.randint(1, 3))
     name = f"fz_red{i}"
     src = HEADER + f"""def {name}(x_ptr, o_ptr, r_ptr, n, BLOCK: tl.constexpr):
@@ -117,7 +123,7 @@ def _reduction(rng, i, dt, k):
     m = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
     e = tl.where(m, {expr}, {other})
-    r = tl.{kind}(e, axis=0)
+    r = tl.{kind}(e, axis=0){".to(tl.float32)" if kind.startswith("arg") else ""}
     tl.store(r_ptr + row, r)
     tl.store(o_ptr + row * n + cols, (x - r).to({TL_DTYPE[dt]}), mask=m)
 """
@@ -131,7 +137,7 @@ def _reduction(rng, i, dt, k):
 
 
 def _scan(rng, i, dt, k):
-    block = _pick(rng, [16, 64, 256])
+    block = _pick(rng, [16, 64, 256, 1024, 4096])
     n = rng.randint(max(1, block // 2), block)
     expr = _expr(rng, ["x"], rng.randint(0, 2))
     name = f"fz_scan{i}"
@@ -140,15 +146,18 @@ def _scan(rng, i, dt, k):
     cols = tl.arange(0, BLOCK)
     m = cols < n
     x = tl.load(x_ptr + row * n + cols, mask=m, other=0.0).to(tl.float32)
-    c = tl.cumsum(tl.where(m, {expr}, 0.0), axis=0)
+    c = tl.cumsum(tl.where(m, {expr}, 0.0), axis=0{{reverse}})
     tl.store(o_ptr + row * n + cols, c, mask=m)
 """
     rows, seed = rng.randint(1, 3), rng.getrandbits(31)
+    reverse = rng.random() < 0.5   # drawn last: the draws before it are the ones forward-only scans had
+    src = src.replace("{reverse}", ", reverse=True" if reverse else "")
 
     def make():
         g = torch.Generator().manual_seed(seed)
         return [_data(random.Random(seed), g, [rows, n], dt, False), torch.zeros(rows, n), n]
-    return name, src, make, (rows,), {"BLOCK": block}, [1], f"{dt} BLOCK={block} n={n} rows={rows}"
+    return (name, src, make, (rows,), {"BLOCK": block}, [1],
+            f"{dt}{' reverse' if reverse else ''} BLOCK={block} n={n} rows={rows}")
 
 
 def _dot(rng, i, dt, k):
@@ -257,17 +266,48 @@ def _masked_loop(rng, i, dt, k):
             f"{dt} {' and '.join(stats)}, {style} walks, {out_style} store walk, BLOCK={block} n={n} rows={rows}")
 
 
+def _carried_loop(rng, i, dt, k):
+    """A loop that carries a whole row and reduces along it every iteration (a top-k filter; an
+    iterative normalisation): no cut fits the row, so large blocks keep it in GM scratch."""
+    block = _pick(rng, [64, 512, 2048, 8192], [1, 1, 2, 2])
+    n = rng.randint(block // 2, block)
+    trips = rng.randint(1, 6)
+    body = _pick(rng, [
+        "        m = tl.max(x, 0)\n        keep = tl.where(x == m, 1.0, keep)\n        x = tl.where(x == m, -float('inf'), x)",
+        "        s = tl.sum(tl.where(cols < n, x * x, 0.0), 0)\n        x = x / tl.sqrt(s + 1.0)\n        keep = keep + x",
+    ])
+    other = "-float('inf')" if "tl.max" in body else "0.0"
+    name = f"fz_carry{i}"
+    src = HEADER + f"""def {name}(x_ptr, o_ptr, n, TRIPS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + cols, mask=cols < n, other={other}).to(tl.float32)
+    keep = tl.zeros([BLOCK], dtype=tl.float32)
+    for _ in range(TRIPS):
+{body}
+    tl.store(o_ptr + row * n + cols, keep.to({TL_DTYPE[dt]}), mask=cols < n)
+"""
+    rows, seed = rng.randint(1, 3), rng.getrandbits(31)
+
+    def make():
+        g = torch.Generator().manual_seed(seed)
+        return [_data(random.Random(seed), g, [rows, n], dt, False), torch.zeros(rows, n, dtype=DTYPES[dt]), n]
+    return (name, src, make, (rows,), {"TRIPS": trips, "BLOCK": block}, [1],
+            f"{dt} {'top-k' if 'tl.max' in body else 'renormalise'} x{trips} BLOCK={block} n={n} rows={rows}")
+
+
 FAMILIES = {"elementwise": _elementwise, "reduction": _reduction, "scan": _scan, "dot": _dot,
-            "masked_loop": _masked_loop}
+            "masked_loop": _masked_loop, "carried_loop": _carried_loop}
 
 
 def cases(seed: int, per_family: int) -> list[Case]:
-    """`per_family` kernels of every family, drawn from one generator seeded with `seed`; the
-    family's j-th kernel loads the j-th dtype of a cycle that starts with the narrow ones."""
-    rng = random.Random(seed)
+    """`per_family` kernels of every family, each family drawn from a generator of its own seeded
+    with `seed`; the family's j-th kernel loads the j-th dtype of a cycle that starts with the
+    narrow ones."""
     cycle = ["fp16", "bf16", "fp32"]
     out = []
     for family, draw in FAMILIES.items():
+        rng = random.Random(f"{family}-{seed}")   # each family its own stream: one's draws move no other's
         for j in range(per_family):
             i = f"{seed}_{j}"
             name, src, make, grid, meta, outputs, note = draw(rng, i, cycle[(seed + j) % 3], seed * per_family + j)

@@ -278,3 +278,21 @@ def test_a_candidate_displaces_the_default_only_when_faster_beyond_the_noise(tmp
     # cost-model estimates are not noisy, and without a baseline the fastest wins (Triton's autotune)
     assert winner(1.0, None, 0.99, None, estimated=True) == "BLOCK=16"
     assert winner(4.62e-3, 0.99, 4.59e-3, 0.98, baseline=None) == "BLOCK=16"
+
+
+def test_a_decision_store_that_cannot_be_written_says_so_and_keeps_what_it_had(tmp_path, monkeypatch):
+    """A full disk or a read-only cache under a tune: a CacheError naming the op, the directory and
+    the fix (the CLI prints it and exits 2), not a bare OSError; the stored document is intact."""
+    from compiler.cache import decisions
+    store = DecisionStore(tmp_path)
+    res = {"BLOCK=64": decisions.result({"BLOCK": 64}, "ok", time_s=1.0, spread=0.01)}
+    store.record("rms_norm", "cpu", "f" * 64, "fast", "N=64", {"N": 64}, res, set(res), "BLOCK=64")
+    before = store.path("rms_norm", "cpu", "f" * 64, "fast").read_bytes()
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(decisions.tempfile, "mkstemp", full_disk)
+    with pytest.raises(CacheError, match=r"cannot store the autotune decisions of op 'rms_norm' in .*No space left "
+                                         r"on device.*TILEJIT_CACHE_DIR"):
+        store.record("rms_norm", "cpu", "f" * 64, "fast", "N=128", {"N": 128}, res, set(res), "BLOCK=64")
+    assert store.path("rms_norm", "cpu", "f" * 64, "fast").read_bytes() == before

@@ -179,6 +179,18 @@ def test_rank_exiting_early_is_named_within_timeout():
         assert res[r]["elapsed"] < TIMEOUT_S + 1.0, res[r]
 
 
+def _every_rank_exits(comm):
+    os._exit(3)
+
+
+def test_a_run_in_which_no_rank_reports_raises():
+    """Every rank gone without a word (as when a script without a main guard spawns them) is an
+    error naming the exit codes and the guard, not a list of Nones."""
+    with pytest.raises(RuntimeError, match=r"_every_rank_exits, world=2\): every rank exited without reporting "
+                                           r"a result or an error \(exit codes \[3, 3\]\).*__name__ == '__main__'"):
+        run_ranks(_every_rank_exits, 2, timeout=TIMEOUT_S, deadline=60)
+
+
 def _hung_rank(comm):
     if comm.rank == 1:                                # alive, but never reaches the collective
         comm.store.wait(["test/hung/done"], __import__("datetime").timedelta(seconds=30))

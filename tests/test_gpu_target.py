@@ -474,3 +474,26 @@ def test_interpreter_path_needs_no_global_env():
     call = JITFunction.__dict__["__call__"]
     _run("gpu:interpret", "fast", ex.add, torch.randn(10), torch.randn(10))
     assert JITFunction.__dict__["__call__"] is call        # the routing is undone after the launch
+
+
+@compiler.kernel
+def _scalar_and_tile_mask(o_ptr, n, m, BLOCK: compiler.language.constexpr):
+    tl = compiler.language
+    offs = tl.arange(0, BLOCK)
+    for i in range(tl.minimum(8, m)):
+        tl.store(o_ptr + i * BLOCK + offs, offs.to(tl.float32), mask=(i < tl.minimum(8, m)) & (offs < n))
+
+
+def test_a_scalar_comparison_and_a_tile_mask_run_in_the_interpreter():
+    """Triton's interpreter holds a scalar comparison's int1 as an integer; and-ed with a tile mask it
+    reaches tl.store as an integer mask it refuses (the vendor's causal_conv1d does this): the
+    interpret rendering compares the combined mask with 0. Compiled sources keep the plain `&`."""
+    o = torch.zeros(8 * 16)
+    with compiler.use_target("gpu:interpret"):
+        _scalar_and_tile_mask[(1,)](o, 10, 5, BLOCK=16)
+    want = torch.zeros(8, 16)
+    want[:5, :10] = torch.arange(10.0)
+    assert torch.equal(o.view(8, 16), want)
+    with compiler.use_target("gpu:sm_90"), compiler.render_only() as seen:
+        _scalar_and_tile_mask[(1,)](o, 10, 5, BLOCK=16)
+    assert "!= 0)" not in seen[0].source

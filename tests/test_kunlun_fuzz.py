@@ -18,7 +18,9 @@ import kunlun_fuzz as F   # tests/ is on sys.path (conftest.py lives there)
 pytestmark = pytest.mark.emulation
 register_target("kunlun", targets.kunlun.TARGET)
 
-SAMPLE = F.cases(seed=11, per_family=2) + F.cases(seed=13, per_family=1)   # every dtype
+# every dtype; and the fp16 online-softmax loop that gave inf at -O2 without -fno-ivopts (toolchain.py)
+SAMPLE = F.cases(seed=11, per_family=2) + F.cases(seed=10, per_family=1) + \
+    [c for c in F.cases(seed=3, per_family=1) if c.family == "masked_loop"]
 LONG = [c for seed in range(100, 100 + int(os.environ.get("TILEJIT_FUZZ_SEEDS", "8")))
         for c in F.cases(seed=seed, per_family=4)]
 ARCHS = ("kunlun:xpu2", "kunlun:xpu3")

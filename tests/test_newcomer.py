@@ -1,9 +1,10 @@
 """A new user's first hour, as a test: a clone of the repository in a temporary directory (the
 tracked files, as they are in the working tree), then, as the user would run them:
 
-- every command of the README's bash blocks, in order, in a plain shell: the quick start's scripts
-  create and install `.venv`, `source .venv/bin/activate` activates it for the commands after it;
-  the Install block is the slow tier's (below);
+- every command of the bash blocks of the README and of the pages that hold the commands a user
+  types (COMMAND_PAGES: the configuration reference and the cache page), in order, in a plain
+  shell: the quick start's scripts create and install `.venv`, `source .venv/bin/activate`
+  activates it for the commands after it; the README's Install block is the slow tier's (below);
 - the README's kernel example (its Python block), as a file;
 - every script in examples/ and benchmarks/ run as a file from another directory, with --help or
   its quick mode.
@@ -37,10 +38,12 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# the README first (its quick start installs .venv), then the docs pages of commands as written
+COMMAND_PAGES = ("README.md", "docs/configuration.md", "docs/cache.md")
 # the quick start's two long commands, with the arguments the README gives for a short run
 SHORT_RUN = {"bash scripts/demo.sh": "bash scripts/demo.sh --quick --kernels rms_norm",
              "bash scripts/test.sh": "bash scripts/test.sh tests/test_inspect.py"}
-# other README commands of minutes, run here in their quick form
+# other commands of minutes, run here in their quick form
 LONG_RUN = {"python -m compiler.autotune --target kunlun": "python -m compiler.autotune --target kunlun --quick"}
 # scripts run as files: their quick mode where it is cheap, else --help
 # (examples/demo.py runs as a file among the README's commands already)
@@ -132,7 +135,9 @@ def clone(tmp_path_factory, cache_dir):
 @pytest.mark.slow    # about a minute: the quick start installs .venv and runs the demo and a test file
 def test_readme_commands_run_as_written(tmp_path_factory, cache_dir):
     repo, env, _ = _new_clone(tmp_path_factory, cache_dir)
-    commands, install = readme_commands((repo / "README.md").read_text())
+    pages = [readme_commands((repo / page).read_text()) for page in COMMAND_PAGES]
+    commands, install = [c for cmds, _ in pages for c in cmds], pages[0][1]
+    assert all(cmds for cmds, _ in pages[1:]), "a page of COMMAND_PAGES shows no command"
     assert install and [c.split("#")[0].strip() for c in commands[:2]] == list(SHORT_RUN), "quick start first"
     assert "source .venv/bin/activate" in commands
     active = False

@@ -99,7 +99,7 @@ def test_did_you_mean_only_for_a_close_name():
 
     with pytest.raises(compiler.CompilationError) as e:
         far[(1,)](torch.zeros(1))
-    assert "tl.frobnicate is not part of the tile language (see the supported subset in the README)" in str(e.value)
+    assert "tl.frobnicate is not part of the tile language (see the supported subset in docs/language.md)" in str(e.value)
     assert "did you mean" not in str(e.value)
 
 
@@ -276,14 +276,26 @@ SPACE = {"rms_norm": [{"BLOCK": 16}, {"BLOCK": 32}]}
 
 
 @pytest.mark.compile
+def _tune_trusted(cache_dir, force=False):
+    """(rows, measurements taken) of the last of up to 3 tunes: a busy spell that makes a timing
+    untrusted leaves it unstored, and the next tune (forced) measures every candidate again."""
+    for _ in range(3):
+        n0 = MEASURE_COUNT["n"]
+        rows = tune_ops(["rms_norm"], RMS, cache_dir=cache_dir, spaces=SPACE, progress=False, repeat=1, force=force)
+        if rows[0]["untrusted_configs"] == 0:
+            break
+        force = True
+    return rows, MEASURE_COUNT["n"] - n0
+
+
 def test_autotune_kind_reused_and_force(tmp_path):
-    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
+    rows, _ = _tune_trusted(tmp_path)
     assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2
     n0 = MEASURE_COUNT["n"]
     rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1)
     assert rows[0]["kind"] == "reused" and rows[0]["reused"] == 2 and MEASURE_COUNT["n"] == n0
-    rows = tune_ops(["rms_norm"], RMS, cache_dir=tmp_path, spaces=SPACE, progress=False, repeat=1, force=True)
-    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2 and MEASURE_COUNT["n"] == n0 + 2
+    rows, taken = _tune_trusted(tmp_path, force=True)
+    assert rows[0]["kind"] == "measured" and rows[0]["measured"] == 2 and taken == 2
     text = format_summary(rows, "cpu")
     store = DecisionStore(tmp_path)
     assert f"decisions stored in {store.dir}/ (1 file(s)" in text
@@ -306,10 +318,12 @@ def test_autotune_kunlun_summary_is_one_table(tmp_path):
 
 
 @pytest.mark.no_toolchain
-def test_autotune_counts_rejections_and_lists_them_with_verbose(tmp_path):
+def test_autotune_counts_rejections_and_lists_them_with_verbose(tmp_path, monkeypatch):
+    # 84 KB of tiles: more than the plan fits without its fallbacks (which TILEJIT_KUNLUN_SPILL=0 turns off)
+    monkeypatch.setenv("TILEJIT_KUNLUN_SPILL", "0")
     shapes = {"attention": [{"batch": 1, "heads": 2, "seq_q": 256, "seq_k": 256, "head_dim": 256, "causal": False}]}
     small, huge = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32}, dict.fromkeys(
-        ("BLOCK_M", "BLOCK_N", "BLOCK_DK", "BLOCK_DO"), 256)      # 84 KB of tiles: more than the plan can fit
+        ("BLOCK_M", "BLOCK_N", "BLOCK_DK", "BLOCK_DO"), 256)
     kw = dict(target="kunlun", cache_dir=tmp_path, spaces={"attention": [small, huge]}, progress=False)
     log = io.StringIO()
     text = format_summary(tune_ops(["attention"], shapes, out=log, **kw), "kunlun:xpu3")

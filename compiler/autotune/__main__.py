@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from compiler import get_target  # noqa: PLC0415
+    from compiler.cache import CacheError  # noqa: PLC0415
 
     from . import AutotuneError, format_summary, load_shapes, tune_ops  # noqa: PLC0415
     from .prebuild import format_prebuild, prebuild  # noqa: PLC0415
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
         rows = tune_ops(ops, load_shapes(args.shapes, quick=args.quick), target=target, cache_dir=args.cache_dir,
                     budget=args.budget, policy=args.policy, repeat=args.repeat, force=args.force,
                     verbose=args.verbose)
-    except AutotuneError as exc:
+    except (AutotuneError, CacheError) as exc:
         print(f"autotune: {exc}", file=sys.stderr)
         return 2
     print(format_summary(rows, target.name, verbose=args.verbose))

@@ -22,7 +22,7 @@ import dataclasses
 import time
 
 from ..cache.decisions import MIN_GAIN, DecisionStore, config_key, result, winner_of
-from ..errors import TilejitError
+from ..errors import InternalError, TilejitError
 from .timing import MAX_SAMPLES, METHOD, SPREAD_GOAL, Timing, checked, measure_call, measure_pair, spread
 
 __all__ = ["MEASURE_COUNT", "DecisionKey", "Tuned", "tune", "time_call", "measure_call", "Timing", "spread",
@@ -88,6 +88,8 @@ def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None) -> dict:
         if c.why and ref is not None:   # the reference's ratio is 1 whatever its samples did
             return result(cfg, "untrusted", reason=c.why, **timed)
         return result(cfg, "ok", **timed)
+    except InternalError:   # a tilejit bug is not a config the target cannot build
+        raise
     except (TilejitError, ValueError, RuntimeError) as exc:
         return result(cfg, "rejected", reason=_first_line(exc), effective=eff)
 
@@ -95,6 +97,8 @@ def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None) -> dict:
 def _estimate(cfg: dict, eff: dict, estimate) -> dict:
     try:
         return result(cfg, "ok", time_s=float(estimate(eff)), estimated=True, effective=eff)
+    except InternalError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a cost model's refusal (e.g. over the LM budget) rejects
         return result(cfg, "rejected", reason=_first_line(exc), estimated=True)
 

@@ -37,6 +37,7 @@ from filelock import FileLock
 
 from ..opspec import config_problem
 from . import usage
+from .safety import CacheError
 from .keys import stable_hash
 from .safety import CacheError, log, strict_mode
 from .store import default_cache_dir
@@ -115,6 +116,16 @@ class DecisionStore:
         """Merge ``results`` (config key -> result) into the entry for ``shape_key``; return the entry.
         ``baseline``: the config key that stays the winner unless clearly beaten (module docstring)."""
         p = self.path(op, target_name, fp_hash, policy)
+        try:
+            entry = self._record(p, op, target_name, fp_hash, policy, shape_key, shape, results, space_keys, baseline)
+        except OSError as exc:   # a full disk, a read-only cache: the run's measurements cannot be kept
+            raise CacheError(f"cannot store the autotune decisions of op {op!r} in {self.dir} ({exc}); the results "
+                             "of this run are not kept. Free space there, or point TILEJIT_CACHE_DIR (or "
+                             "--cache-dir) at a writable directory, and tune again") from exc
+        clear_memo()   # lookups in this process see the new decision
+        return entry
+
+    def _record(self, p, op, target_name, fp_hash, policy, shape_key, shape, results, space_keys, baseline) -> dict:
         (self.dir / "locks").mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.dir / "locks" / (p.name + ".lock"))):
             doc = self.read(op, target_name, fp_hash, policy)
@@ -135,7 +146,6 @@ class DecisionStore:
                 except OSError:
                     pass
                 raise
-        clear_memo()   # lookups in this process see the new decision
         return entry
 
 

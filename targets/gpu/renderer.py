@@ -316,7 +316,14 @@ class _Emitter(StructuredOps):
             else:   # exact: the fp32 value is representable
                 self.assign(r, f"({expr}).to({tl_dtype(dt)})")
             return
-        self.assign(r, fmt.format(*(a.text for a in args)))
+        expr = fmt.format(*(a.text for a in args))
+        if self.interpret and name in ("and", "or", "xor") and dt is D.int1 and r.shape and \
+                any(not self.bsrc.get(id(v), v).shape for v in op.operands):
+            # the interpreter holds a scalar comparison's int1 as the left operand's integer type, and
+            # combined with a tile mask the result too, which a load or store refuses ("mask has
+            # unsupported dtype"): compared with 0, it is bool again
+            expr = f"(({expr}) != 0)"
+        self.assign(r, expr)
 
     def _int_div(self, name: str, args: list[_Arg], dt: D.dtype) -> str:
         a, b = args

@@ -92,7 +92,7 @@ def compile_kernel(fn: Function, source_path: str, out_dir: str, backend: str, a
                             target=gpu_target(backend, arch), options=options)
     except Exception as e:  # noqa: BLE001 - surface Triton's message with the generated file
         raise TargetError(f"Triton failed to compile kernel '{fn.name}' for {backend}:{arch} "
-                          f"(source: {source_path}):\n{type(e).__name__}: {e}") from None
+                          f"(source: {source_path}):\n{type(e).__name__}: {e}") from e   # Triton's traceback stays
     written = []
     for key, fname in ARTIFACTS.items():
         data = ck.asm.get(key)

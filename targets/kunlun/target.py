@@ -14,6 +14,7 @@ from compiler.version import package_source_hash
 from .arch import get_arch
 from .build import toolchain
 from .codegen.renderer import KunlunRenderer
+from .plan.scratch import spill_allowed
 from .runtime import sites
 from .runtime.launcher import KunlunLauncher, check_tensor
 from .tune import cost_model
@@ -48,9 +49,10 @@ class KunlunTarget(Target):
                   "source": package_source_hash(_HERE),
                   "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
             if self.unknown_here():   # no host compiler: the cache's entries say which one built them
-                return adopt_fingerprint(fp, self.unknown_here())
+                return {**adopt_fingerprint(fp, self.unknown_here()), "spill": spill_allowed()}
             self._fingerprint = fp
-        return self._fingerprint
+        # TILEJIT_KUNLUN_SPILL=0 refuses what a plan would spill: a cached kernel must not answer for it
+        return {**self._fingerprint, "spill": spill_allowed()}
 
     def unknown_here(self) -> tuple[str, ...]:
         return ("cxx",) if toolchain.mode() == "emulation" and toolchain.cpu_toolchain.missing() else ()
@@ -102,11 +104,14 @@ class KunlunTarget(Target):
         with open(src, "w") as f:
             f.write(source)
         mode = toolchain.build(self.arch, src, str(out_dir))
+        plan = self._rendered.get(source) or self.memory_plan(fn)
         return {"kernel": fn.name, "entry": "tj_launch", "target": self.name, "mode": mode,
-                "fingerprint": self.fingerprint(), "params": [(p.name, p.type.dtype.name) for p in fn.params]}
+                "fingerprint": self.fingerprint(), "params": [(p.name, p.type.dtype.name) for p in fn.params],
+                "scratch_bytes": plan.scratch_slot * plan.cores}
 
     def load(self, fn: Function, entry, arg_indices: list[int], cache) -> KunlunLauncher:
         return KunlunLauncher(str(entry.file("kernel.so")), fn.name, [p.type.dtype for p in fn.params],
                               [p.name for p in fn.params], arg_indices, self.caps,
                               emulation=self.fingerprint()["mode"] == "emulation", target_name=self.name,
-                              describe_site=lambda site: sites.describe(self, fn, site))
+                              describe_site=lambda site: sites.describe(self, fn, site),
+                              scratch_bytes=entry.meta.get("scratch_bytes", 0))

@@ -1,5 +1,7 @@
 """Fixtures of the compatibility suite: the downloaded libraries (once per session), and the
 `triton` alias around every test (third-party code imports `triton` lazily too)."""
+import sys
+
 import pytest
 
 from compiler.triton import alias
@@ -29,6 +31,23 @@ def tritonbench(compat_root):
 @pytest.fixture(scope="session")
 def flaggems_softmax(compat_root):
     return sources.import_flaggems(sources.fetch_wheel(sources.FLAGGEMS, compat_root), "ops.softmax")
+
+
+@pytest.fixture(scope="session")
+def vllm_kunlun(compat_root):
+    root = sources.fetch_wheel(sources.VLLM_KUNLUN, compat_root)
+    sys.path.append(str(sources.fetch_wheel(sources.EINOPS, compat_root)))   # layernorm_guard imports it
+    mods = sources.import_vllm_kunlun(root, ["fla.cumsum", "fla.chunk_scaled_dot_kkt", "fla.solve_tril",
+                                             "fla.wy_fast", "fla.chunk_delta_h", "fla.chunk_o", "fla.l2norm",
+                                             "fla.layernorm_guard", "mamba.causal_conv1d"])
+    tmp = compat_root / "vllm_kunlun_functions"
+    tmp.mkdir(exist_ok=True)
+    mods["mla"] = sources.functions_of(root / "vllm_kunlun/v1/attention/backends/mla/flashmla_sparse.py",
+                                       ["_convert_req_index_to_global_index_kernel",
+                                        "triton_convert_req_index_to_global_index"], tmp)
+    mods["qwen3_next"] = sources.functions_of(root / "vllm_kunlun/models/qwen3_next.py",
+                                              ["fused_gdn_gating_kernel", "fused_gdn_gating"], tmp)
+    return mods
 
 
 @pytest.fixture(autouse=True)

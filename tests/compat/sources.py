@@ -20,6 +20,8 @@ from compiler.triton import alias
 
 LIGER = "liger-kernel==0.8.5"
 FLAGGEMS = "flag_gems==5.0.2"
+VLLM_KUNLUN = "vllm-kunlun==0.11.1"   # Kunlunxin's vLLM plugin: the Triton kernels it runs on the P800
+EINOPS = "einops==0.8.2"              # a pure-Python dependency of one of its modules
 GEAK = "geak-eval==0.1.5"      # TritonBench-G kernels (Triton tutorials among them), Apache-2.0
 TRITONBENCH_DIR = "geak_eval/data/TritonBench/data/TritonBench_G_v1"
 
@@ -112,3 +114,52 @@ def import_flaggems(root: pathlib.Path, module: str) -> types.ModuleType:
         package("flag_gems.utils", base / "utils", libentry=lambda *a, **k: (lambda f: f))
         package("flag_gems.utils.triton_lang_helper", use_tl_extra=lambda f: f)
         return importlib.import_module(f"flag_gems.{module}")
+
+
+def import_vllm_kunlun(root: pathlib.Path, modules: list[str]) -> dict[str, types.ModuleType]:
+    """vllm-kunlun's op modules (`fla.cumsum`, `mamba.causal_conv1d`, ...), imported as written.
+    vLLM itself and the chip's native op libraries (`kunlun_ops`, `cocopod`) are not installed: their
+    names are stood in for by empty modules, and `vllm.triton_utils` serves tilejit's front door as
+    `triton` (as vLLM's serves Triton); the Triton kernels and their launch code are the wheel's."""
+    with alias():
+        import triton
+        import triton.language as tl
+        stand_ins = {"vllm": None, "vllm.attention": None, "vllm.attention.backends": None,
+                     "vllm.attention.backends.utils": {"PAD_SLOT_ID": -1},
+                     "vllm.triton_utils": {"tl": tl, "triton": triton, "tldevice": tl.math},
+                     "kunlun_ops": {}, "cocopod": {}}
+        for name, attrs in stand_ins.items():
+            m = sys.modules.setdefault(name, types.ModuleType(name))
+            if attrs is None:
+                m.__path__ = []
+            else:
+                m.__dict__.update(attrs)
+        for pkg in ("vllm_kunlun", "vllm_kunlun.ops", "vllm_kunlun.ops.fla", "vllm_kunlun.ops.mamba"):
+            if pkg not in sys.modules:
+                m = types.ModuleType(pkg)
+                m.__path__ = [str(root.joinpath(*pkg.split(".")))]
+                sys.modules[pkg] = m
+        return {m: importlib.import_module(f"vllm_kunlun.ops.{m}") for m in modules}
+
+
+def functions_of(path: pathlib.Path, names: list[str], tmp: pathlib.Path) -> types.ModuleType:
+    """The top-level functions `names` of a source file whose module cannot be imported here (a
+    model or attention backend that imports the whole serving stack): their text, decorators
+    included, unchanged, in a module of their own under `tmp` that imports torch and the front
+    door as `triton` (so the frontend reads the kernels from it)."""
+    import ast
+    text = path.read_text()
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    parts = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
+            parts.append("".join(lines[start:node.end_lineno]))
+    out = tmp / f"{path.stem}_functions.py"
+    out.write_text("import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n".join(parts))
+    spec = importlib.util.spec_from_file_location(out.stem, out)
+    mod = importlib.util.module_from_spec(spec)
+    with alias():
+        spec.loader.exec_module(mod)
+    return mod

@@ -267,6 +267,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     def emit_load(self, op: Op) -> None:
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
+        self.dma_pointer = ptr
         if v.type.is_scalar:
             self.emit_site(op)
             name = self.name(v)
@@ -400,6 +401,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
         self.emit_site(op)
         v = op.results[0]
         ptr, mask, other = (op.operands + [None, None])[:3]
+        self.dma_pointer = ptr
         axis = self._row_axis(ptr, transposed_ok=True)
         if axis is not None:
             zero = self.d.literal(0, v.dtype)
@@ -454,6 +456,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
     def _store(self, op: Op) -> None:
         self.emit_site(op)
         ptr, val = op.operands[:2]
+        self.dma_pointer = ptr
         mask = op.operands[2] if len(op.operands) > 2 else None
         if ptr.type.is_scalar:
             s = self._lm2gm(val.dtype, self.ev(ptr, (), None), self.ev(val, (), None))

@@ -15,6 +15,8 @@ from compiler.ir.analysis import const_value
 
 from ..plan.liveness import number_ops
 from ..plan.model import DMA, NOMINAL_TRIPS, LMBuffer
+from ..plan.scratch import is_scratch
+from ..plan.stripmine import bases
 
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 
@@ -33,6 +35,9 @@ class PlannedMemory:
         self.vector_dot_work = 0.0    # the part of `work` that vector dots do
         self._declaring = None
         self._inplace: tuple[str, ...] = ()
+        # the GM scratch tier's tensors (plan/scratch.py), and the pointer of the access being emitted
+        self._scratch_ids = {id(p.value) for p in self.fn.params if is_scratch(p)}
+        self.dma_pointer = None
         self._sharing = False   # emitting a staged load's leader branch: its DMA serves the team
         self._shadowing = False  # emitting a shadow iteration (lowering.py): no DMA site of its own
         self.init_access()
@@ -124,7 +129,8 @@ class PlannedMemory:
         static = 1
         for t in self.loop_trips:
             static *= t if t is not None else 1
+        scratch = self.dma_pointer is not None and bool(bases(self.dma_pointer) & self._scratch_ids)
         self.dma_sites.append(DMA(kind, buffer, elem_bytes, elems, transfers, static,
                                   sum(t is None for t in self.loop_trips), self.cur_time,
                                   shared or self._sharing, batched,
-                                  ahead_in=(self.loop_trips[-1] or 0) if prefetch else None))
+                                  ahead_in=(self.loop_trips[-1] or 0) if prefetch else None, scratch=scratch))

@@ -54,6 +54,8 @@ class KunlunRenderer:
             raise CompilationError(f"internal: kunlun emission differs from its memory plan in kernel '{fn.name}'")
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.dialect.reg_type(p.type.dtype)}
                   for p in plan.ir.params]
+        scratch = [{**params[i], "offset": s.offset} for s in plan.scratch
+                   for i, p in enumerate(plan.ir.params) if p.name == s.name]
         plan.element_ops = low.work + low.vector_nest_work
         plan.vector_ops = low.vector_nest_work + low.vector_dot_work
         listing = plan.listing().splitlines() + [f"  fences: {len(low.fences.placed)}"] + \
@@ -62,7 +64,9 @@ class KunlunRenderer:
         slot = max(low.sm_bytes, 64) if low.staged else 0
         votes = votes_bytes(self.arch.cores_per_cluster)
         src = _ENV.get_template("kernel.xpu.j2").render(
-            name=fn.name, params=params, body=body, policy=policy, arch=self.arch, lm_bytes=lm,
+            name=fn.name, params=params, user_params=[p for p in params if p["name"] not in {s["name"] for s in scratch}],
+            scratch=scratch,
+            scratch_slot=plan.scratch_slot, body=body, policy=policy, arch=self.arch, lm_bytes=lm,
             arena_bytes=max(lm, 64), plan="\n".join("// " + line for line in listing), sm_slot=slot, votes=votes,
             sm_arena=min(self.arch.sm_bytes_per_cluster, votes + slot * max(1, self.arch.cores_per_cluster // 2)))
         return src, plan

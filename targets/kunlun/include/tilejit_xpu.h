@@ -27,6 +27,10 @@
 #define TJ_LM_ARENA(buf)
 #define TJ_LM_SCALAR(buf, bytes)
 #endif
+// under emulation: a core's DMA into the GM scratch workspace must stay in its own slot
+#ifndef TJ_SCRATCH_SLOT
+#define TJ_SCRATCH_SLOT(ws, slot_bytes)
+#endif
 
 // ---- fp16 / bf16 <-> fp32 (round to nearest even), bit manipulation only -------------------
 TJ_DEV uint32_t tj_f2u(float f) { union { float f; uint32_t u; } c; c.f = f; return c.u; }

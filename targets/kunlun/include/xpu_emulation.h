@@ -79,8 +79,17 @@ static void tj_emu_fail_text(const char* text) {
 #define TJ_EMU_MAX_REGIONS 64
 static int tj_emu_nregions = 0;
 static uint64_t tj_emu_lo[TJ_EMU_MAX_REGIONS], tj_emu_hi[TJ_EMU_MAX_REGIONS];
+// the GM scratch workspace (TJ_SCRATCH_SLOT: its base and slot size): in it, a core reaches its own slot only
+static std::atomic<uint64_t> tj_emu_ws(0), tj_emu_ws_slot(0);
+#define TJ_SCRATCH_SLOT(ws, slot_bytes) \
+    (tj_emu_ws.store((uint64_t)(uintptr_t)(ws)), tj_emu_ws_slot.store((uint64_t)(slot_bytes)))
 static inline bool tj_emu_in_gm(const void* p, int bytes) {
     uint64_t a = (uint64_t)(uintptr_t)p, b = a + (uint64_t)(bytes < 0 ? 0 : bytes);
+    const uint64_t ws = tj_emu_ws.load(), slot = tj_emu_ws_slot.load();
+    if (slot && a >= ws && a < ws + slot * (uint64_t)(tj_emu_cluster_num * tj_emu_core_num)) {
+        const uint64_t lo = ws + slot * (uint64_t)(tj_emu_cluster_id * tj_emu_core_num + tj_emu_core_id);
+        return a >= lo && b <= lo + slot;
+    }
     for (int i = 0; i < tj_emu_nregions; ++i)
         if (a >= tj_emu_lo[i] && b <= tj_emu_hi[i]) return true;
     return false;

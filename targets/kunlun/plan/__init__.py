@@ -29,6 +29,7 @@ from .induction import scalarize
 from .narrow import narrow
 from .prefetch import ahead
 from .explain import unplannable
+from .scratch import is_scratch, scratch_layout
 from .search import fit
 
 
@@ -68,7 +69,7 @@ def gm_tensors(fn: Function) -> list[GMTensor]:
         if op.name == "store":
             written |= _bases(op.operands[0])
     return [GMTensor(p.name, p.type.dtype.element_ty.name, id(p.value) in written)
-            for p in fn.params if p.type.dtype.is_ptr()]
+            for p in fn.params if p.type.dtype.is_ptr() and not is_scratch(p)]
 
 
 def _bases(v) -> set[int]:
@@ -98,7 +99,7 @@ def plan_memory(fn: Function, arch: Arch, policy: str, dialect) -> MemoryPlan:
     skip, rec = doubled if doubled is not None else (frozenset(), rec)
     return MemoryPlan(ir=ir, arch=arch.name, budget=arch.lm_budget, gm=gm_tensors(ir), lm=rec.buffers, sm=rec.sm,
                       dma=rec.dma, steps=found.steps, lm_bytes=rec.total, written_dma=found.written.dma,
-                      prefetch=doubled is not None, skip=skip)
+                      prefetch=doubled is not None, skip=skip, scratch=scratch_layout(ir), cores=arch.cores)
 
 
 def _double_buffered(ir: Function, dialect, policy: str, budget: int) -> tuple[frozenset, Record] | None:

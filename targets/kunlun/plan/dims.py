@@ -3,13 +3,15 @@
 Every axis longer than 1 of every tile value is a node; ops join nodes by their kind in the op
 registry (`compiler.ir.ops.OPS[name].kind`): an elementwise op's operands and result share each
 axis; views map axes (broadcast, expand_dims, trans); loads and stores join pointer, value, mask;
-a reduction keeps all axes but the reduced one; a dot joins M, N and its contraction K; a loop
-joins each carried value with its body argument, its yield and its result. A class of joined
+a reduction (an arg-reduction's value and index too) keeps all axes but the reduced one, a scan
+all of them; a dot joins M, N and its contraction K; a loop
+(`for`, `while`) joins each carried value with its block arguments, its yield and its result, an
+`if` each result with what its branches yield. A class of joined
 nodes is one *dimension* (e.g. the columns of a norm's row chunk), with one extent.
 
 A dimension is *pinned* (never strip-mined) when an op touching it is one this analysis does not
-know how to map (a view, reduction or memory op of a kind or name added later, any op with blocks
-but `for`), or when one value has two axes in it (an outer product of a vector with itself).
+know how to map (a view, reduction or memory op of a kind or name added later, an op with blocks
+other than `for`, `while` and `if`), or when one value has two axes in it (an outer product of a vector with itself).
 """
 from __future__ import annotations
 
@@ -117,10 +119,13 @@ class Dims:
         elif op.name == "store":
             for o in op.operands[1:]:
                 self._same(op.operands[0], o)
-        elif op.name == "reduce" and op.attrs.get("kind") in REDUCE_KINDS:
+        elif op.name in ("reduce", "argreduce") and op.attrs.get("kind") in REDUCE_KINDS:
             src, ax = op.operands[0], op.attrs["axis"]
-            for j in range(len(res[0].shape)):
-                self._join(res[0], j, src, j if j < ax else j + 1)
+            for r in res:
+                for j in range(len(r.shape)):
+                    self._join(r, j, src, j if j < ax else j + 1)
+        elif op.name == "scan":
+            self._same(res[0], op.operands[0])
         elif op.name == "dot":
             a, b, c = op.operands
             for v in (c, res[0]):
@@ -133,7 +138,18 @@ class Dims:
             for init, arg, out, r in zip(op.operands[3:], body.args[1:], y.operands, res):
                 for v in (arg, out, r):
                     self._same(init, v)
-        elif op.name == "yield":
+        elif op.name == "if":   # each result is what either branch yields
+            for b in op.blocks:
+                y = b.ops[-1] if b.ops and b.ops[-1].name == "yield" else None
+                for r, out in zip(res, y.operands if y is not None else ()):
+                    self._same(r, out)
+        elif op.name == "while":   # a carried value: its initial value, block arguments, next value, result
+            cond, body = op.blocks
+            y = body.ops[-1]
+            for init, ca, ba, out, r in zip(op.operands, cond.args, body.args, y.operands, res):
+                for v in (ca, ba, out, r):
+                    self._same(init, v)
+        elif op.name in ("yield", "barrier"):
             pass
         else:   # an op this analysis does not know: its tiles keep their shapes
             self.unknown.append(op)

@@ -7,6 +7,7 @@ from compiler.errors import CompilationError, OutOfResources
 
 from ..arch import Arch
 from .model import align, describe_value
+from .scratch import spill_allowed
 
 
 class LMBudgetError(CompilationError, OutOfResources):
@@ -96,5 +97,8 @@ def unplannable(kernel: str, found, arch: Arch) -> LMBudgetError:
         tail = (f"\nThe axis of {extent} elements most of these share cannot be strip-mined: {why}. "
                 + (f"A block of at most {size} along it would fit." if size else
                    "No block along it fits; keep fewer tiles live at once."))
+    if not spill_allowed():
+        tail += ("\nTILEJIT_KUNLUN_SPILL=0 is set: the plan tried no second read per role and no GM scratch, "
+                 "and at most 8 cuts; unset it to let the plan move tiles through GM.")
     loc = next((where for _, _, where in named if where is not None), None)
     return LMBudgetError.at(loc, head + tail, kernel=kernel)

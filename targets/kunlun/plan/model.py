@@ -75,6 +75,7 @@ class DMA:
     # a tile fetched one iteration ahead (double buffering): the trip count of the loop it runs
     # in (0: known at run time only); None for every other site
     ahead_in: int | None = None
+    scratch: bool = False        # to or from the GM scratch tier (scratch.py), not a kernel tensor
 
     def _runs(self, trips: float) -> float:
         runs = self.static_trips * trips ** self.runtime_loops
@@ -119,6 +120,15 @@ class MemoryPlan:
     # (their second slot did not fit the arena)
     prefetch: bool = False
     skip: frozenset = frozenset()
+    # the GM scratch tier (scratch.py): tiles kept in the core's slot of the launcher's workspace
+    scratch: list = dataclasses.field(default_factory=list)
+    cores: int = 0                 # the arch's clusters x cores: the slots of a workspace
+
+    @property
+    def scratch_slot(self) -> int:
+        """Bytes of one core's scratch slot (0: nothing spilled to GM)."""
+        from .scratch import slot_bytes   # noqa: PLC0415 - scratch.py imports this module
+        return slot_bytes(self.scratch)
 
     @property
     def vector_share(self) -> float:
@@ -154,8 +164,8 @@ class MemoryPlan:
     def listing(self) -> str:
         lines = [f"memory plan ({self.arch}): LM arena {self.lm_bytes} of {self.budget} bytes per core"
                  + (f", SM {sum(s.nbytes for s in self.sm)} bytes per cluster" if self.sm else "")]
-        for step in self.steps:
-            lines.append(f"  strip-mined: {step}")
+        for step in self.steps:   # a cut, or a rewrite that lets the cuts fit (one read per role, GM scratch)
+            lines.append(f"  {'strip-mined' if ' -> chunks of ' in step else 'plan'}: {step}")
         for t in self.gm:
             lines.append(f"  GM {t.name}: {t.dtype}{' (written)' if t.written else ''}")
         for b in self.lm:
@@ -165,6 +175,11 @@ class MemoryPlan:
                          f"{b.start}..{b.end}{share}" + (f" ({src})" if src else ""))
         for s in self.sm:
             lines.append(f"  SM {s.name}: {s.nbytes} bytes ({s.purpose})")
+        for s in self.scratch:
+            lines.append(f"  GM scratch {s.name} @{s.offset}: {s.nbytes} bytes, {s.dtype.name}[{s.numel}], {s.what}")
+        if self.scratch:
+            lines.append(f"  GM scratch workspace: {self.scratch_slot} bytes per core, {self.scratch_slot * self.cores} "
+                         "bytes a launch (allocated once per kernel and size, reused)")
         kinds: dict[str, int] = {}
         for d in self.dma:
             kinds[d.kind] = kinds.get(d.kind, 0) + 1
@@ -177,6 +192,10 @@ class MemoryPlan:
         if self.element_ops:
             lines.append(f"  work per program: {self.element_ops:.0f} element operations, "
                          f"{100 * self.vector_share:.0f}% on the vector unit")
+        if self.scratch:
+            total = sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.dma)
+            spilled = sum(d.bytes_per_run(NOMINAL_TRIPS) for d in self.dma if d.scratch)
+            lines.append(f"  GM scratch traffic: {100 * spilled / total if total else 0:.0f}% of the DMA bytes per program")
         if self.steps:
             nbytes, transfers = self.dma_growth
             lines.append(f"  DMA per program: {nbytes:.2f}x the bytes and {transfers:.2f}x the transfers of "

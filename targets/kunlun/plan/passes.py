@@ -6,7 +6,7 @@ from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, TileType, Value
 from compiler.ir.ops import OPS
 
-from . import trees
+from . import carried, trees
 from .dims import Dims
 from .rebuild import COMBINE, Emitter, chunked, clone_chunked, identity
 from .stripmine import Ctx, NotApplicable, bases
@@ -110,12 +110,21 @@ class Region:
             for p in set(self.pass_.values()):
                 ops = [i for i, q in self.pass_.items() if q == p]
                 if any(self.roles[i] == "red" and self.ops[i].attrs.get("order") == "pairwise" for i in ops):
-                    for i in ops:   # a strict tree walks chunks in bit-reversed order, a dot ascending
-                        if self.roles[i] == "con":
+                    for i in ops:   # a strict tree walks chunks in bit-reversed order; a dot, a scan
+                        if self.roles[i] in ("con", "scan", "arg"):   # and an arg-reduction ascending
+                            bump[i] = p + 1
+                            conflict = True
+                elif any(self.roles[i] in ("red", "con", "arg") or self._scan(i) is False for i in ops):
+                    for i in ops:   # a reverse scan descending: in a pass of reverse scans only
+                        if self._scan(i):
                             bump[i] = p + 1
                             conflict = True
             if not conflict:
                 return
+
+    def _scan(self, i: int) -> bool | None:
+        """Whether op `i` is a reverse scan (its pass walks the chunks from the last); None: no scan."""
+        return bool(self.ops[i].attrs.get("reverse")) if self.roles[i] == "scan" else None
 
     def _schedule(self, bump: dict[int, int]) -> None:
         self.ready: dict[int, int] = {}     # value id -> the first pass (or gap) that can use it
@@ -137,7 +146,7 @@ class Region:
                     self.ready[id(r)] = lo
             else:
                 exports = role == "loop" and any(not self.ctx.has(r) for r in op.results)
-                if role in ("red", "con", "store") or exports or (role == "loop" and stores):
+                if role in ("red", "con", "scan", "arg", "store") or exports or (role == "loop" and stores):
                     self.pass_[i] = lo
                 pos = 2 * lo + 1
                 for r in op.results:
@@ -162,12 +171,14 @@ class Region:
 
     def emit_free(self, op: Op) -> None:
         em = Emitter(self.out, op.loc)
-        if self.roles[self.index[id(op)]] == "inner":
-            body = op.blocks[0]
-            args = [Value(a.type, a.loc) for a in body.args]
-            nb = Block(args)
-            Region(self.ctx, body, nb, {id(a): n for a, n in zip(body.args, args)}, parent=self).run()
-            new = em.op("for", [self.free(v) for v in op.operands], dict(op.attrs), [nb])
+        if self.roles[self.index[id(op)]] == "inner":   # each block a region of its own
+            blocks = []
+            for b in op.blocks:
+                args = [Value(a.type, a.loc) for a in b.args]
+                nb = Block(args)
+                Region(self.ctx, b, nb, {id(a): n for a, n in zip(b.args, args)}, parent=self).run()
+                blocks.append(nb)
+            new = em.op(op.name, [self.free(v) for v in op.operands], dict(op.attrs), blocks)
         else:
             new = clone_plain(em, op, self.free)
         for r, n in zip(op.results, new.results):
@@ -186,7 +197,12 @@ class Region:
         body = Block([Value(TileType(D.int32))] + [Value(v.type) for v in inits])
         em = Emitter(body, outer.loc)
         it = body.args[0]
-        first = trees.bit_reversed(em, it, trees.levels(ctx.n)) if bitrev else it
+        if bitrev:
+            first = trees.bit_reversed(em, it, trees.levels(ctx.n))
+        elif any(self._scan(i) for i in roots):   # reverse scans only (schedule): the last chunk first
+            first = em.v("sub", [em.i32(ctx.n - 1), it])
+        else:
+            first = it
         offset = em.v("mul", [first, em.i32(ctx.size)])
         scope = Scope(self, em, offset, it)
         updates = []
@@ -209,6 +225,13 @@ class Region:
             return [em.const(identity(op.attrs["kind"], r.dtype), r.dtype, r.shape)]
         if role == "con":
             return [self.free(op.operands[2])]
+        if role == "scan":
+            return [carried.scan_init(em, op)]
+        if role == "arg":
+            return carried.arg_inits(em, op)
+        if role == "loop" and op.name == "if":   # what it yields without the axis is the same every chunk
+            return [em.const(False if r.dtype.is_bool() else 0, r.dtype, r.shape) for r in op.results
+                    if not self.ctx.has(r)]
         if role == "loop":
             return [self.free(init) for init, r in zip(op.operands[3:], op.results) if not self.ctx.has(r)]
         return []
@@ -227,6 +250,13 @@ class Region:
         if role == "con":
             a, b = (self.pull(v, scope) for v in op.operands[:2])
             return [em.v("dot", [a, b, args[0]], dict(op.attrs))]
+        if role == "scan":   # its chunk serves the rest of this pass
+            out, nxt = carried.scan_chunk(em, op, self.pull(op.operands[0], scope), args[0])
+            scope.dmap[id(op.results[0])] = out
+            return [nxt]
+        if role == "arg":
+            return carried.arg_chunk(em, op, self.pull(op.operands[0], scope), list(args), scope.offset,
+                                     scope.iteration)
         new = self.rebuild_loop(op, scope)   # a loop with stores or results that have no chunked axis
         return [n for r, n in zip(op.results, new.results) if not self.ctx.has(r)]
 
@@ -239,6 +269,9 @@ class Region:
             self.vmap[id(op.results[0])] = out
         elif role == "con":
             self.vmap[id(op.results[0])] = results[0]
+        elif role == "arg":
+            for r, n in zip(op.results, results):
+                self.vmap[id(r)] = n
         elif role == "loop":
             for r, n in zip([r for r in op.results if not self.ctx.has(r)], results):
                 self.vmap[id(r)] = n
@@ -256,7 +289,7 @@ class Region:
         if op is None:
             raise NotApplicable("a loop-carried tile with the chunked axis is read where it cannot be recomputed")
         top = scope.top()
-        if op.name == "for":
+        if op.name in ("for", "if"):
             self.rebuild_loop(op, top)
             return top.dmap[id(v)]
         if op.name == "store" or op.blocks or self.ctx.role(op) != "par":
@@ -280,7 +313,10 @@ class Region:
         self.pulls.append((i, self.pass_.get(scope.root_index, 0), scope.root_index))
 
     def rebuild_loop(self, op: Op, scope: Scope) -> Op:
-        """A loop whose body runs chunk by chunk, once per chunk (interchanged with the chunk loop)."""
+        """A loop whose body runs chunk by chunk, once per chunk (interchanged with the chunk loop);
+        a run-time `if` alike, its branches yielding chunks."""
+        if op.name == "if":
+            return self.rebuild_if(op, scope)
         ctx = self.ctx
         bounds = [scope.plain(v) for v in op.operands[:3]]
         inits = [self.operand(v, scope) for v in op.operands[3:]]
@@ -298,10 +334,25 @@ class Region:
             (scope.dmap if ctx.has(r) else scope.fmap)[id(r)] = n
         return new
 
+    def rebuild_if(self, op: Op, scope: Scope) -> Op:
+        blocks = []
+        for b in op.blocks:
+            nb = Block([])
+            inner = Scope(self, Emitter(nb, op.loc), scope.offset, scope.iteration, parent=scope)
+            inner.root_index = scope.root_index
+            for o in b.ops:
+                self.rebuild_body_op(o, inner)
+            blocks.append(nb)
+        types = [chunked(r.type, self.ctx.axis(r), self.ctx.size) for r in op.results]
+        new = scope.em.op("if", [scope.plain(op.operands[0])], {**op.attrs, "types": types}, blocks)
+        for r, n in zip(op.results, new.results):
+            (scope.dmap if self.ctx.has(r) else scope.fmap)[id(r)] = n
+        return new
+
     def rebuild_body_op(self, b: Op, inner: Scope) -> None:
         ctx = self.ctx
         inner.em.loc = b.loc
-        if b.name == "for" and ctx.touches(b):
+        if b.name in ("for", "if") and ctx.touches(b):
             self.rebuild_loop(b, inner)
             return
         if not ctx.touches(b):

@@ -1,4 +1,16 @@
-"""Which dimensions to strip-mine, and by how much: the plan's search.
+"""Which dimensions to strip-mine, and by how much: the plan's search, in up to three tries.
+
+1. The kernel with its shape-only values given one copy per use (sources.py), in at most
+   MAX_STEPS cuts; with TILEJIT_KUNLUN_SPILL=0, in at most FIRST_STEPS and without the
+   fallbacks below (a kernel that needs more is refused with LMBudgetError).
+2. Where that does not fit, unless TILEJIT_KUNLUN_SPILL=0: also its loaded tiles one read per
+   use, so that a tile in two roles (K·Kᵀ) no longer pins a dimension, in at most MAX_STEPS cuts;
+   where no cut fits, this try halves the dimension that takes the most off the arena's peak per
+   unit of cost.
+3. Where that does not fit either (same opt-out): the tiles of loops that reduce along what they
+   carry moved to GM scratch (scratch.py), then cut as in 2.
+
+Within a try:
 
 While the arena of the current IR does not fit the arch's LM budget, every dimension of the
 kernel's tiles (dims.py) is tried at power-of-two chunk sizes from half its extent down; each
@@ -20,10 +32,12 @@ from ..tune.cost_model import ASSUMED_CLOCK_HZ, ASSUMED_DMA_SETUP_S, FALLBACK_BA
 from .dims import Dims
 from .model import NOMINAL_TRIPS
 from .passes import stripmine
+from .scratch import is_scratch, spill_allowed, spill_carried, spillable_loops
 from .sources import split_shared
 from .stripmine import NotApplicable
 
-MAX_STEPS = 8
+FIRST_STEPS = 8    # the cuts of the search without fallbacks (TILEJIT_KUNLUN_SPILL=0)
+MAX_STEPS = 24     # with them (a tile read per role has more, smaller dimensions to cut)
 
 
 @dataclasses.dataclass
@@ -31,6 +45,7 @@ class Candidate:
     ir: Function
     rec: object          # plan.Record
     step: str
+    halves: bool = False   # the cut halves its dimension
 
     def cost(self, arch: Arch) -> float:
         return program_cost(self.rec, arch)
@@ -68,10 +83,36 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
     written = rec = record(fn)
     if rec.total <= arch.lm_budget:
         return Fit(fn, [], rec, written=written)
-    ir, steps = split_shared(fn), []
+    found = _cut(split_shared(fn), [], arch, policy, record, written,
+                 steps_left=MAX_STEPS if spill_allowed() else FIRST_STEPS)
+    if found.rec.total > arch.lm_budget and spill_allowed():   # a tile in two roles may pin a dimension
+        again = _cut(split_shared(fn, reload=True), ["tiles used in two roles read once per role"], arch,
+                     policy, record, written, at_peak=True)
+        if (again.rec.total, again.rec.live) < (found.rec.total, found.rec.live):
+            found = again
+    if found.rec.total > arch.lm_budget and spill_allowed():   # the lowest tier: carried tiles in GM scratch
+        shared = split_shared(fn)
+        loops = spillable_loops(shared)
+        if loops:
+            spilled = spill_carried(shared, loops)
+            names = ", ".join(p.hints["what"] for p in spilled.params if is_scratch(p))
+            again = _cut(split_shared(spilled, reload=True),
+                         [f"GM scratch: {names} (carried by a loop that reduces along them) kept in the core's "
+                          "workspace slot, streamed through LM"], arch, policy, record, written, at_peak=True)
+            if (again.rec.total, again.rec.live) < (found.rec.total, found.rec.live):
+                found = again
+    return found
+
+
+def _cut(ir: Function, steps: list[str], arch: Arch, policy: str, record, written, at_peak: bool = False,
+         steps_left: int = MAX_STEPS) -> Fit:
+    """Strip-mines `ir` until it fits (or no cut helps). Where no single cut fits, the step taken
+    buys the most bytes per unit of added cost: bytes live anywhere, or (`at_peak`) bytes off the
+    arena's peak, which keeps a search with many small dimensions from cutting those that do not
+    hold the peak (the fallback's rule; the first search keeps the plans it always made)."""
     rec = record(ir)
     refused: dict = {}
-    for _ in range(MAX_STEPS):
+    for _ in range(steps_left):
         if rec.total <= arch.lm_budget:
             return Fit(ir, steps, rec, written=written)
         refused = {}
@@ -86,8 +127,10 @@ def fit(fn: Function, arch: Arch, policy: str, record) -> Fit:
             if not smaller:
                 break
             base = program_cost(rec, arch)
-            best = min(smaller, key=lambda c: (max(c.cost(arch) - base, 0.0) / max(rec.live - c.rec.live, 1),
-                                               c.rec.total))
+            if at_peak:   # halve the dimension that takes the most off the peak per unit of cost
+                smaller = [c for c in smaller if c.halves and c.rec.total < rec.total] or smaller
+            saved = (lambda c: rec.total - c.rec.total) if at_peak else (lambda c: rec.live - c.rec.live)
+            best = min(smaller, key=lambda c: (max(c.cost(arch) - base, 0.0) / max(saved(c), 1), c.rec.total))
         ir, rec = best.ir, best.rec
         steps.append(best.step)
     return Fit(ir, steps, rec, Dims(ir), refused, written)
@@ -145,7 +188,7 @@ def candidates(ir: Function, arch: Arch, policy: str, record, refused: dict) -> 
                 else:
                     step = f"{extent} -> chunks of {size}" + (f" {what}" if what else "") + \
                         (f", in {len(group)} places" if len(group) > 1 else "")
-                    seen[size] = Candidate(new, record(new), step)
+                    seen[size] = Candidate(new, record(new), step, 2 * size == extent)
             return seen[size]
 
         _largest_fitting(sizes, at, arch.lm_budget)

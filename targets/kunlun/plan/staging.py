@@ -35,6 +35,8 @@ import dataclasses
 from compiler.ir import Block, Function, Op, walk_block
 from compiler.ir.analysis import const_value
 
+from .scratch import is_scratch
+
 LOOPS = ("for", "while")
 
 
@@ -156,8 +158,10 @@ def stageable(fn: Function) -> Staging:
     must run to the cluster's longest trip count for it (see the module's docstring)."""
     if any(op.name.startswith("atomic") for op in fn.walk()):
         return Staging(frozenset(), frozenset())
-    by_pid0 = _tainted(fn, (0,))
-    by_pid = _tainted(fn, (0, 1, 2))
+    # a GM scratch tile is the core's own (scratch.py): as much the program's as program_id(0)
+    own = [p.value for p in fn.params if is_scratch(p)]
+    by_pid0 = _tainted(fn, (0,), own)
+    by_pid = _tainted(fn, (0, 1, 2), own)
     found: set[int] = set()
     shadowed: set[int] = set()
 

@@ -7,13 +7,18 @@ works region by region (a block), by what each op does along the dimension:
 - *parallel* ops (elementwise, views, sources, loads, stores, dots and reductions along other
   axes) run per chunk: their chunk is computed where it is needed, from its operands' chunks;
 - a *reduction* along the dimension, or a *dot* contracting it, is carried across the chunks of
-  one pass (trees.py; the dot accumulates chunk after chunk, in ascending k);
+  one pass (trees.py; the dot accumulates chunk after chunk, in ascending k), and so are a *scan*
+  (`tl.cumsum`, with its running sum; a reverse one walks the chunks from the last) and an
+  *arg-reduction* (with its value and index; carried.py);
 - a value needed after such a reduction (softmax: x - max(x)) is recomputed in a later pass from
   its sources: its loads re-read GM. Passes are numbered by those dependencies; ops that use
   nothing of the dimension run between passes;
 - a loop whose carried tiles have the axis and whose body is parallel along it is interchanged:
-  it runs once per chunk, inside the pass (a norm's carried accumulator, a matmul's K loop);
-- a loop that carries nothing of the dimension but uses it inside is a region of its own.
+  it runs once per chunk, inside the pass (a norm's carried accumulator, a matmul's K loop); so
+  does a run-time `if` whose branches yield chunked tiles and are parallel along the axis;
+- a loop that carries nothing of the dimension but uses it inside is a region of its own, and so
+  is each branch of a run-time `if` (a kernel's early `return` puts the rest of it in one) and
+  each block of a `while` that neither carries nor yields a chunked tile.
 
 Anything else touching the dimension (an op the dimension analysis pinned, a loop carrying the axis
 whose body reduces along it) makes the rewrite refuse with `NotApplicable`, and the search tries
@@ -46,7 +51,7 @@ class Ctx:
         if self.extent % size or size & (size - 1):
             raise NotApplicable(f"chunk {size} does not divide extent {self.extent} in powers of two")
         self.n = self.extent // size
-        self.stored = _stored_bases(fn.body)
+        self.stored = stored_bases(fn.body)
         self._touch: dict[int, bool] = {}
         self._axis: dict[int, int | None] = {}
 
@@ -75,11 +80,11 @@ class Ctx:
         """Whether every op of `block` (nested ones too) runs chunk by chunk on its own."""
         for op in block.ops:
             role = self.role(op) if self.touches(op) else "free"
-            if role in ("red", "con", "inner"):
+            if role in ("red", "con", "scan", "arg", "inner"):
                 return False
             if role == "free" and _has_store(op):
                 return False   # would run once per chunk
-            if op.blocks and role == "loop" and not self.parallel_body(op.blocks[0]):
+            if op.blocks and role == "loop" and not all(self.parallel_body(b) for b in op.blocks):
                 return False
         return True
 
@@ -91,10 +96,26 @@ class Ctx:
                     raise NotApplicable("a loop carries a chunked tile but reduces along it inside")
                 return "loop"
             return "inner"
+        if op.name == "if":
+            if not any(self.has(v) for v in op.results):
+                return "inner"   # cut inside each branch
+            if any(r.dtype.is_ptr() and not self.has(r) for r in op.results):
+                raise NotApplicable("a run-time 'if' yields chunked tiles and a pointer without the axis")
+            if not all(self.parallel_body(b) for b in op.blocks):
+                raise NotApplicable("a run-time 'if' yields a chunked tile but reduces along it inside")
+            return "loop"   # run once per chunk, as a loop carrying the axis is
+        if op.name == "while":
+            if any(self.has(v) for v in op.operands):
+                raise NotApplicable("a run-time 'while' carries a chunked tile")
+            return "inner"
         if op.blocks:
             raise NotApplicable(f"op '{op.name}' has blocks this rewrite does not know")
         if op.name == "reduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "red"
+        if op.name == "scan" and self.axis(op.operands[0]) == op.attrs["axis"]:
+            return "scan"
+        if op.name == "argreduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
+            return "arg"
         if op.name == "dot" and self.axis(op.operands[0]) == 1:
             return "con"
         if op.name == "store":
@@ -108,13 +129,14 @@ def _has_store(op: Op) -> bool:
     return op.name == "store" or any(_has_store(o) for b in op.blocks for o in b.ops)
 
 
-def _stored_bases(block: Block) -> set[int]:
+def stored_bases(block: Block) -> set[int]:
+    """Ids of the pointer roots `block` writes through (stores and atomics)."""
     out = set()
     for op in block.ops:
-        if op.name == "store":
+        if op.name in ("store", "atomic_rmw", "atomic_cas"):
             out |= bases(op.operands[0])
         for b in op.blocks:
-            out |= _stored_bases(b)
+            out |= stored_bases(b)
     return out
 
 

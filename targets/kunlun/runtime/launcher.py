@@ -13,6 +13,8 @@ from compiler.errors import KernelArgumentError, KernelBoundsError, TargetError
 from compiler.target import launch_grid
 from compiler.target.args import scalar_value, tensor_pointer, view_range
 
+from . import scratch
+
 # an int64 argument is tj_i64 in the kernel: 8 bytes, passed like an int64_t
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
            D.int64: ctypes.c_int64, D.float32: ctypes.c_float}
@@ -33,12 +35,15 @@ def ctype_of(dt: D.dtype):
 
 class KunlunLauncher:
     def __init__(self, lib_path: str, fn_name: str, param_types, param_names, arg_indices, caps, emulation: bool,
-                 target_name: str = "kunlun", describe_site=None):
+                 target_name: str = "kunlun", describe_site=None, scratch_bytes: int = 0):
         self.lib = ctypes.CDLL(lib_path)
         self.target_name = target_name
         self.describe_site = describe_site   # site -> (location, op, argument names): runtime/sites.py
         self.entry = self.lib.tj_launch
-        self.entry.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types]
+        self.entry.argtypes = [ctypes.c_void_p] + [ctypes.c_int32] * 3 + [ctype_of(t) for t in param_types] + \
+            ([ctypes.c_void_p] if scratch_bytes else [])
+        # the GM scratch workspace of the plan's lowest tier: one slot per core, taken once (scratch.py)
+        self.workspace = scratch.workspace(fn_name, scratch_bytes) if scratch_bytes else None
         self.entry.restype = ctypes.c_int
         self.emulation = emulation
         if emulation:
@@ -60,9 +65,14 @@ class KunlunLauncher:
         # the warm path checks what it hands the kernel: host tensors with memory, ints that fit
         vals = [tensor_pointer(self.name, n, args[i], "cpu") if ptr else scalar_value(self.name, n, args[i], t.name)
                 for (i, ptr), n, t in zip(self.plan, self.param_names, self.param_types)]
+        if self.workspace is not None:
+            vals.append(self.workspace.data_ptr())
         with self._lock:
             if self.emulation:   # the GM a DMA may touch: each tensor's view (not its whole storage)
                 views = [view_range(args[i], v) for (i, ptr), v in zip(self.plan, vals) if ptr]
+                if self.workspace is not None:   # the plan's GM scratch: the whole workspace
+                    ws = self.workspace.untyped_storage()
+                    views.append((None, ws.data_ptr(), ws.data_ptr() + ws.nbytes()))
                 n = len(views)
                 lo = (ctypes.c_uint64 * max(n, 1))(*[r[1] for r in views])
                 hi = (ctypes.c_uint64 * max(n, 1))(*[r[2] for r in views])

@@ -15,6 +15,7 @@ from compiler import numerics, render_only, use_target
 from compiler.opspec import op_spec
 
 from ..plan.model import dma_growth
+from ..plan.scratch import spill_allowed
 
 
 class Profile(NamedTuple):
@@ -27,6 +28,7 @@ class Profile(NamedTuple):
     shared_bytes: float = 0.0      # the part of dma_bytes that staged loads move (once per team)
     shared_transfers: float = 0.0  # the same for dma_transfers
     sm_slot: int = 0               # SM bytes of one team's staged tiles (the largest of its kernels)
+    scratch_slot: int = 0          # GM scratch bytes per core (the largest of its kernels; 0: fits LM)
 
     def dma_growth(self, team: int) -> tuple[float, float]:
         """(dma_bytes, dma_transfers) when teams of `team` programs share the staged loads."""
@@ -35,7 +37,8 @@ class Profile(NamedTuple):
 
 
 @functools.lru_cache(maxsize=4096)
-def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str) -> Profile:
+def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str, spill: bool) -> Profile:
+    """(`spill`: TILEJIT_KUNLUN_SPILL's setting, which the plan reads: part of the cache key.)"""
     spec = op_spec(op)
     with use_target(target), numerics(policy), render_only() as seen:
         spec.probe(dict(cfg_items), dict(probe_items))
@@ -45,7 +48,8 @@ def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str)
     growth = dma_growth(totals)
     unshared = dma_growth([p.dma_totals(team=float("inf")) for p in plans])   # staged sites priced at 0
     return Profile(max(p.lm_bytes for p in plans), sum(p.vector_ops for p in plans) / ops if ops else 0.0,
-                   *growth, growth[0] - unshared[0], growth[1] - unshared[1], max(p.sm_slot for p in plans))
+                   *growth, growth[0] - unshared[0], growth[1] - unshared[1], max(p.sm_slot for p in plans),
+                   max(p.scratch_slot for p in plans))
 
 
 def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
@@ -63,4 +67,5 @@ def profile(target, spec, config: dict, shape: dict | None = None, policy: str =
     exact = [k for k, how in spec.key_dims.items() if how == "exact"]
     probe = {k: shape[k] for k in ("dtype", "causal", *exact) if k in shape}
     name = spec.name
-    return _profile(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy)
+    return _profile(target, name, tuple(sorted(config.items())), tuple(sorted(probe.items())), policy,
+                    spill_allowed())

@@ -1,0 +1,73 @@
+"""What counts as the compiler's sources for the kernel-cache key (compiler/version.py): editing
+the doctor or a command line keeps every cached kernel, editing the compiler proper does not."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import shutil
+
+import pytest
+
+from compiler.jit import compiler_source_hash
+from compiler.version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash
+
+pytestmark = pytest.mark.no_toolchain
+
+COMPILER = pathlib.Path(__file__).resolve().parents[1] / "compiler"
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    dst = tmp_path_factory.mktemp("key") / "compiler"
+    shutil.copytree(COMPILER, dst, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return dst
+
+
+def _key(d) -> str:
+    return package_source_hash(str(d), COMPILER_FILES_OUTSIDE_THE_KEY)
+
+
+def test_the_key_leaves_out_the_doctor_and_the_command_lines(copy):
+    assert compiler_source_hash() == _key(COMPILER)
+    before = _key(copy)
+    for rel in sorted(COMPILER_FILES_OUTSIDE_THE_KEY):
+        path = copy / rel
+        assert path.is_file(), f"compiler/{rel} is listed as outside the key but does not exist"
+        path.write_text(path.read_text() + "\n# edited\n")
+        assert _key(copy) == before, rel
+    # the compiler proper stays in it: a pass, the frontend, a template-free helper, a new module
+    for rel in ("passes.py", "frontend.py", "ir/printer.py", "cache/keys.py"):
+        path = copy / rel
+        text = path.read_text()
+        path.write_text(text + "\n# edited\n")
+        assert _key(copy) != before, rel
+        path.write_text(text)
+    assert _key(copy) == before
+    (copy / "new_pass.py").write_text("X = 1\n")
+    assert _key(copy) != before
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """The absolute module names `path` (a module of compiler/) imports, `from x import y` as x.y too."""
+    package = ["compiler", *path.relative_to(COMPILER).parent.parts]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+            mod = ".".join(p for p in (base, node.module or "") if p)
+            out |= {mod} | {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def test_the_code_outside_the_key_is_not_imported_by_the_compiler_proper():
+    """A module the lowering imports could change bits: none imports a file left out of the key
+    (but autotune's package, which re-exports the summary's formatting for its command line)."""
+    outside = {"compiler." + rel.removesuffix(".py").replace("/", ".") for rel in COMPILER_FILES_OUTSIDE_THE_KEY}
+    offenders = sorted(f"compiler/{p.relative_to(COMPILER).as_posix()} imports {m}"
+                       for p in COMPILER.rglob("*.py")
+                       if p.relative_to(COMPILER).as_posix() not in COMPILER_FILES_OUTSIDE_THE_KEY | {"autotune/__init__.py"}
+                       for m in _imports(p) & outside)
+    assert not offenders, offenders
+    assert "compiler.doctor" in outside and "compiler.cache.cli" in outside   # the names resolve as imports do
