@@ -318,8 +318,8 @@ template <class F> static inline void tj_run_programs(int64_t total, int64_t* co
         tj_note_cost(cost, tj_now_ns() - t0);
         first = 1;
     }
-    const int64_t m = total - first;
-    if (m > 1 && threads > 1 && tj_go_parallel(m * __atomic_load_n(cost, __ATOMIC_RELAXED), par)) {
+    const int64_t m = total - first, c = __atomic_load_n(cost, __ATOMIC_RELAXED);
+    if (m > 1 && threads > 1 && tj_go_parallel(c > INT64_MAX / m ? INT64_MAX : m * c, par)) {
         const int64_t t0 = tj_now_ns();
         int64_t late = 0;
         #pragma omp parallel num_threads(threads)
