@@ -15,7 +15,7 @@ def test_inspect_prints_ir_and_source(capsys):
     assert rc == 0
     assert "// ===== IR (frontend) =====" in out and "// ===== IR (after passes) =====" in out
     assert "kernel add_kernel(%x_ptr: *fp32" in out
-    assert 'extern "C" int tj_launch(tj_status* tj_st' in out and "#pragma omp parallel for" in out
+    assert 'extern "C" int tj_launch(tj_status* tj_st' in out and "tj_run_programs(" in out
 
 
 def test_inspect_single_stage_and_errors(capsys):

@@ -31,7 +31,7 @@ from ..cache.store import LAUNCH_PATH
 log = logging.getLogger("compiler.fastpath")
 
 _SOURCE = os.path.join(os.path.dirname(__file__), "tjfast.c")
-_ABI = 4
+_ABI = 5
 _lock = threading.Lock()
 _state: dict = {"tried": False, "module": None, "why": None}
 

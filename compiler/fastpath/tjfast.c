@@ -30,7 +30,7 @@
 #include <string.h>
 
 typedef union { void* p; int64_t i; float f; } tj_arg;
-typedef struct { int32_t code, site, arg, store; int64_t offset, lo, hi; } tj_status;
+typedef struct { int32_t code, site, arg, store; int64_t offset, lo, hi; void* par; } tj_status;
 typedef struct { int64_t base, lo, hi; } tj_range;
 typedef int (*tj_entry_fn)(tj_status*, const int32_t*, const tj_arg*);
 
@@ -54,6 +54,7 @@ typedef struct {
     PyObject* plain_types;   /* tuple of exact tensor types checked here (Tensor, Parameter) */
     PyObject* device_flag;   /* attribute that must be True, e.g. "is_cpu" */
     PyObject* owner;         /* Python object with prepare(grid, args) and status(code, site, arg, store, off, lo, hi) */
+    void* par;               /* the grain rule's process-wide settings (targets/cpu/parallel.py), passed in the status */
 } Launcher;
 
 static PyTypeObject LauncherType;
@@ -171,6 +172,7 @@ static PyObject* call_slow(Launcher* self, PyObject* grid, PyObject* const* args
 static PyObject* run_entry(Launcher* self, const int32_t g[3], tj_arg* a) {
     tj_status st;
     memset(&st, 0, sizeof st);
+    st.par = self->par;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = self->entry(&st, g, a);
@@ -278,13 +280,13 @@ static PyObject* Launcher_raw(Launcher* self, PyObject* args) {
 
 static int Launcher_init(Launcher* self, PyObject* args, PyObject* kw) {
     static char* names[] = {"entry", "kinds", "indices", "dtypes", "max_grid", "max_programs", "plain_types",
-                            "device_flag", "owner", "bounds", NULL};
-    unsigned long long entry;
+                            "device_flag", "owner", "bounds", "parallel", NULL};
+    unsigned long long entry, par = 0;
     PyObject *kinds, *indices, *dtypes, *max_grid, *plain, *flag, *owner;
     long long max_programs;
     int bounds = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KOOOOLOOO|p", names, &entry, &kinds, &indices, &dtypes, &max_grid,
-                                     &max_programs, &plain, &flag, &owner, &bounds))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KOOOOLOOO|pK", names, &entry, &kinds, &indices, &dtypes, &max_grid,
+                                     &max_programs, &plain, &flag, &owner, &bounds, &par))
         return -1;
     Py_ssize_t n = PySequence_Size(kinds);
     if (n < 0 || n > MAX_PARAMS || PySequence_Size(indices) != n || !PyTuple_Check(dtypes)
@@ -311,6 +313,7 @@ static int Launcher_init(Launcher* self, PyObject* args, PyObject* kw) {
     self->nparams = (int)n;
     self->bounds = bounds;
     self->max_programs = max_programs;
+    self->par = (void*)(uintptr_t)par;
     Py_INCREF(dtypes); Py_XSETREF(self->dtypes, dtypes);
     Py_INCREF(plain); Py_XSETREF(self->plain_types, plain);
     Py_INCREF(flag); Py_XSETREF(self->device_flag, flag);
@@ -943,7 +946,7 @@ PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyModule_AddObject(m, "Launcher", (PyObject*)&LauncherType) < 0
         || PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0
         || PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 4) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 5) < 0) {
         Py_DECREF(m);
         return NULL;
     }

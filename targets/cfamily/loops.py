@@ -44,7 +44,6 @@ class LoopLowering:
             self.regions.pop()
 
     def op_for(self, op: Op) -> None:
-        self.has_loops = True
         body = op.blocks[0]
         bounds = tuple(self.ev(v, (), None) for v in op.operands[:3])
         self._carried_slots(body.args[1:], op.operands[3:], op.results)
@@ -79,7 +78,6 @@ class LoopLowering:
     def op_while(self, op: Op) -> None:
         """`while (true) { condition block; if (!c) break; body; copy into the carried slots }`;
         both blocks' arguments and the results name the same slots."""
-        self.has_loops = True
         cond, body = op.blocks
         self._carried_slots(cond.args, op.operands, op.results, also=(body.args,))
         self.loop_heads.append([len(self.lines), self.indent])

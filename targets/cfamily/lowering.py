@@ -39,6 +39,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
     index_type = "int"
     checks_addresses = False   # the bounds-checked lowering checks each element's address
+    bf16_store_chunk = BF16_STORE_CHUNK   # a renderer building with wider vectors may set 32
 
     def __init__(self, fn: Function, dialect: CDialect, policy: str = "fast"):
         self.fn = fn
@@ -50,8 +51,6 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         self.lines: list[str] = []
         self.indent = 1
         self.local_buffers: list[LocalBuffer] = []
-        self.static_work = 0      # elements touched by one program's loop nests, loops not counted
-        self.has_loops = False    # a run-time loop makes a program's work unknown here
         self.loop_stack: list[list[Value]] = []
         self.loop_heads: list[list[int]] = []   # per run-time loop: [line before it, its indent]
         self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
@@ -108,10 +107,6 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
     def open_nest(self, shape: tuple[int, ...], simd: bool = True, order: tuple[int, ...] | None = None) -> Nest:
         """Loops over `shape`, outermost first in `order` (default: axis order, the last innermost)."""
-        n = 1
-        for d in shape:
-            n *= d
-        self.static_work += n
         idx = tuple(f"i{k}" for k in range(len(shape)))
         for pos, k in enumerate(order or range(len(shape))):
             if simd and pos == len(shape) - 1 and self.d.simd_pragma:
@@ -481,8 +476,9 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         """An unmasked bf16 tile stored contiguously along its last axis: a vectorised loop puts
         the fp32 values in a chunk (the operand of a narrowing cast, not the rounded value) and the
         dialect's bf16_store rounds and stores them, with the bits of the per-element store."""
-        helper, n, width = self.d.bf16_store, ptr.shape[-1], BF16_STORE_CHUNK
-        if helper is None or self.checks_addresses or val.dtype is not D.bfloat16 or n % width \
+        helper, n = self.d.bf16_store, ptr.shape[-1]
+        width = next((w for w in (self.bf16_store_chunk, BF16_STORE_CHUNK) if n % w == 0), None)
+        if helper is None or self.checks_addresses or val.dtype is not D.bfloat16 or width is None \
                 or index_step(ptr, len(ptr.shape) - 1) != 1:
             return False
         src, cast = val, val.owner

@@ -7,7 +7,8 @@ Python headers or C compiler; ctypes also releases the GIL). Either way every la
 grid against the target's limits and every argument (a plain tensor on the cpu with its
 specialisation's dtype and a data pointer, ints that fit their parameter); what the kernel reports
 (a run-time loop step of 0; in bounds-checked mode an access outside a tensor) becomes an error
-naming the kernel, the op's source line and the argument.
+naming the kernel, the op's source line and the argument. Both pass the kernel the grain rule's
+process-wide settings (parallel.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from compiler.fastpath import fast_module
 from compiler.target import launch_grid
 from compiler.target.args import scalar_value, tensor_pointer, view_range
 
+from . import parallel
+
 log = logging.getLogger("targets.cpu")
 
 _CTYPES = {D.int1: ctypes.c_bool, D.int8: ctypes.c_int8, D.int16: ctypes.c_int16, D.int32: ctypes.c_int32,
@@ -34,7 +37,7 @@ STEP0, BOUNDS = 1, 2   # tj_status codes (tilejit_cpu.h)
 class Status(ctypes.Structure):
     _fields_ = [("code", ctypes.c_int32), ("site", ctypes.c_int32), ("arg", ctypes.c_int32),
                 ("store", ctypes.c_int32), ("offset", ctypes.c_int64), ("lo", ctypes.c_int64),
-                ("hi", ctypes.c_int64)]
+                ("hi", ctypes.c_int64), ("par", ctypes.c_void_p)]
 
 
 class Range(ctypes.Structure):
@@ -76,7 +79,7 @@ class CPULauncher:
         return mod.Launcher(entry, [0 if t.is_ptr() else _KIND[t] for t in self.param_types],
                             [i for i, _ in self.plan], self.torch_dtypes, tuple(self.caps.max_grid),
                             min(self.caps.max_programs, 2 ** 63 - 1), (torch.Tensor, torch.nn.Parameter),
-                            "is_cpu", self, self.bounds)
+                            "is_cpu", self, self.bounds, parallel.ADDRESS)
 
     # -- the checked Python path (the compiled launcher's slow path, and the ctypes launch) ------
     def prepare(self, grid, args):
@@ -104,7 +107,7 @@ class CPULauncher:
         if prep is None:
             return   # an empty grid runs nothing, as on a GPU
         g0, g1, g2, values, ranges = prep
-        st = Status()
+        st = Status(par=parallel.ADDRESS)
         extra = []
         if self.bounds:
             extra = [(Range * len(ranges))(*[Range(*r) if r else Range() for r in ranges])]

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <type_traits>
 
@@ -234,7 +235,8 @@ extern "C" int tj_assert_status(int* rec) {
 // One kernel argument of the packed entry, a status the kernel reports to its launcher (the first
 // error wins; the launcher raises it), and the byte range of one tensor's view (bounds-checked mode).
 typedef union { void* p; int64_t i; float f; } tj_arg;
-struct tj_status { int32_t code, site, arg, store; int64_t offset, lo, hi; };
+struct tj_parallel;
+struct tj_status { int32_t code, site, arg, store; int64_t offset, lo, hi; tj_parallel* par; };
 struct tj_range { int64_t base, lo, hi; };
 enum { TJ_OK = 0, TJ_E_STEP0 = 1, TJ_E_BOUNDS = 2 };
 static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t arg, int32_t store, int64_t off,
@@ -245,6 +247,106 @@ static inline void tj_fail(tj_status* st, int32_t code, int32_t site, int32_t ar
         return;
     st->site = site; st->arg = arg; st->store = store; st->offset = off; st->lo = lo; st->hi = hi;
     __atomic_store_n(&st->code, code, __ATOMIC_RELEASE);
+}
+
+// ---- the grain rule: which launches run their programs in parallel ---------------------------
+// Opening an OpenMP region wakes the team: about a microsecond on a quiet machine, but a scheduler
+// time slice (milliseconds) when other processes keep the cores busy, which a launch of a few
+// microseconds of work must not wait for. So a launch runs its programs on the calling thread
+// unless its serial time (its programs x this kernel's measured time per program) exceeds the
+// grain and twice the recent wake-up delay of a parallel region; a launch kept serial only by the
+// delay goes parallel at most once per `probe_spacing` delays of wall time, to measure it again
+// (so probing costs at most about 1/probe_spacing of the time). Which thread runs a program
+// changes no bit: every program is the same code on its own data (tests/test_cpu_parallel.py).
+#ifdef _OPENMP
+#include <omp.h>
+static inline int tj_default_threads() { return omp_get_max_threads(); }
+#else
+static inline int tj_default_threads() { return 1; }
+static inline int omp_get_thread_num() { return 0; }
+static inline int omp_get_num_threads() { return 1; }
+#endif
+// One per process, shared by every kernel (targets/cpu/parallel.py declares the same layout).
+struct tj_parallel {
+    int64_t grain_ns;       // serial time below which a launch stays on the calling thread
+    int32_t threads;        // team size; 0: OpenMP's default
+    int32_t probe_spacing;
+    int64_t wait_ns;        // moving average of a parallel region's wake-up delay
+    int64_t probe_ns;       // when a launch last went parallel to measure the delay
+    int64_t parallel, serial, skipped;   // launches: parallel, serial, serial because of the delay
+};
+static const int64_t TJ_DEFAULT_GRAIN_NS = 20000;   // a launch without the launcher's settings
+
+static inline int64_t tj_now_ns() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+// A kernel's time per program: a faster sample replaces it, a slower one moves it an eighth of the
+// way (a sample preempted by another process must not make the kernel look costly).
+static inline void tj_note_cost(int64_t* cost, int64_t ns) {
+    ns = ns < 1 ? 1 : ns;
+    const int64_t old = __atomic_load_n(cost, __ATOMIC_RELAXED);
+    __atomic_store_n(cost, old <= 0 || ns < old ? ns : old + (ns - old) / 8, __ATOMIC_RELAXED);
+}
+static inline bool tj_go_parallel(int64_t serial_ns, tj_parallel* par) {
+    const int64_t grain = par ? par->grain_ns : TJ_DEFAULT_GRAIN_NS;
+    if (grain == 0) return true;   // the setting that asks for every launch in parallel
+    if (serial_ns < grain) return false;
+    const int64_t wait = par ? __atomic_load_n(&par->wait_ns, __ATOMIC_RELAXED) : 0;
+    if (serial_ns < 2 * wait) {
+        const int64_t now = tj_now_ns();
+        int64_t last = __atomic_load_n(&par->probe_ns, __ATOMIC_RELAXED);
+        if (now - last < (int64_t)par->probe_spacing * wait
+            || !__atomic_compare_exchange_n(&par->probe_ns, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            __atomic_add_fetch(&par->skipped, 1, __ATOMIC_RELAXED);
+            return false;
+        }
+    }
+    return true;
+}
+// Runs program(p) for p in [0, total): on the calling thread or split in contiguous chunks across
+// the team (the calling thread takes the first and largest chunk). `cost` is the kernel's own
+// measured time per program (0 until its first launch, which times program 0 alone first).
+template <class F> static inline void tj_run_programs(int64_t total, int64_t* cost, tj_status* st, F&& program) {
+    tj_parallel* par = st->par;
+    const int threads = par && par->threads > 0 ? par->threads : tj_default_threads();
+    int64_t first = 0;
+    if (total > 1 && threads > 1 && __atomic_load_n(cost, __ATOMIC_RELAXED) <= 0) {
+        const int64_t t0 = tj_now_ns();
+        program(0);
+        tj_note_cost(cost, tj_now_ns() - t0);
+        first = 1;
+    }
+    const int64_t m = total - first, c = __atomic_load_n(cost, __ATOMIC_RELAXED);
+    if (m > 1 && threads > 1 && tj_go_parallel(c > INT64_MAX / m ? INT64_MAX : m * c, par)) {
+        const int64_t t0 = tj_now_ns();
+        int64_t late = 0;
+        #pragma omp parallel num_threads(threads)
+        {
+            const int t = omp_get_thread_num(), n = omp_get_num_threads();
+            if (t > 0) {
+                const int64_t d = tj_now_ns() - t0;
+                int64_t seen = __atomic_load_n(&late, __ATOMIC_RELAXED);
+                while (d > seen && !__atomic_compare_exchange_n(&late, &seen, d, true, __ATOMIC_RELAXED,
+                                                                __ATOMIC_RELAXED)) {}
+            }
+            const int64_t lo = first + (m * t + n - 1) / n, hi = first + (m * (t + 1) + n - 1) / n;
+            const int64_t c0 = t == 0 ? tj_now_ns() : 0;
+            for (int64_t p = lo; p < hi; ++p) program(p);
+            if (t == 0 && hi > lo) tj_note_cost(cost, (tj_now_ns() - c0) / (hi - lo));
+        }
+        if (par) {
+            const int64_t w = __atomic_load_n(&par->wait_ns, __ATOMIC_RELAXED);
+            __atomic_store_n(&par->wait_ns, w + (late - w) / 4, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&par->parallel, 1, __ATOMIC_RELAXED);
+        }
+        return;
+    }
+    const int64_t t0 = tj_now_ns();
+    for (int64_t p = first; p < total; ++p) program(p);
+    if (m > 0) tj_note_cost(cost, (tj_now_ns() - t0) / m);
+    if (par) __atomic_add_fetch(&par->serial, 1, __ATOMIC_RELAXED);
 }
 
 #ifdef TILEJIT_BOUNDS_CHECK
@@ -601,6 +703,23 @@ static inline ptrdiff_t tj_ahead(const void** last, const void* now) {
 // per-element path (docs/architecture.md).
 static inline void tj_store_bf16(uint16_t* dst, const float* src, int n) {
     int i = 0;
+#if defined(__AVX512F__) && defined(TILEJIT_WIDE_VECTORS)
+    // the same rounding 32 values a step (kernels built with 512-bit vectors: their chunks are 32)
+    const __m512i bias16 = _mm512_set1_epi32(0x7fff), one16 = _mm512_set1_epi32(1);
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_loadu_ps(src + i), b = _mm512_loadu_ps(src + i + 16);
+        if (_mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q)) {
+            for (int l = i; l < i + 32; ++l) dst[l] = tj_f2bf(src[l]);
+            continue;
+        }
+        const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+        const __m512i ra = _mm512_add_epi32(_mm512_add_epi32(ua, bias16), _mm512_and_si512(_mm512_srli_epi32(ua, 16), one16));
+        const __m512i rb = _mm512_add_epi32(_mm512_add_epi32(ub, bias16), _mm512_and_si512(_mm512_srli_epi32(ub, 16), one16));
+        // the high halves are below 2^16: narrowing each lane to 16 bits keeps them, in order
+        _mm256_storeu_si256((__m256i*)(dst + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(ra, 16)));
+        _mm256_storeu_si256((__m256i*)(dst + i + 16), _mm512_cvtepi32_epi16(_mm512_srli_epi32(rb, 16)));
+    }
+#endif
 #if defined(__AVX2__)
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
     for (; i + 16 <= n; i += 16) {

@@ -168,23 +168,15 @@ static inline void matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
     }
 }
 
-// Entry point: every grid point runs once. Launches with little work (65536 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t matmul_kernel_ns_per_program = 0;
 static void matmul_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* a_ptr, float* b_ptr, float* c_ptr, int32_t M, int32_t N, int32_t K, int32_t stride_am, int32_t stride_bk, int32_t stride_cm,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 65536 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            matmul_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &matmul_kernel_ns_per_program, tj_st, [&](int64_t p) {
         matmul_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.

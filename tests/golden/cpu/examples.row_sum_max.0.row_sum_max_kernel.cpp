@@ -134,23 +134,15 @@ static inline void row_sum_max_kernel_program(int32_t pid0, int32_t pid1, int32_
     *(v49) = c2;
 }
 
-// Entry point: every grid point runs once. Launches with little work (65536 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t row_sum_max_kernel_ns_per_program = 0;
 static void row_sum_max_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* x_ptr, float* sum_ptr, float* max_ptr, int32_t n_cols, int32_t stride,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 65536 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            row_sum_max_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, x_ptr, sum_ptr, max_ptr, n_cols, stride, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &row_sum_max_kernel_ns_per_program, tj_st, [&](int64_t p) {
         row_sum_max_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, x_ptr, sum_ptr, max_ptr, n_cols, stride, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.

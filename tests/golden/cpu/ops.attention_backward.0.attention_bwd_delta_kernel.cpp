@@ -119,23 +119,15 @@ static inline void attention_bwd_delta_kernel_program(int32_t pid0, int32_t pid1
     }
 }
 
-// Entry point: every grid point runs once. Launches with little work (1184 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t attention_bwd_delta_kernel_ns_per_program = 0;
 static void attention_bwd_delta_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* o_ptr, float* do_ptr, float* delta_ptr, int32_t Sq, int32_t D, int32_t sob, int32_t soh, int32_t som, int32_t sdb, int32_t sdh, int32_t sdm,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 1184 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            attention_bwd_delta_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, o_ptr, do_ptr, delta_ptr, Sq, D, sob, soh, som, sdb, sdh, sdm, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &attention_bwd_delta_kernel_ns_per_program, tj_st, [&](int64_t p) {
         attention_bwd_delta_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, o_ptr, do_ptr, delta_ptr, Sq, D, sob, soh, som, sdb, sdh, sdm, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.

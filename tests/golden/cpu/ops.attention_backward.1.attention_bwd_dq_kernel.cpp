@@ -504,23 +504,15 @@ static inline void attention_bwd_dq_kernel_program(int32_t pid0, int32_t pid1, i
     }
 }
 
-// Entry point: every grid point runs once. Launches with little work (65536 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t attention_bwd_dq_kernel_ns_per_program = 0;
 static void attention_bwd_dq_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* q_ptr, float* k_ptr, float* v_ptr, float* do_ptr, float* lse_ptr, float* delta_ptr, float* dq_ptr, int32_t Sq, int32_t Sk, int32_t D, float scale, int32_t smb, int32_t smh, int32_t smm, int32_t smn, int32_t sqb, int32_t sqh, int32_t sqm, int32_t skb, int32_t skh, int32_t skn, int32_t svb, int32_t svh, int32_t svn, int32_t sdb, int32_t sdh, int32_t sdm,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 65536 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            attention_bwd_dq_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, Sq, Sk, D, scale, smb, smh, smm, smn, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdb, sdh, sdm, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &attention_bwd_dq_kernel_ns_per_program, tj_st, [&](int64_t p) {
         attention_bwd_dq_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, Sq, Sk, D, scale, smb, smh, smm, smn, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn, sdb, sdh, sdm, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.

@@ -299,23 +299,15 @@ static inline void softmax_kernel_program(int32_t pid0, int32_t pid1, int32_t pi
     }
 }
 
-// Entry point: every grid point runs once. Launches with little work (65536 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t softmax_kernel_ns_per_program = 0;
 static void softmax_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* x_ptr, float* y_ptr, int32_t V, int32_t sx, int32_t sy, float scale,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 65536 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            softmax_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, x_ptr, y_ptr, V, sx, sy, scale, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &softmax_kernel_ns_per_program, tj_st, [&](int64_t p) {
         softmax_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, x_ptr, y_ptr, V, sx, sy, scale, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.

@@ -815,23 +815,15 @@ static inline void serving_attention_kernel_program(int32_t pid0, int32_t pid1, 
     }
 }
 
-// Entry point: every grid point runs once. Launches with little work (65536 elements
-// per program, estimated when rendering) run on the calling thread: entering an OpenMP region costs
-// about a microsecond even when it runs on one thread.
+// Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
+// tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
+static int64_t serving_attention_kernel_ns_per_program = 0;
 static void serving_attention_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* q_ptr, float* k_ptr, float* v_ptr, int32_t* bt_ptr, int32_t* lens_ptr, int32_t* cuq_ptr, float* o_ptr, int32_t GROUP, int32_t D, float scale, float cap, int32_t window, int32_t PAGE, int32_t sqt, int32_t sqh, int32_t skt, int32_t skh, int32_t svt, int32_t svh, int32_t sbt, int32_t sot, int32_t soh, int32_t sop,
                            tj_status* tj_st) {
-    const int64_t total = (int64_t)g0 * g1 * g2;
-    if (total <= 1 || total * 65536 < 65536) {
-        for (int64_t p = 0; p < total; ++p)
-            serving_attention_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                               g0, g1, g2, q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, o_ptr, GROUP, D, scale, cap, window, PAGE, sqt, sqh, skt, skh, svt, svh, sbt, sot, soh, sop, tj_st);
-        return;
-    }
-    #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < total; ++p) {
+    tj_run_programs((int64_t)g0 * g1 * g2, &serving_attention_kernel_ns_per_program, tj_st, [&](int64_t p) {
         serving_attention_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
                            g0, g1, g2, q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, o_ptr, GROUP, D, scale, cap, window, PAGE, sqt, sqh, skt, skh, svt, svh, sbt, sot, soh, sop, tj_st);
-    }
+    });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.
