@@ -24,7 +24,7 @@ import torch
 from . import dtypes as D
 from . import launch_options as LO
 from . import cache_miss, source
-from .cache import CacheMissError, KernelCache, stable_hash, strict_mode
+from .cache import CacheError, CacheMissError, KernelCache, stable_hash, strict_mode
 from .captured import is_current, refreshed
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
@@ -37,6 +37,7 @@ from .passes import optimize
 from .target import current_target, get_target
 from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
+from .version import changed_sources
 
 # errors about the user's kernel or launch, or a kernel that is not in the cache and cannot be
 # built here: shown without the compiler's frames unless TILEJIT_DEBUG is on (compiler/faults.py)
@@ -531,6 +532,12 @@ def _entry(cache: KernelCache, key: str, fn_ir, source: str, target, policy: str
 
     def build(d):
         meta = target.build(fn_ir, source, d)
+        changed = changed_sources()
+        if changed:   # the entry was rendered or compiled from other sources than its key says
+            raise CacheError(
+                f"kernel '{fn_ir.name}': tilejit's own sources in {', '.join(changed)} changed while this process "
+                "was running (an edit, or an upgrade in place); a kernel built now would not match the cache key "
+                "of the sources it loaded, so it is not built. Restart the process.")
         # what `cache ls`, `export --op` and a later miss's message read back
         return {**meta, "policy": policy, "specialization": cache_miss.specialisation(fn_ir),
                 "compiler": compiler, **({"op": op} if op else {})}

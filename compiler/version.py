@@ -15,9 +15,29 @@ COMPILER_FILES_OUTSIDE_THE_KEY = frozenset({
 })
 
 
+# (directory, leave_out) -> the hash this process first computed for it: what its cache keys say
+_KEYED: dict[tuple[str, frozenset], str] = {}
+
+
 def package_source_hash(directory: str, leave_out: frozenset = frozenset()) -> str:
     """sha256 over the names and contents of a package's source files, in sorted order, but those
-    whose path relative to `directory` (with "/") is in `leave_out`."""
+    whose path relative to `directory` (with "/") is in `leave_out`: for a cache key, so the first
+    hash of each directory is remembered for `changed_sources`."""
+    digest = hash_sources(directory, leave_out)
+    _KEYED.setdefault((os.path.realpath(directory), leave_out), digest)
+    return digest
+
+
+def changed_sources() -> list[str]:
+    """The directories whose sources differ from their first hash in this process. Templates and
+    headers are read when a kernel is rendered and compiled, after its key was computed: a kernel
+    built once they changed (an edit, or an upgrade in place under a running process) does not
+    match its key, and must not be stored under it."""
+    return [d for (d, leave_out), digest in list(_KEYED.items()) if hash_sources(d, leave_out) != digest]
+
+
+def hash_sources(directory: str, leave_out: frozenset = frozenset()) -> str:
+    """package_source_hash without remembering it (for a copy of a package, as tests make)."""
     h = hashlib.sha256()
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")

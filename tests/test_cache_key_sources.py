@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from compiler.jit import compiler_source_hash
-from compiler.version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash
+from compiler.version import COMPILER_FILES_OUTSIDE_THE_KEY, hash_sources
 
 pytestmark = pytest.mark.no_toolchain
 
@@ -24,7 +24,7 @@ def copy(tmp_path_factory):
 
 
 def _key(d) -> str:
-    return package_source_hash(str(d), COMPILER_FILES_OUTSIDE_THE_KEY)
+    return hash_sources(str(d), COMPILER_FILES_OUTSIDE_THE_KEY)
 
 
 def test_the_key_leaves_out_the_doctor_and_the_command_lines(copy):
@@ -71,3 +71,44 @@ def test_the_code_outside_the_key_is_not_imported_by_the_compiler_proper():
                        for m in _imports(p) & outside)
     assert not offenders, offenders
     assert "compiler.doctor" in outside and "compiler.cache.cli" in outside   # the names resolve as imports do
+
+
+def test_a_source_changed_under_a_running_process_is_reported(tmp_path, monkeypatch):
+    from compiler import version
+    monkeypatch.setattr(version, "_KEYED", dict(version._KEYED))
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "kernel.cpp.j2").write_text("one\n")
+    version.package_source_hash(str(pkg))
+    assert str(pkg.resolve()) not in version.changed_sources()
+    (pkg / "kernel.cpp.j2").write_text("two\n")
+    assert str(pkg.resolve()) in version.changed_sources()
+
+
+@pytest.mark.compile
+def test_a_kernel_built_after_its_sources_changed_is_not_stored(tcache, monkeypatch):
+    """A template or header read after the key was computed (an edit, an upgrade in place under a
+    running server) would store a kernel under a key that does not describe it, and every later
+    process would load it (a launch ABI that no longer matches corrupted memory): the build
+    refuses, naming the directory, and the cache keeps nothing."""
+    import torch
+
+    from compiler import kernel, version
+    from compiler import language as tl
+    from compiler.cache import CacheError, KernelCache
+
+    @kernel
+    def add_one(X, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(X + o, tl.load(X + o) + 1)
+
+    monkeypatch.setattr(version, "_KEYED", dict(version._KEYED))
+    pkg = tcache.parent / "templates"
+    pkg.mkdir()
+    (pkg / "entry.j2").write_text("before\n")
+    version.package_source_hash(str(pkg))          # as a target's fingerprint does
+    (pkg / "entry.j2").write_text("after\n")        # changed before the build
+    with pytest.raises(CacheError, match=r"kernel 'add_one': tilejit's own sources in .*templates changed while "
+                                         r"this process was running .* Restart the process"):
+        add_one[(1,)](torch.zeros(16), N=16)
+    assert list(KernelCache(tcache).manifests()) == []
