@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 
 import pytest
@@ -179,16 +180,22 @@ def test_rank_exiting_early_is_named_within_timeout():
         assert res[r]["elapsed"] < TIMEOUT_S + 1.0, res[r]
 
 
-def _every_rank_exits(comm):
-    os._exit(3)
-
-
-def test_a_run_in_which_no_rank_reports_raises():
-    """Every rank gone without a word (as when a script without a main guard spawns them) is an
-    error naming the exit codes and the guard, not a list of Nones."""
-    with pytest.raises(RuntimeError, match=r"_every_rank_exits, world=2\): every rank exited without reporting "
-                                           r"a result or an error \(exit codes \[3, 3\]\).*__name__ == '__main__'"):
-        run_ranks(_every_rank_exits, 2, timeout=TIMEOUT_S, deadline=60)
+def test_a_run_in_which_no_rank_reports_raises(tmp_path, monkeypatch):
+    """Every rank gone at bootstrap without a word (as when a script without a main guard spawns
+    them: here the ranks cannot import their function's module) is an error naming the exit codes
+    and the guard, not a list of Nones."""
+    import importlib
+    import shutil
+    (tmp_path / "vanishing_rank_fn.py").write_text("def rank_fn(comm):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("vanishing_rank_fn")
+    monkeypatch.setitem(sys.modules, "vanishing_rank_fn", module)   # gone from sys.modules after the test
+    fn = module.rank_fn
+    (tmp_path / "vanishing_rank_fn.py").unlink()
+    shutil.rmtree(tmp_path / "__pycache__", ignore_errors=True)
+    with pytest.raises(RuntimeError, match=r"rank_fn, world=2\): every rank exited without reporting a result or an "
+                                           r"error \(exit codes \[1, 1\]\).*__name__ == '__main__'"):
+        run_ranks(fn, 2, timeout=TIMEOUT_S, deadline=60)
 
 
 def _hung_rank(comm):
