@@ -37,7 +37,6 @@ from filelock import FileLock
 
 from ..opspec import config_problem
 from . import usage
-from .safety import CacheError
 from .keys import stable_hash
 from .safety import CacheError, log, strict_mode
 from .store import default_cache_dir
