@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import dtypes as D
 from . import language as lang
-from .builtins_common import _axis, _const_int, _dtype, _shape
+from .builtins_common import _axis, _dtype, _shape
 from .semantic import SemanticError, Tile
 
 

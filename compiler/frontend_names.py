@@ -4,7 +4,6 @@ shape, T and the tensor methods), of dtypes, of Python numbers (`eps.to(tl.float
 specialised constant), and "did you mean" suggestions for misspelt names."""
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import types
 

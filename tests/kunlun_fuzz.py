@@ -245,7 +245,7 @@ def _masked_loop(rng, i, dt, k):
             continue
         upd = {"squares": "c + x * x", "absmax": "tl.maximum(c, tl.abs(x))",
                "positive": "c + tl.where(x > 0.0, x, 0.0)"}[stat]
-        parts.append(f"    c = tl.zeros([BLOCK], dtype=tl.float32)\n"
+        parts.append("    c = tl.zeros([BLOCK], dtype=tl.float32)\n"
                      + _walk(style, load, "0.0", f"        c = {upd}") + f"    c{j} = tl.sum(c, 0) + 1.0\n")
         ys.append(_pick(rng, [f"x / c{j}", f"x * c{j} - 1.0", f"tl.sqrt(tl.abs(x) / c{j})"]))
     other = "-float('inf')" if "online" in stats else "0.0"

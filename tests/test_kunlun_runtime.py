@@ -431,7 +431,7 @@ def test_xccl_timeout_aborts_and_names_the_missing_rank(dev, bk, stub):
 
 def test_targets_listing_shows_which_kunlun_paths_this_machine_takes():
     from targets.__main__ import describe  # noqa: PLC0415
-    from targets.kunlun.build import sdk as kunlun_sdk, toolchain as kunlun_toolchain  # noqa: PLC0415
+    from targets.kunlun.build import sdk as kunlun_sdk  # noqa: PLC0415
     status = describe("kunlun")["status"]
     xtdk = kunlun_sdk.find_xtdk()
     assert status[0] == (f"build: XTDK at {xtdk}" if xtdk else

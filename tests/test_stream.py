@@ -3,7 +3,6 @@ of kernels on two streams (ctypes releases the GIL during a launch)."""
 from __future__ import annotations
 
 import contextvars
-import os
 import subprocess
 import sys
 import time
