@@ -44,15 +44,16 @@ class KunlunTarget(Target):
         self._rendered: collections.OrderedDict[str, object] = collections.OrderedDict()
 
     def fingerprint(self) -> dict:
+        # TILEJIT_KUNLUN_SPILL=0 refuses what a plan would spill: a cached kernel must not answer for it
+        spill = spill_allowed()
         if self._fingerprint is None:
             fp = {"target": self.name, **toolchain.fingerprint(self.arch),
                   "source": package_source_hash(_HERE),
                   "cfamily": package_source_hash(os.path.join(_HERE, "..", "cfamily"))}
             if self.unknown_here():   # no host compiler: the cache's entries say which one built them
-                return {**adopt_fingerprint(fp, self.unknown_here()), "spill": spill_allowed()}
+                return adopt_fingerprint({**fp, "spill": spill}, self.unknown_here())
             self._fingerprint = fp
-        # TILEJIT_KUNLUN_SPILL=0 refuses what a plan would spill: a cached kernel must not answer for it
-        return {**self._fingerprint, "spill": spill_allowed()}
+        return {**self._fingerprint, "spill": spill}
 
     def unknown_here(self) -> tuple[str, ...]:
         return ("cxx",) if toolchain.mode() == "emulation" and toolchain.cpu_toolchain.missing() else ()
