@@ -98,7 +98,7 @@ def pytest_collection_modifyitems(config, items):
             f"{len(untiered)} tests declare no tier (e.g. {untiered[0]}): add `pytestmark = pytest.mark.<tier>` to "
             f"the module, one of {', '.join(TIERS)} (tests/conftest.py, docs/testing.md)")
     tiers = {item: tier_of(item) for item in items}
-    for item in _unsampled(items):
+    for item in _unsampled([item for item in items if tiers[item] != "slow"]):
         tiers[item] = "slow"
     for item in items:   # one tier marker each, so that `-m <tier>` selects exactly the tests of a tier
         for node in item.listchain():
@@ -113,8 +113,9 @@ def pytest_collection_modifyitems(config, items):
 
 def _unsampled(items) -> list:
     """The cases of each `@pytest.mark.sampled` test outside its sample: the fewest cases, chosen
-    greedily in collection order, in which every value of every parameter appears at least once.
-    The default tiers run the sample; the rest of the grid runs in the slow tier."""
+    greedily in collection order, in which every value of every parameter appears at least once
+    (among `items`: the cases not in the slow tier already). The default tiers run the sample; the
+    rest of the grid runs in the slow tier."""
     grids: dict = {}
     for item in items:
         if item.get_closest_marker("sampled") is not None and hasattr(item, "callspec"):

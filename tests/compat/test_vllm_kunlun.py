@@ -226,6 +226,7 @@ CASES = {f.__name__: f for f in (cumsum_scalar, cumsum_vector, scaled_dot_kkt, s
 SLOW = {("chunk_output", "kunlun:xpu2"), ("chunk_output", "kunlun:xpu3"), ("causal_conv1d", "kunlun:xpu2")}
 
 
+@pytest.mark.sampled   # every kernel and every target in the default tiers; the whole grid in slow
 @pytest.mark.parametrize("name,target", [pytest.param(n, t, marks=[pytest.mark.slow] if (n, t) in SLOW else [])
                                          for n in sorted(CASES) for t in TARGETS])
 def test_vllm_kunlun_kernel(vllm_kunlun, name, target):
