@@ -14,5 +14,6 @@ case "${1:-}" in
              export TILEJIT_TEST_NO_TOOLCHAIN=1 ;;
     --all) shift; select=(-m all); tiers="every tier" ;;
 esac
+[[ " $* " == *" -m "* ]] && tiers="the tiers the -m expression selects"
 echo "tilejit tests: $tiers, on ${TILEJIT_TEST_WORKERS:-$(nproc 2>/dev/null || echo all)} workers"
 exec python -m pytest -n "${TILEJIT_TEST_WORKERS:-auto}" -rs --durations=20 "${select[@]}" "$@"
