@@ -320,15 +320,11 @@ class KernelFunction:
                 opts = {**opts, **extra} if extra else opts
             args = self.bind(args, kwargs)
         target = self.target or current_target()
-        key = (target.launch_key, self.numerics or current_policy(), *map(_spec_of, self._runtime_args(args)),
-               *map(_constexpr_key, self._constexpr_args(args)))
+        topts = LO.for_target(target, opts) if opts else ()
+        key = self._key(target, self.numerics or current_policy(), args, topts)
         if _WRAPPED in key:   # triton.reinterpret(...) arguments: launched as the tensors they stand for
             args = _reinterpreted(self.__name__, self.arg_names, args)
-            key = (key[0], key[1], *map(_spec_of, self._runtime_args(args)),
-                   *map(_constexpr_key, self._constexpr_args(args)))
-        topts = LO.for_target(target, opts) if opts else ()
-        if topts:
-            key += (topts,)
+            key = self._key(target, key[1], args, topts)
         dry = _DRY.get()
         try:
             ck = self.compiled.get(key) if dry is None else None
@@ -352,6 +348,17 @@ class KernelFunction:
             record.append((ck, grid, args))
         return ck
 
+    def _key(self, target, policy, args, topts) -> tuple:
+        """The specialisation key of bound `args`: what compiler/fastpath/tjfast.c's make_key computes.
+        The options the target honours join it only where they differ from the decorator's: those are
+        the same at every launch on a target (key[0]), and the compiled warm path, which sees no
+        launch options, must find the entry a launch with the decorator's options made."""
+        key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
+               *map(_constexpr_key, self._constexpr_args(args)))
+        if topts and topts != LO.for_target(target, self.launch_defaults):
+            key += (topts,)
+        return key
+
     def _first_launch(self, grid, key, args, target, dry=None, topts=()):
         """A miss (or a render_only / compile_only launch, recorded in `dry`): the grid is checked
         before anything compiles, then the specialisation is rendered or compiled."""
@@ -373,11 +380,8 @@ class KernelFunction:
         args = _reinterpreted(self.__name__, self.arg_names, self.bind(args, kwargs))
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
-        key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
-               *map(_constexpr_key, self._constexpr_args(args)))
         topts = LO.for_target(target, {**self.launch_defaults, **extra})
-        if topts:
-            key += (topts,)
+        key = self._key(target, policy, args, topts)
         try:
             ck = self.compiled.get(key)
             if ck is None or (ck.captured and not self._still_current(ck)):

@@ -262,6 +262,31 @@ def test_compiled_key_equals_the_python_key(args):
     assert d.key(x, *args, 4) == want_default
 
 
+@kernel(isCloseVectorization=True)
+def _with_decorator_options(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 2.0)
+
+
+@pytest.mark.emulation
+def test_a_kernel_with_decorator_options_is_found_by_the_compiled_warm_path():
+    """kunlun honours isCloseVectorization: the key of a launch with the decorator's options is the one
+    the compiled warm path computes (it sees no options), so warm launches do not fall back to Python;
+    a launch naming other options gets an entry of its own, one naming the decorator's shares it."""
+    from compiler.fastpath import fast_module
+    if fast_module() is None:
+        pytest.skip("the compiled launch path is unavailable here")
+    k = _with_decorator_options
+    x = torch.zeros(4)
+    with compiler.use_target("kunlun:xpu3"):
+        k[(1,)](x, BLOCK=4)
+        assert x.tolist() == [2.0] * 4
+        assert list(k.compiled) == [k._dispatch.key(x, BLOCK=4)]
+        k[(1,)](x, BLOCK=4, isCloseVectorization=True)
+        assert len(k.compiled) == 1
+        k[(1,)](x, BLOCK=4, isCloseVectorization=False)
+        assert len(k.compiled) == 2 and k._dispatch.key(x, BLOCK=4) in k.compiled
+
+
 def test_missing_python_headers_fall_back_with_a_note(monkeypatch, tmp_path):
     """Without Python.h the compiled launch path is not built; the reason names the package to
     install, and launches take the Python path (the `python` mode of the tests above)."""

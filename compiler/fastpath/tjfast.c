@@ -2,7 +2,7 @@
  * conversion of a kernel launch, in C.
  *
  * Dispatcher (one per @kernel): binds positional/keyword/default arguments, builds the
- * specialisation key exactly as compiler/jit.py's `spec_key` does, looks it up in the kernel's
+ * specialisation key exactly as compiler/jit.py's `KernelFunction._key` does, looks it up in the kernel's
  * `compiled` dict, checks that the globals the kernel captured are still the objects it was
  * compiled with, evaluates a callable grid, and calls the launcher. Anything unusual (a miss, an
  * unknown keyword, a render_only block, a changed global, an error) goes to the Python `run`,
