@@ -103,8 +103,9 @@ def _tainted(fn: Function, axes: tuple[int, ...], seeds=()) -> set[int]:
     """Ids of the values that depend on `program_id(a)` for an `a` in `axes`, or on a value of
     `seeds`."""
     t = _Taint(axes, seeds)
-    while t.block(fn.body):
-        pass
+    # one pass: a value is defined before its uses, and each loop reaches its own fixpoint over
+    # its back edges, so nothing marked later can reach an op already visited
+    t.block(fn.body)
     return t.bad
 
 
