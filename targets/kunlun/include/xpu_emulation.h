@@ -16,8 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <atomic>
-#include <functional>
-#include <vector>
+#include <stdlib.h>
 #include <ucontext.h>
 
 #define __global__
@@ -246,6 +245,28 @@ struct tj_emu_lm_guard {
 };
 #define TJ_LM_USE(buf) tj_emu_lm_guard tj_lm_guard_##buf((int)sizeof(buf), #buf)
 
+// ---- the kernel as a callable, and per-thread scratch buffers ----------------------------------
+// A function pointer and its lambda rather than std::function and std::vector: <functional> and
+// <vector> would add ~0.2 s to every emulation build, a third of a small kernel's.
+struct tj_emu_fn {
+    void (*call)(const void*);
+    const void* self;
+};
+struct tj_emu_buf {
+    char* p;
+    size_t n;
+};
+static inline char* tj_emu_sized(tj_emu_buf& b, size_t n) {   // at least n bytes (contents kept)
+    if (b.n < n) {
+        char* q = (char*)realloc(b.p, n);
+        if (!q) { fprintf(stderr, "tilejit kunlun emulation: out of host memory (%zu bytes)\n", n); abort(); }
+        b.p = q;
+        b.n = n;
+    }
+    return b.p;
+}
+static inline char* tj_emu_zeroed(tj_emu_buf& b, size_t n) { return (char*)memset(tj_emu_sized(b, n), 0, n); }
+
 // ---- a cluster of a staged launch: its SM, and its cores as coroutines on one host thread ------
 // The cores take turns: each runs until it reaches sync_cluster() or finishes; when every core that
 // has not finished waits, the barrier opens. A core that finishes while others wait (or a barrier
@@ -263,16 +284,16 @@ struct tj_emu_cluster {
     tj_emu_core* cores;
     int current;
     char* sm;
-    const std::function<void()>* kernel;
+    const tj_emu_fn* kernel;
 };
 static thread_local tj_emu_cluster* tj_emu_here = 0;
 static inline char* tj_emu_sm(int bytes) {
     if (!tj_emu_here || bytes > TJ_EMU_SM_BYTES) {
         tj_emu_fail("%s: %llu bytes of SM asked for, %llu available (cluster %d, core %d)", "TJ_SM_ARENA",
                     (uint64_t)bytes, (uint64_t)(tj_emu_here ? TJ_EMU_SM_BYTES : 0));
-        static thread_local std::vector<char> none;
-        none.assign((bytes > 0 ? bytes : 0) + 128, 0);
-        return (char*)(((uintptr_t)none.data() + 63) & ~(uintptr_t)63);
+        static thread_local tj_emu_buf none;
+        char* p = tj_emu_zeroed(none, (size_t)(bytes > 0 ? bytes : 0) + 128);
+        return (char*)(((uintptr_t)p + 63) & ~(uintptr_t)63);
     }
     return tj_emu_here->sm;
 }
@@ -288,20 +309,19 @@ static inline void sync_cluster() {
 }
 static void tj_emu_core_main() {
     tj_emu_cluster* c = tj_emu_here;
-    (*c->kernel)();
+    c->kernel->call(c->kernel->self);
     c->cores[c->current].state = TJ_CORE_DONE;   // returns to the scheduler (uc_link)
 }
-static void tj_emu_run_cluster(int cluster, int cores, const std::function<void()>& kernel) {
+static void tj_emu_run_cluster(int cluster, int cores, const tj_emu_fn& kernel) {
     const size_t stack_bytes = 256 * 1024;
-    static thread_local std::vector<char> stacks, sm;
-    static thread_local std::vector<tj_emu_core> state;
-    stacks.resize(stack_bytes * cores);
-    sm.assign(TJ_EMU_SM_BYTES + 64, 0);
-    state.resize(cores);
+    static thread_local tj_emu_buf stacks_buf, sm_buf, state_buf;
+    char* stacks = tj_emu_sized(stacks_buf, stack_bytes * cores);
+    char* sm = tj_emu_zeroed(sm_buf, TJ_EMU_SM_BYTES + 64);
+    tj_emu_core* state = (tj_emu_core*)tj_emu_sized(state_buf, sizeof(tj_emu_core) * cores);
     tj_emu_cluster c;
-    c.cores = state.data();
+    c.cores = state;
     c.kernel = &kernel;
-    c.sm = (char*)(((uintptr_t)sm.data() + 63) & ~(uintptr_t)63);
+    c.sm = (char*)(((uintptr_t)sm + 63) & ~(uintptr_t)63);
     tj_emu_here = &c;
     tj_emu_cluster_id = cluster;
     for (int i = 0; i < cores; ++i) {
@@ -312,7 +332,7 @@ static void tj_emu_run_cluster(int cluster, int cores, const std::function<void(
         k.arena_bytes = 0;
         memset(k.pend, 0, sizeof k.pend);
         getcontext(&k.ctx);
-        k.ctx.uc_stack.ss_sp = stacks.data() + stack_bytes * i;
+        k.ctx.uc_stack.ss_sp = stacks + stack_bytes * i;
         k.ctx.uc_stack.ss_size = stack_bytes;
         k.ctx.uc_link = &c.scheduler;
         makecontext(&k.ctx, tj_emu_core_main, 0);
@@ -348,7 +368,7 @@ static void tj_emu_run_cluster(int cluster, int cores, const std::function<void(
 }
 
 // ---- launch -----------------------------------------------------------------------------------
-static int tj_emu_launch(int clusters, int cores, bool staged, const std::function<void()>& kernel) {
+static int tj_emu_launch_fn(int clusters, int cores, bool staged, const tj_emu_fn& kernel) {
     tj_emu_cluster_num = clusters;
     tj_emu_core_num = cores;
     if (staged) {   // the clusters in parallel, the cores of each as coroutines (above)
@@ -363,12 +383,14 @@ static int tj_emu_launch(int clusters, int cores, bool staged, const std::functi
         tj_emu_cluster_id = flat / cores;
         tj_emu_core_id = flat % cores;
         tj_emu_lm_live = 0;
-        if (!tj_emu_err.load(std::memory_order_relaxed)) kernel();
+        if (!tj_emu_err.load(std::memory_order_relaxed)) kernel.call(kernel.self);
     }
     return tj_emu_err.load() ? -1 : 0;
 }
-
-static int tj_emu_launch(int clusters, int cores, const std::function<void()>& kernel) {
+template <class F> static int tj_emu_launch(int clusters, int cores, bool staged, const F& kernel) {
+    return tj_emu_launch_fn(clusters, cores, staged, tj_emu_fn{[](const void* f) { (*(const F*)f)(); }, &kernel});
+}
+template <class F> static int tj_emu_launch(int clusters, int cores, const F& kernel) {
     return tj_emu_launch(clusters, cores, false, kernel);
 }
 
