@@ -16,6 +16,7 @@ from __future__ import annotations
 from . import dtypes as D
 from .errors import CompilationError
 from .ir import Block, Function, Op, TileType
+from .ir.ops import BITCAST, LOAD, OPS, STORE
 from .passes import replace_all_uses
 from .semantic import Builder, Tile
 
@@ -39,15 +40,15 @@ def _block(fn: Function, block: Block) -> None:
     for op in block.ops:
         for sub in op.blocks:
             _block(fn, sub)
-        if op.name in ("atomic_rmw", "atomic_cas") and _elem(op.operands[0]) is D.float64:
+        if OPS[op.name].has("atomic") and _elem(op.operands[0]) is D.float64:
             raise CompilationError.at(op.loc, "atomics on float64 are not supported on this target (no fp64: float64 "
                                       "is computed in fp32)", kernel=fn.name)
-        if op.name == "bitcast" and D.float64 in (op.operands[0].dtype, op.results[0].dtype):
+        if op.name == BITCAST and D.float64 in (op.operands[0].dtype, op.results[0].dtype):
             raise CompilationError.at(op.loc, "a bitcast of float64 has no meaning on this target (no fp64: float64 "
                                       "is computed in fp32)", kernel=fn.name)
-        if op.name == "load" and _elem(op.operands[0]) is D.float64:
+        if op.name == LOAD and _elem(op.operands[0]) is D.float64:
             out.extend(_load(fn, op))
-        elif op.name == "store" and _elem(op.operands[0]) is D.float64:
+        elif op.name == STORE and _elem(op.operands[0]) is D.float64:
             out.extend(_store(op))
         else:
             _retype(op)

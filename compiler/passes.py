@@ -8,7 +8,7 @@ import numpy as np
 from . import dtypes as D
 from .ir import Block, Function, Op, Value, walk_block
 from .ir.analysis import const_value
-from .ir.ops import OPS
+from .ir.ops import ADD, CAST, DOT, MUL, OPS, SUB
 
 _NP = {D.float32: np.float32, D.float16: np.float16, D.int32: np.int32, D.int64: np.int64, D.int1: np.bool_,
        D.int8: np.int8, D.int16: np.int16, D.uint8: np.uint8, D.uint16: np.uint16, D.uint32: np.uint32,
@@ -63,7 +63,7 @@ def _cse_block(fn: Function, block: Block, seen: dict) -> None:
     for op in block.ops:
         for b in op.blocks:
             _cse_block(fn, b, seen)
-        if OPS[op.name].pure and not op.blocks and op.name != "dot":
+        if OPS[op.name].pure and not op.blocks and op.name != DOT:
             k = _key(op)
             if k in seen:
                 for old, new in zip(op.results, seen[k].results):
@@ -90,9 +90,9 @@ def fold_constants(fn: Function) -> None:
         rt = op.results[0].type
         vals = [const_value(v) for v in op.operands]
         new = None
-        if op.name in ("broadcast", "expand_dims", "trans"):
+        if OPS[op.name].has("axis_view"):
             new = vals[0]
-        elif op.name == "cast" and rt.dtype in _NP and op.operands[0].dtype in _NP:
+        elif op.name == CAST and rt.dtype in _NP and op.operands[0].dtype in _NP:
             with np.errstate(all="ignore"):
                 x = _NP[op.operands[0].dtype](vals[0])
                 if rt.dtype.is_int() and not rt.dtype.is_bool() and op.operands[0].dtype.is_floating():
@@ -116,15 +116,15 @@ def simplify_identities(fn: Function) -> None:
     """x * 1 -> x (any dtype) and x + 0, x - 0 -> x (integers and pointers: for floats -0.0 + 0.0
     is +0.0, so that one is no identity)."""
     for op in list(fn.walk()):
-        if op.name not in ("mul", "add", "sub") or len(op.operands) != 2:
+        if op.name not in (MUL, ADD, SUB) or len(op.operands) != 2:
             continue
         r = op.results[0]
-        for i in ((0, 1) if op.name != "sub" else (1,)):
+        for i in ((0, 1) if op.name != SUB else (1,)):
             c, other = const_value(op.operands[i]), op.operands[1 - i]
             if c is None or other.type != r.type:
                 continue
-            if (op.name == "mul" and c == 1 and not isinstance(c, bool)) or \
-                    (op.name != "mul" and c == 0 and not r.dtype.is_floating()):
+            if (op.name == MUL and c == 1 and not isinstance(c, bool)) or \
+                    (op.name != MUL and c == 0 and not r.dtype.is_floating()):
                 replace_all_uses(fn, r, other)
                 break
 
@@ -134,12 +134,12 @@ def fold_dot_accumulate(fn: Function) -> None:
     GPU tensor cores. Both policies do this, so every target sums in the same order."""
     use = uses(fn)
     for op in list(fn.walk()):
-        if op.name != "add" or not op.results[0].dtype.is_floating():
+        if op.name != ADD or not op.results[0].dtype.is_floating():
             continue
         for i in (0, 1):
             d = op.operands[i].owner
             other = op.operands[1 - i]
-            if d is None or d.name != "dot" or len(use.get(id(d.result), [])) != 1:
+            if d is None or d.name != DOT or len(use.get(id(d.result), [])) != 1:
                 continue
             if const_value(d.operands[2]) != 0 or d.result.type != other.type:
                 continue

@@ -18,6 +18,7 @@ from __future__ import annotations
 from . import dtypes as D
 from .errors import CompilationError
 from .ir import Block, Function, Op, Value
+from .ir.ops import ATOMIC_RMW, OPS, REDUCE, RINT, ops_with
 from .semantic import Builder, Tile
 from .strict_math import StrictMoreMath
 
@@ -131,9 +132,8 @@ class _StrictBuilder(StrictMoreMath):
         return self.bin("div", one, self.bin("add", one, self.exp(self.b.op1("neg", [x]))))
 
 
-# the ops strict rewrites into sequences (a method of _StrictBuilder each), and those it refuses
-REWRITES = ("exp", "exp2", "log", "log2", "rsqrt", "sigmoid", "tanh", "erf", "log1p", "expm1", "pow", "rint")
-_REFUSED = ("sin", "cos")
+# the ops strict rewrites into sequences: a method of _StrictBuilder each
+REWRITES = ops_with("strict_sequence")
 
 
 def lower_strict(fn: Function) -> None:
@@ -148,14 +148,14 @@ def lower_software_math(fn: Function, only=None) -> None:
 
 
 def _check_strict(fn: Function, op: Op) -> None:
-    if op.name in REWRITES and op.name != "rint" and op.operands[0].dtype is D.float64:
+    if op.name in REWRITES and op.name != RINT and op.operands[0].dtype is D.float64:
         raise CompilationError.at(op.loc, f"tl.{op.name} of float64 has no strict (bitwise-reproducible) sequence; "
                                   "the strict policy defines fp32 ones (compute in fp32 with .to(tl.float32), or "
                                   "use the fast numerics policy for this kernel)", kernel=fn.name)
-    if op.name in _REFUSED:
+    if OPS[op.name].has("unreproducible"):
         raise CompilationError.at(op.loc, f"tl.{op.name} has no strict (bitwise-reproducible) lowering; use the "
                                   "fast numerics policy for this kernel", kernel=fn.name)
-    if op.name == "atomic_rmw" and op.attrs["kind"] == "add" and op.operands[1].dtype.is_floating():
+    if op.name == ATOMIC_RMW and op.attrs["kind"] == "add" and op.operands[1].dtype.is_floating():
         raise CompilationError.at(op.loc, "tl.atomic_add of floating-point values is not reproducible: the order "
                                   "of the additions is the hardware's, so the strict numerics policy refuses it. "
                                   "Use integer atomics, or reduce in a fixed order (tl.sum within a program, or a "
@@ -169,7 +169,7 @@ def _lower_block(fn: Function, block: Block, math_only: bool, only) -> None:
             _lower_block(fn, sub, math_only, only)
         if not math_only:
             _check_strict(fn, op)
-        if op.name == "reduce" and not math_only:
+        if op.name == REDUCE and not math_only:
             op.attrs["order"] = "pairwise"
         if op.name not in REWRITES or (only is not None and op.name not in only) \
                 or op.operands[0].dtype is D.float64:   # the sequences are fp32's; fp64 keeps its libm

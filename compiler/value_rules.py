@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from . import dtypes as D
 from .ir import Block, Function, Op
+from .ir.ops import REDUCE
 from .passes import replace_all_uses
 from .semantic import Builder, Tile
 
@@ -59,7 +60,7 @@ def _rewrite(fn: Function, block: Block) -> None:
         for sub in op.blocks:
             _rewrite(fn, sub)
         x = op.operands[0] if op.operands else None
-        if op.name != "reduce" or op.attrs["kind"] not in ("max", "min") or not x.dtype.is_floating():
+        if op.name != REDUCE or op.attrs["kind"] not in ("max", "min") or not x.dtype.is_floating():
             out.append(op)
             continue
         tmp = Block()

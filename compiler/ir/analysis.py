@@ -9,17 +9,16 @@
 from __future__ import annotations
 
 from .core import Value
-
-_UNIFORM_SOURCES = ("const", "program_id", "num_programs")
+from .ops import ADD, ARANGE, BROADCAST, CAST, CONST, EXPAND_DIMS, MUL, NEG, OPS, SUB, TRANS
 
 
 def const_value(v: Value, through_broadcast: bool = False):
     """The compile-time value of `v` when it is a constant (a scalar, or a tile filled with one
     value), else None; with `through_broadcast`, also of a broadcast of a constant."""
     op = v.owner
-    while through_broadcast and op is not None and op.name == "broadcast":
+    while through_broadcast and op is not None and op.name == BROADCAST:
         op = op.operands[0].owner
-    if op is not None and op.name == "const":
+    if op is not None and op.name == CONST:
         return op.attrs["value"]
     return None
 
@@ -42,26 +41,26 @@ def _step(v: Value, axis: int, memo: dict) -> int | None:
     if op is None:
         return None
     name = op.name
-    if v.shape[axis] == 1 or name in _UNIFORM_SOURCES:
+    if v.shape[axis] == 1 or OPS[name].has("uniform"):
         return 0
-    if name == "arange":
+    if name == ARANGE:
         return 1
-    if name == "broadcast":
+    if name == BROADCAST:
         src = op.operands[0]
         if src.type.is_scalar or src.shape[axis] == 1:
             return 0
         return index_step(src, axis, _memo=memo)
-    if name == "expand_dims":
+    if name == EXPAND_DIMS:
         ax = op.attrs["axis"]
         return 0 if axis == ax else index_step(op.operands[0], axis if axis < ax else axis - 1, _memo=memo)
-    if name == "trans":
+    if name == TRANS:
         return index_step(op.operands[0], op.attrs["perm"][axis], _memo=memo)
     steps = [index_step(o, axis, _memo=memo) for o in op.operands]
-    if name in ("add", "sub", "neg") and None not in steps:
-        if name == "neg":
+    if name in (ADD, SUB, NEG) and None not in steps:
+        if name == NEG:
             return -steps[0]
-        return steps[0] + steps[1] if name == "add" else steps[0] - steps[1]
-    if name == "mul" and None not in steps:
+        return steps[0] + steps[1] if name == ADD else steps[0] - steps[1]
+    if name == MUL and None not in steps:
         a, b = op.operands
         if steps[0] == 0 and steps[1] == 0:
             return 0
@@ -69,7 +68,7 @@ def _step(v: Value, axis: int, memo: dict) -> int | None:
         if steps[0] == 0 or steps[1] == 0:
             return None if c is None else int(c) * (steps[1] if steps[0] == 0 else steps[0])
         return None
-    if name == "cast" and v.dtype.is_int() and op.operands[0].dtype.is_int():
+    if name == CAST and v.dtype.is_int() and op.operands[0].dtype.is_int():
         src = op.operands[0].dtype
         # widening keeps the value; narrowing keeps it only where the caller knows the values fit
         return steps[0] if v.dtype.bits >= src.bits or (src.bits == 64 and memo["narrow_int64"]) else None

@@ -21,8 +21,28 @@ Traits:
 - "bitwise": integer operands only;  "float_only": floating-point operands only;
 - "math": a `tl.<name>` unary math builtin of the same name;
 - "int_only": integer operands only (umulhi);
-- "rounds": an fp16/bf16 result is computed in fp32 and rounded once to the narrow format.
+- "rounds": an fp16/bf16 result is computed in fp32 and rounded once to the narrow format;
+- "ring": add, sub, mul, neg: one cheap instruction, exact modulo 2**bits on integers (an affine
+  index stays affine);  "division": div, floordiv, mod (tens of cycles on integers);
+- "keeps_origin": a result computed from a pointer operand points into that operand's buffer;
+- "axis_view": a view mapping each result axis to at most one operand axis (no reshaping);
+- "same_elements": a view that neither repeats nor drops an element;
+- "uniform": a source with one value at every index;  "grid_index": reads the launch grid;
+- "writes_global": writes global memory;  "atomic": a read-modify-write of global memory;
+- "effect": does something besides computing its results (writes memory, orders accesses,
+  prints, traps);
+- "has_region": owns blocks (structured control flow);  "loop": runs its body repeatedly;
+- "combines": combines many elements of a tile in some order (a vector width may change the
+  rounding of its result);
+- "whole_result": its results are computed as a whole by the op, never element by element where
+  they are used (an element depends on others or on control flow, or the op has effects);
+- "strict_sequence": has a bitwise-reproducible fp32 sequence of simpler ops (compiler/strict.py);
+  "unreproducible": has none, so the strict numerics policy refuses it.
 Renderers must cover or explicitly reject every op (a test checks this table against them).
+
+Each op's name is also a constant of this module (`LOAD = "load"`): package code compares
+`op.name == LOAD`, so a misspelt name fails when its module is imported instead of never matching
+(tests/test_op_names.py keeps string literals out of those comparisons).
 """
 from __future__ import annotations
 
@@ -48,14 +68,19 @@ class OpDef:
     traits: frozenset = frozenset()
 
     def has(self, trait: str) -> bool:
+        if trait not in TRAITS:   # a misspelt trait would otherwise never match
+            raise KeyError(f"unknown op trait {trait!r}")
         return trait in self.traits
 
 
 OPS: dict[str, OpDef] = {}
+TRAITS: set[str] = set()   # every trait some op declares
 
 
 def ops_with(trait: str) -> frozenset[str]:
     """Names of the ops that have `trait`."""
+    if trait not in TRAITS:
+        raise KeyError(f"unknown op trait {trait!r}")
     return frozenset(n for n, d in OPS.items() if trait in d.traits)
 
 
@@ -330,11 +355,10 @@ def _yield(ts, attrs):
     return []
 
 
-
-
 def _def(name, kind, rule, arity, *traits, pure=True, commutative=False):
     OPS[name] = OpDef(name, kind, rule, arity if isinstance(arity, tuple) else (arity, arity), pure, commutative,
                       frozenset(traits))
+    TRAITS.update(traits)
 
 
 def _bin(name):
@@ -345,53 +369,64 @@ def _un(name):
     return lambda ts, at: _unary(ts, at, name)
 
 
-for _n in ("const", "arange"):
-    _def(_n, "source", {"const": _const, "arange": _arange}[_n], 0)
+_def("const", "source", _const, 0, "uniform")
+_def("arange", "source", _arange, 0)
 for _n in ("program_id", "num_programs"):
-    _def(_n, "source", _pid, 0)
-for _n, _traits in (("add", ("arith", "rounds")), ("mul", ("arith", "rounds")), ("max", ()), ("min", ()),
+    _def(_n, "source", _pid, 0, "uniform", "grid_index")
+for _n, _traits in (("add", ("arith", "rounds", "ring", "keeps_origin")),
+                    ("mul", ("arith", "rounds", "ring")), ("max", ()), ("min", ()),
                     ("and", ("bitwise",)), ("or", ("bitwise",)), ("xor", ("bitwise",)),
                     ("eq", ("compare",)), ("ne", ("compare",))):
     _def(_n, "elementwise", _bin(_n), 2, *_traits, commutative=True)
-for _n, _traits in (("sub", ("arith", "rounds")), ("div", ("arith", "rounds")), ("floordiv", ("arith",)),
-                    ("mod", ("arith", "rounds")), ("shl", ("bitwise",)), ("shr", ("bitwise",)),
+for _n, _traits in (("sub", ("arith", "rounds", "ring", "keeps_origin")),
+                    ("div", ("arith", "rounds", "division")),
+                    ("floordiv", ("arith", "division")), ("mod", ("arith", "rounds", "division")),
+                    ("shl", ("bitwise",)), ("shr", ("bitwise",)),
                     ("lt", ("compare",)), ("le", ("compare",)), ("gt", ("compare",)), ("ge", ("compare",))):
     _def(_n, "elementwise", _bin(_n), 2, *_traits)
-_def("neg", "elementwise", _un("neg"), 1)
+_def("neg", "elementwise", _un("neg"), 1, "ring")
 _def("not", "elementwise", _un("not"), 1)
 _def("abs", "elementwise", _un("abs"), 1, "math")
-for _n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "sin", "cos", "tanh", "erf", "log1p",
-           "expm1"):
-    _def(_n, "elementwise", _un(_n), 1, "math", "float_only", "rounds")
+# the strict policy's view of each: a reproducible sequence, refused, or correctly rounded (sqrt)
+for _n, _strict in (("exp", "strict_sequence"), ("exp2", "strict_sequence"), ("log", "strict_sequence"),
+                    ("log2", "strict_sequence"), ("sqrt", None), ("rsqrt", "strict_sequence"),
+                    ("sigmoid", "strict_sequence"), ("sin", "unreproducible"), ("cos", "unreproducible"),
+                    ("tanh", "strict_sequence"), ("erf", "strict_sequence"), ("log1p", "strict_sequence"),
+                    ("expm1", "strict_sequence")):
+    _def(_n, "elementwise", _un(_n), 1, "math", "float_only", "rounds", *filter(None, [_strict]))
 for _n in ("floor", "ceil", "trunc", "rint"):   # exact in every format: no rounding
-    _def(_n, "elementwise", _un(_n), 1, "math", "float_only")
-_def("pow", "elementwise", _bin("pow"), 2, "float_only", "rounds")
+    _def(_n, "elementwise", _un(_n), 1, "math", "float_only", *(["strict_sequence"] if _n == "rint" else []))
+_def("pow", "elementwise", _bin("pow"), 2, "float_only", "rounds", "strict_sequence")
 _def("umulhi", "elementwise", _bin("umulhi"), 2, "int_only", commutative=True)
-_def("cast", "elementwise", _cast, 1)
+_def("cast", "elementwise", _cast, 1, "keeps_origin")
 _def("bitcast", "elementwise", _bitcast, 1)
 _def("where", "elementwise", _where, 3)
 _def("fma", "elementwise", _fma, 3, "rounds")
-_def("broadcast", "view", _broadcast, 1)
-_def("expand_dims", "view", _expand_dims, 1)
-_def("trans", "view", _trans, 1)
-_def("reshape", "view", _reshape, 1)
+_def("broadcast", "view", _broadcast, 1, "axis_view")
+_def("expand_dims", "view", _expand_dims, 1, "axis_view", "same_elements")
+_def("trans", "view", _trans, 1, "axis_view", "same_elements")
+_def("reshape", "view", _reshape, 1, "same_elements")
 _def("join", "view", _join, 2)
 _def("split", "view", _split, 1)
 _def("load", "memory", _load, (1, 3), pure=False)   # not pure: must stay ordered with stores
-_def("store", "memory", _store, (2, 3), pure=False)
-_def("atomic_rmw", "memory", _atomic_rmw, (2, 3), pure=False)
-_def("atomic_cas", "memory", _atomic_cas, 3, pure=False)
-_def("barrier", "memory", _nothing, 0, pure=False)
-_def("reduce", "reduce", _reduce, 1)
-_def("argreduce", "reduce", _argreduce, 1)
-_def("scan", "scan", _scan, 1)
-_def("print", "debug", _nothing, (0, None), pure=False)
-_def("assert", "debug", _assert, 1, pure=False)
-_def("dot", "dot", _dot, 3)
-_def("for", "control", _for, (3, None), pure=False)
-_def("while", "control", _while, (0, None), pure=False)
-_def("if", "control", _if, 1, pure=False)
+_def("store", "memory", _store, (2, 3), "writes_global", "effect", pure=False)
+_def("atomic_rmw", "memory", _atomic_rmw, (2, 3), "writes_global", "atomic", "effect", "whole_result",
+     pure=False)
+_def("atomic_cas", "memory", _atomic_cas, 3, "writes_global", "atomic", "effect", "whole_result", pure=False)
+_def("barrier", "memory", _nothing, 0, "effect", pure=False)
+_def("reduce", "reduce", _reduce, 1, "combines", "whole_result")
+_def("argreduce", "reduce", _argreduce, 1, "combines", "whole_result")
+_def("scan", "scan", _scan, 1, "combines", "whole_result")
+_def("print", "debug", _nothing, (0, None), "effect", pure=False)
+_def("assert", "debug", _assert, 1, "effect", pure=False)
+_def("dot", "dot", _dot, 3, "combines", "whole_result")
+_def("for", "control", _for, (3, None), "has_region", "loop", "whole_result", pure=False)
+_def("while", "control", _while, (0, None), "has_region", "loop", "whole_result", pure=False)
+_def("if", "control", _if, 1, "has_region", "whole_result", pure=False)
 _def("yield", "control", _yield, (0, None), pure=False)
+
+# the op-name constants (see the module docstring)
+globals().update({_n.upper(): _n for _n in OPS})
 
 ARITH = ops_with("arith")
 BITWISE = ops_with("bitwise")

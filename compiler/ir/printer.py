@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from .core import Block, Function, Op, Value
+from .ops import FOR, IF, WHILE
 
 
 def _fmt_attr(v) -> str:
@@ -55,7 +56,7 @@ def _print_op(op: Op, namer: _Namer, depth: int, with_locs: bool) -> list[str]:
     attrs = {k: v for k, v in op.attrs.items() if k != "type"}
     attr_s = (" {" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in sorted(attrs.items())) + "}") if attrs else ""
     loc_s = f"  // {op.loc.filename}:{op.loc.lineno}" if with_locs and op.loc else ""
-    if op.name == "for":
+    if op.name == FOR:
         body = op.blocks[0]
         iv = namer.define(body.args[0])
         carried = [namer.define(a) for a in body.args[1:]]
@@ -69,9 +70,9 @@ def _print_op(op: Op, namer: _Namer, depth: int, with_locs: bool) -> list[str]:
         sub: list[str] = []
         _print_block(body, namer, sub, depth + 1, with_locs)
         return out + sub + [f"{ind}}}"]
-    if op.name == "while":
+    if op.name == WHILE:
         return _print_while(op, namer, depth, with_locs, loc_s)
-    if op.name == "if":
+    if op.name == IF:
         return _print_if(op, namer, depth, with_locs, loc_s)
     res = ", ".join(namer.define(r) for r in op.results)
     types = ", ".join(str(r.type) for r in op.results)

@@ -3,9 +3,10 @@ before use in an enclosing block, loops yield what they carry. A failure is a co
 reported with the op's text and the user's source location."""
 from __future__ import annotations
 
+from .. import dtypes as D
 from ..errors import IRError
 from .core import Block, Function, Op
-from .ops import OPS, TypeRuleError, infer
+from .ops import FOR, IF, OPS, WHILE, YIELD, TypeRuleError, infer
 
 
 def verify(fn: Function) -> None:
@@ -25,7 +26,7 @@ def _verify_block(fn: Function, block: Block, defined: set[int], top: bool = Fal
         for v in op.operands:
             if id(v) not in defined:
                 _fail(fn, op, f"operand {v} used before it is defined")
-        if op.name == "yield" and i != len(block.ops) - 1:
+        if op.name == YIELD and i != len(block.ops) - 1:
             _fail(fn, op, "yield must end its block")
         try:
             types = infer(op.name, [v.type for v in op.operands], op.attrs)
@@ -41,7 +42,7 @@ def _verify_block(fn: Function, block: Block, defined: set[int], top: bool = Fal
         elif op.blocks:
             _fail(fn, op, "only for, while and if have blocks")
         defined |= {id(r) for r in op.results}
-    if top and block.ops and block.ops[-1].name == "yield":
+    if top and block.ops and block.ops[-1].name == YIELD:
         _fail(fn, block.ops[-1], "yield outside a loop or an if")
 
 
@@ -57,7 +58,7 @@ def _verify_for(fn: Function, op: Op, defined: set[int]) -> None:
         _fail(fn, op, "body arguments must be the induction variable plus one per carried value")
     if [a.type for a in body.args[1:]] != [c.type for c in carried]:
         _fail(fn, op, "body argument types differ from the carried initial values")
-    if not body.ops or body.ops[-1].name != "yield":
+    if not body.ops or body.ops[-1].name != YIELD:
         _fail(fn, op, "loop body must end with yield")
     y = body.ops[-1]
     if [v.type for v in y.operands] != [c.type for c in carried]:
@@ -67,7 +68,7 @@ def _verify_for(fn: Function, op: Op, defined: set[int]) -> None:
 
 
 def _yielded(fn: Function, op: Op, block, what: str) -> list:
-    if not block.ops or block.ops[-1].name != "yield":
+    if not block.ops or block.ops[-1].name != YIELD:
         _fail(fn, op, f"{what} must end with yield")
     return [v.type for v in block.ops[-1].operands]
 
@@ -80,7 +81,7 @@ def _verify_while(fn: Function, op: Op, defined: set[int]) -> None:
         if [a.type for a in blk.args] != types:
             _fail(fn, op, f"the arguments of {what} differ from the carried types")
     cond = _yielded(fn, op, op.blocks[0], "the condition block")
-    if len(cond) != 1 or not cond[0].is_scalar or cond[0].dtype.name != "int1":
+    if len(cond) != 1 or not cond[0].is_scalar or cond[0].dtype is not D.int1:
         _fail(fn, op, f"the condition block must yield one int1 scalar, got {[str(t) for t in cond]}")
     if _yielded(fn, op, op.blocks[1], "the loop body") != types:
         _fail(fn, op, "the loop body yields other types than it carries")
@@ -99,4 +100,4 @@ def _verify_if(fn: Function, op: Op, defined: set[int]) -> None:
         _verify_block(fn, blk, defined)
 
 
-_STRUCTURED = {"for": _verify_for, "while": _verify_while, "if": _verify_if}
+_STRUCTURED = {FOR: _verify_for, WHILE: _verify_while, IF: _verify_if}

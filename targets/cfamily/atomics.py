@@ -4,6 +4,7 @@ a C program's accesses run in program order), print and assert."""
 from __future__ import annotations
 
 from compiler.ir import Op
+from compiler.ir.ops import ASSERT
 
 
 def c_string(text: str) -> str:
@@ -66,7 +67,7 @@ class AtomicDebugLowering:
             self.close_nest(nest, [stmt])
 
     def op_assert(self, op: Op) -> None:
-        k = sum(1 for o in self.fn.walk() if o.name == "assert" and o is not op and self._before(o, op))
+        k = sum(1 for o in self.fn.walk() if o.name == ASSERT and o is not op and self._before(o, op))
         cond = op.operands[0]
         nest = self.open_nest(cond.shape, simd=False)
         c = self.ev(cond, nest.idx, nest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Op, Value
 from compiler.ir.analysis import index_step
+from compiler.ir.ops import DOT, LOAD
 
 ROLES = ("rows", "pairs")   # the layout of a dot's operand 0 (A) and operand 1 (B)
 
@@ -43,12 +44,12 @@ class Bf16DotLowering:
         if self.d.bf16_dot is None or self.policy != "fast":
             return out
         for op in self.fn.walk():
-            v = op.results[0] if op.name == "load" else None
+            v = op.results[0] if op.name == LOAD else None
             if v is None or v.dtype != D.bfloat16 or len(v.shape) != 2 or id(v) not in self.materialized:
                 continue
             roles = set()
             for use in self.uses.get(id(v), []):
-                dot = use.name == "dot" and self.takes_bf16_dot(use)
+                dot = use.name == DOT and self.takes_bf16_dot(use)
                 roles |= {ROLES[i] if dot and i < 2 else None for i, o in enumerate(use.operands) if o is v}
             if len(roles) == 1 and None not in roles:
                 out[id(v)] = roles.pop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.ir import Op, Value
+from compiler.ir.ops import OPS
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,6 @@ class Nest:
 
 def writes_memory(op: Op) -> bool:
     """Whether `op`, or an op in its regions, writes memory."""
-    if op.name in ("store", "atomic_rmw", "atomic_cas"):
+    if OPS[op.name].has("writes_global"):
         return True
     return any(writes_memory(o) for b in op.blocks for o in b.ops)

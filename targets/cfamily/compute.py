@@ -8,6 +8,7 @@ import math
 from compiler import dtypes as D
 from compiler.ir import Op, Value
 from compiler.ir.analysis import index_step
+from compiler.ir.ops import ADD, BROADCAST, CONST, LOAD, REDUCE, YIELD
 
 from .buffers import Nest, writes_memory
 
@@ -61,7 +62,7 @@ class ReduceDotLowering:
             return None
         block, at = self.position[id(v.owner)]
         for op in block.ops[at + 1:]:
-            if op.name == "reduce":
+            if op.name == REDUCE:
                 x, r = op.operands[0], op.results[0]
                 reads_v = any(y is v for y in self.read_at_same_index(x, stop=v) or ())
                 fits = op.attrs.get("order") != "pairwise" and r.type.is_scalar and x.shape == v.shape \
@@ -180,7 +181,7 @@ class ReduceDotLowering:
         if id(x) in self.buffers:
             return lambda idx: f"({self.name(x)} + {self.linear(idx, x.shape)})"
         op = x.owner
-        if op is None or op.name != "load" or self.checks_addresses:
+        if op is None or op.name != LOAD or self.checks_addresses:
             return None
         if index_step(op.operands[0], len(x.shape) - 1) != 1 or \
                 len(op.operands) > 1 and id(op.operands[1]) not in self.known_true:
@@ -332,7 +333,7 @@ class ReduceDotLowering:
         if acc not in args:
             return False
         slot = args.index(acc)
-        yields = [u for u in self.uses.get(id(r), []) if u.name == "yield"]
+        yields = [u for u in self.uses.get(id(r), []) if u.name == YIELD]
         return len(yields) == 1 and yields[0].operands.index(r) == slot and yields[0].operands.count(r) == 1
 
     def emit_dot_loops(self, A, B, C, M, N, K, in_dt, acc_dt, ldb=None) -> None:
@@ -378,9 +379,9 @@ class ReduceDotLowering:
 
 def _positive_zero(v: Value) -> bool:
     op = v.owner
-    if op is not None and op.name == "broadcast":
+    if op is not None and op.name == BROADCAST:
         op = op.operands[0].owner
-    return op is not None and op.name == "const" and op.attrs["value"] == 0 \
+    return op is not None and op.name == CONST and op.attrs["value"] == 0 \
         and math.copysign(1.0, op.attrs["value"]) > 0
 
 
@@ -389,7 +390,7 @@ def _without_zero_start(x: Value) -> Value:
     order). Summed in lanes, the add changes no bit: each partial starts at +0.0, so it is never
     -0.0, and p + (-0.0) == p + (+0.0) for every p that is not -0.0 (NaNs included)."""
     op = x.owner
-    if op is None or op.name != "add" or x.dtype != D.float32:
+    if op is None or op.name != ADD or x.dtype != D.float32:
         return x
     a, b = op.operands
     return b if _positive_zero(a) else a if _positive_zero(b) else x

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Op
-from compiler.ir.ops import ROUNDS
+from compiler.ir.ops import ABS, ADD, AND, BITCAST, CAST, MOD, NEG, NOT, OR, ROUNDS, WHERE, XOR
 
 _CPP_KEYWORDS = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -160,29 +160,29 @@ class CDialect:
         name = op.name
         dt = op.results[0].dtype
         src = op.operands[0].dtype if op.operands else dt
-        if name == "cast":
+        if name == CAST:
             return self.cast(args[0], src, dt)
-        if name == "where":
+        if name == WHERE:
             return f"({args[0]} ? {args[1]} : {args[2]})"
-        if name == "bitcast":
+        if name == BITCAST:
             return self.bitcast(args[0], src, dt)
-        if name == "neg":
+        if name == NEG:
             return f"(-{args[0]})" if not dt.is_bool() else args[0]
-        if name == "not":
+        if name == NOT:
             return f"(!{args[0]})" if dt.is_bool() else f"(~{args[0]})"
-        if name == "add" and dt.is_ptr():
+        if name == ADD and dt.is_ptr():
             return f"({args[0]} + {args[1]})"
         if src.is_floating() and name in self.float_math:
             e = (self.float_math_f64 if src is D.float64 else self.float_math)[name].format(*args)
-        elif name == "abs":
+        elif name == ABS:
             e = f"tj_abs({args[0]})"
-        elif name == "mod":
+        elif name == MOD:
             e = f"tj_imod({args[0]}, {args[1]})"
         elif name in self.binary_ops:
             e = self.binary_ops[name].format(*args)
         else:
             raise CompilationError(f"op '{name}' has no C spelling for {dt}")
-        if dt.is_bool() and name in ("and", "or", "xor"):
+        if dt.is_bool() and name in (AND, OR, XOR):
             e = f"(bool){e}"
         if name in self.rounding_ops:
             e = self._round(e, dt)

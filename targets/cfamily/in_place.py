@@ -14,6 +14,7 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Op, Value
 from compiler.ir.analysis import index_step
+from compiler.ir.ops import DOT
 
 MAX_ROWS_OF_A = 16   # above this the copy is amortised over enough row blocks of A to pay
 
@@ -26,7 +27,7 @@ class InPlaceOperandLowering:
                 or v.dtype != D.float32 or len(v.shape) != 2 or v.shape[0] < 2 or index_step(ptr, 1) != 1):
             return None
         uses = self.uses.get(id(v), [])
-        if len(uses) != 1 or uses[0].name != "dot" or [o is v for o in uses[0].operands] != [False, True, False]:
+        if len(uses) != 1 or uses[0].name != DOT or [o is v for o in uses[0].operands] != [False, True, False]:
             return None
         dot = uses[0]
         if dot.operands[0].shape[0] > MAX_ROWS_OF_A or dot.results[0].dtype != D.float32:

@@ -4,7 +4,7 @@ scalar with results (declared before the C `if`, assigned by each branch's yield
 from __future__ import annotations
 
 from compiler.ir import Op, Value
-from compiler.ir.ops import OPS
+from compiler.ir.ops import CONST, LOAD, OPS
 
 
 class LoopLowering:
@@ -61,7 +61,7 @@ class LoopLowering:
         trip = self.fresh("n")
         k = self.fresh("k")
         step_op = op.operands[2].owner
-        if self.d.zero_step_check is not None and (step_op is None or step_op.name != "const"):
+        if self.d.zero_step_check is not None and (step_op is None or step_op.name != CONST):
             self.emit(self.d.zero_step_check.format(step=st, site=self.op_index[id(op)]))
         tt = self.d.trip_count_type or ivt   # a count wider than the index: an int32 span can exceed int32
         self.emit(f"const {tt} {trip} = tj_trip_count<{ivt}>({lb}, {ub}, {st});")
@@ -183,7 +183,7 @@ class LoopLowering:
         if reached is None:   # a view changes the index: a load's mask is not at v's index
             return None
         masks = {id(x.owner.operands[1]): x.owner.operands[1] for x in reached
-                 if x.owner.name == "load" and len(x.owner.operands) > 1}
+                 if x.owner.name == LOAD and len(x.owner.operands) > 1}
         found = next(iter(masks.values()), None)
         return found if len(masks) == 1 and found.shape == v.shape else None
 
@@ -199,7 +199,7 @@ class LoopLowering:
                 continue
             seen.add(id(x))
             reached.append(x)
-            if x is stop or x.owner.name == "load":
+            if x is stop or x.owner.name == LOAD:
                 continue
             kind = OPS[x.owner.name].kind
             if kind == "elementwise":
@@ -225,7 +225,7 @@ class LoopLowering:
             if x.type.is_scalar or id(x) in self.buffers or x.owner is None:
                 continue
             kind = OPS[x.owner.name].kind
-            if kind in ("elementwise", "view") or x.owner.name == "load":   # fused loads read their pointers
+            if kind in ("elementwise", "view") or x.owner.name == LOAD:   # fused loads read their pointers
                 for o in x.owner.operands:
                     stack.append((o, ident and kind != "view"))
         return out

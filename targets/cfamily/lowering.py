@@ -14,7 +14,8 @@ from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.analysis import index_step
-from compiler.ir.ops import OPS
+from compiler.ir.ops import (ADD, ARANGE, BROADCAST, CAST, CONST, EXPAND_DIMS, JOIN, LOAD, MUL, OPS, SPLIT,
+                             SUB, TRANS)
 
 from .atomics import AtomicDebugLowering
 from .bf16_dot import Bf16DotLowering
@@ -26,7 +27,7 @@ from .loops import LoopLowering
 from .masks import mask_terms
 from .materialize import Materialization
 
-_INDEX_OPS = {"add": "+", "sub": "-", "mul": "*"}   # the index arithmetic _index64 widens
+_INDEX_OPS = {ADD: "+", SUB: "-", MUL: "*"}   # the index arithmetic _index64 widens
 # fp32 values per call of the dialect's bf16_store: the 16 its vector rounding takes a step, few
 # enough that the compiler keeps the chunk in registers (64 went through memory: 3.35 -> 3.26 us
 # a bf16 layer_norm row of 4096 on one AVX2 core)
@@ -127,7 +128,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         """C expression for element `idx` of `v`, adding temporaries to `nest`."""
         if v.type.is_scalar:
             op = v.owner
-            if op is not None and op.name == "const":
+            if op is not None and op.name == CONST:
                 return self.d.literal(op.attrs["value"], v.dtype)
             return self.name(v)
         if id(v) in self.buffers:
@@ -141,7 +142,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         if op is None:
             raise CompilationError(f"internal: value {v} has no definition in kernel '{self.fn.name}'")
         e = self._ev_op(op, v, idx, nest)
-        if nest is not None and (OPS[op.name].kind == "elementwise" or op.name == "load") and not e.isidentifier():
+        if nest is not None and (OPS[op.name].kind == "elementwise" or op.name == LOAD) and not e.isidentifier():
             tmp = self.fresh("t")
             nest.stmts.append(f"{self.d.reg_type(v.dtype)} const {tmp} = {e};")
             e = tmp
@@ -153,25 +154,25 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
     def _ev_op(self, op: Op, v: Value, idx, nest) -> str:
         name = op.name
-        if name == "const":
+        if name == CONST:
             return self.d.literal(op.attrs["value"], v.dtype)
-        if name == "arange":
+        if name == ARANGE:
             start = op.attrs["start"]
             return f"({start} + {idx[0]})" if start else idx[0]
-        if name == "broadcast":
+        if name == BROADCAST:
             src = op.operands[0]
             sidx = tuple("0" if s == 1 and t != 1 else i for i, s, t in zip(idx, src.shape, v.shape))
             return self.ev(src, sidx if src.shape else (), nest)
-        if name == "expand_dims":
+        if name == EXPAND_DIMS:
             ax = op.attrs["axis"]
             return self.ev(op.operands[0], idx[:ax] + idx[ax + 1:], nest)
-        if name == "trans":
+        if name == TRANS:
             perm = op.attrs["perm"]
             sidx = [None] * len(perm)
             for i, p in enumerate(perm):
                 sidx[p] = idx[i]
             return self.ev(op.operands[0], tuple(sidx), nest)
-        if name in ("reshape", "join", "split"):
+        if OPS[name].kind == "view":   # reshape, join, split: the others are above
             return self._ev_view(op, v, idx, nest)
         if OPS[name].kind == "elementwise":
             if self.d.widen_addresses:
@@ -180,7 +181,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
                     return wide
             args = [self.ev(o, idx, nest) for o in op.operands]
             return self.d.elementwise(op, args)
-        if name == "load":   # a load fused into its consumer (see _load_fuses)
+        if name == LOAD:   # a load fused into its consumer (see _load_fuses)
             val = self.d.load_elem(v.dtype, self.address(op, self.ev(op.operands[0], idx, nest)))
             if len(op.operands) > 1:
                 val = f"({self.ev(op.operands[1], idx, nest)} ? {val} : {self.ev(op.operands[2], idx, nest)})"
@@ -193,9 +194,9 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         the loop index, so the host compiler can vectorise it (under -fwrapv it cannot see through a
         wrapping 32-bit sum). Only an offset that overflows int32 differs, and that addresses
         memory out of range either way."""
-        if op.name == "cast" and v.dtype == D.int64 and op.operands[0].dtype == D.int32 and self._feeds_addresses(v):
+        if op.name == CAST and v.dtype == D.int64 and op.operands[0].dtype == D.int32 and self._feeds_addresses(v):
             return self._index64(op.operands[0], idx, nest)
-        if op.name == "add" and v.dtype.is_ptr():
+        if op.name == ADD and v.dtype.is_ptr():
             p, off = op.operands if op.operands[0].dtype.is_ptr() else op.operands[::-1]
             if off.dtype == D.int32:
                 wide = self._index64(off, idx, nest)
@@ -218,13 +219,13 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         None at the top when v is not such a tile."""
         op = v.owner
         if op is not None and not v.type.is_scalar:
-            if op.name == "broadcast":
+            if op.name == BROADCAST:
                 src = op.operands[0]
                 if not src.shape:
                     return None if top else f"(int64_t){self.ev(src, (), nest)}"
                 sidx = tuple("0" if s == 1 and t != 1 else i for i, s, t in zip(idx, src.shape, v.shape))
                 return self._index64(src, sidx, nest, top)
-            if op.name == "expand_dims":
+            if op.name == EXPAND_DIMS:
                 ax = op.attrs["axis"]
                 return self._index64(op.operands[0], idx[:ax] + idx[ax + 1:], nest, top)
         if v.type.is_scalar or op is None or op.name not in _INDEX_OPS or v.dtype != D.int32:
@@ -234,9 +235,9 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
     def _ev_view(self, op: Op, v: Value, idx, nest) -> str:
         src = op.operands[0]
-        if op.name == "split":   # result k is element k of the last axis
+        if op.name == SPLIT:   # result k is element k of the last axis
             return self.ev(src, tuple(idx) + (str(op.results.index(v)),), nest)
-        if op.name == "join":
+        if op.name == JOIN:
             a, b = (self.ev(o, tuple(idx[:-1]), nest) for o in op.operands)
             return f"({idx[-1]} == 0 ? {a} : {b})"
         lin = self.linear(idx, v.shape)   # reshape: the same row-major position in the source
@@ -296,10 +297,10 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
     def op_elementwise(self, op: Op) -> None:
         v = op.results[0]
         if v.type.is_scalar:
-            if op.name == "const":
+            if op.name == CONST:
                 return  # scalar constants are spelled as literals where they are used
             for r in op.results:   # (split of a pair has two)
-                expr = self._ev_op(op, r, (), None) if op.name not in ("program_id", "num_programs") \
+                expr = self._ev_op(op, r, (), None) if not OPS[op.name].has("grid_index") \
                     else self.d.program_id(op.name, op.attrs["axis"])
                 self.emit(f"{self.d.reg_type(r.dtype)} const {self.name(r)} = {expr};")
             return
@@ -482,7 +483,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
                 or index_step(ptr, len(ptr.shape) - 1) != 1:
             return False
         src, cast = val, val.owner
-        if cast is not None and cast.name == "cast" and id(val) not in self.buffers \
+        if cast is not None and cast.name == CAST and id(val) not in self.buffers \
                 and cast.operands[0].dtype in (D.float32, D.float16, D.bfloat16):
             src = cast.operands[0]   # held in a float: rounded once, by the helper
         it, chunk, start = self.index_type, self.fresh("chunk"), self.fresh("at")
@@ -504,7 +505,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         op = v.owner
         if op is None or v.dtype not in self.d.round_fn:
             return False
-        if op.name == "cast":
+        if op.name == CAST:
             return op.operands[0].dtype is not v.dtype
         return op.name in self.d.rounding_ops
 
@@ -528,6 +529,6 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
 def runtime_mask(mask: Value | None) -> Value | None:
     """`mask` when it has to be checked at run time; None for no mask or a constant true one."""
-    if mask is None or (mask.owner is not None and mask.owner.name == "const" and mask.owner.attrs["value"]):
+    if mask is None or (mask.owner is not None and mask.owner.name == CONST and mask.owner.attrs["value"]):
         return None
     return mask

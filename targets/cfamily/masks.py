@@ -13,11 +13,10 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Value
 from compiler.ir.analysis import index_step
+from compiler.ir.ops import AND, ARANGE, CAST, EQ, GE, GT, LE, LT, NE, OPS
 
 # the comparison's spelling for tj_affine_cmp(..., op): a OP b at every index
-CMP_CODES = {"lt": 0, "le": 1, "gt": 2, "ge": 3, "eq": 4, "ne": 5}
-_VIEWS = ("broadcast", "expand_dims", "trans")
-_RING = ("add", "sub", "neg", "mul")   # exact modulo 2**bits: an affine index stays affine modulo 2**bits
+CMP_CODES = {LT: 0, LE: 1, GT: 2, GE: 3, EQ: 4, NE: 5}
 
 
 def _steps(v: Value) -> list[int] | None:
@@ -37,16 +36,16 @@ def _affine(v: Value, held) -> bool:
     if not any(steps):
         return True
     op = v.owner
-    if op.name == "arange":
+    if op.name == ARANGE:
         return True
-    if op.name in _VIEWS or op.name in _RING:
+    if OPS[op.name].has("axis_view") or OPS[op.name].has("ring"):
         return all(_affine(o, held) for o in op.operands)
-    if op.name == "cast" and v.dtype.is_int() and op.operands[0].dtype.is_int() \
+    if op.name == CAST and v.dtype.is_int() and op.operands[0].dtype.is_int() \
             and v.dtype.bits >= op.operands[0].dtype.bits:
         src = op.operands[0]
-        while src.owner is not None and src.owner.name in _VIEWS:
+        while src.owner is not None and OPS[src.owner.name].has("axis_view"):
             src = src.owner.operands[0]
-        return src.owner is not None and src.owner.name == "arange"
+        return src.owner is not None and src.owner.name == ARANGE
     return False
 
 
@@ -67,9 +66,9 @@ def mask_terms(mask: Value, held, dtypes) -> list[tuple] | None:
     op = mask.owner
     if op is None:
         return None
-    if op.name in _VIEWS:
+    if OPS[op.name].has("axis_view"):
         return mask_terms(op.operands[0], held, dtypes)
-    if op.name == "and" and mask.dtype == D.int1:
+    if op.name == AND and mask.dtype == D.int1:
         a, b = (mask_terms(o, held, dtypes) for o in op.operands)
         return None if a is None or b is None else a + b
     if op.name not in CMP_CODES:

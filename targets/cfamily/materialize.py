@@ -11,15 +11,10 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Block, Op, Value
 from compiler.ir.analysis import index_step
-from compiler.ir.ops import OPS
+from compiler.ir.ops import BROADCAST, CAST, DOT, LOAD, OPS, SPLIT
 
 from .buffers import writes_memory
 
-_CHEAP = {"const", "arange", "program_id", "num_programs", "broadcast", "expand_dims", "trans", "reshape", "join",
-          "split"}
-_MULTI_RESULT = ("argreduce", "scan", "atomic_rmw", "atomic_cas")
-_DIVISIONS = ("div", "floordiv", "mod")
-_SAME_ELEMENTS = ("expand_dims", "reshape", "trans")   # views that neither repeat nor drop an element
 MAX_REREAD_NESTS = 4   # a contiguous tile loaded once is read again in up to this many consumer nests
 
 
@@ -28,9 +23,9 @@ def _recomputed(op: Op, widening: bool) -> bool:
     add/sub/mul costs less there than a store, a pass and the loads back (layer_norm's x - mean),
     and so, where the dialect says so (`widening`), does widening a 16-bit float to fp32 (exact).
     The same op, so the same bits."""
-    if op.name in ("add", "sub", "mul", "neg"):
+    if OPS[op.name].has("ring"):
         return True
-    return (widening and op.name == "cast" and op.operands[0].dtype in (D.float16, D.bfloat16)
+    return (widening and op.name == CAST and op.operands[0].dtype in (D.float16, D.bfloat16)
             and op.results[0].dtype == D.float32)
 
 
@@ -38,10 +33,11 @@ def _is_cheap(op: Op) -> bool:
     """Index arithmetic, evaluated again wherever it is needed. Integer division and modulo are
     not: tens of cycles each, once per element of every nest a broadcast row index reaches (hf
     rope's row -> (batch, head, position) ran 4.8x slower than torch eager)."""
-    if op.name in _CHEAP:
+    d = OPS[op.name]
+    if d.kind in ("source", "view"):
         return True
-    if OPS[op.name].kind == "elementwise":
-        return (op.name not in _DIVISIONS and not op.results[0].dtype.is_floating()
+    if d.kind == "elementwise":
+        return (not d.has("division") and not op.results[0].dtype.is_floating()
                 and not any(v.dtype.is_floating() for v in op.operands))
     return False
 
@@ -104,9 +100,9 @@ class Materialization:
         op = v.owner
         if op is None or v.type.is_scalar:
             return True
-        if op.name == "load":
+        if op.name == LOAD:
             return not self._load_fuses(v)
-        if op.name in ("reduce", "dot", "for", "while", "if") or op.name in _MULTI_RESULT:
+        if OPS[op.name].has("whole_result"):
             return True
         if _is_cheap(op):
             return False
@@ -123,9 +119,9 @@ class Materialization:
         of its own (a per-row log and exp recomputed for each of 128 columns made varlen
         attention's split fold cost more than its dots)."""
         for u in self.uses.get(id(v), []):
-            if u.name in ("broadcast", "dot"):
+            if u.name in (BROADCAST, DOT):
                 return True
-            if u.name in _SAME_ELEMENTS and u.results and self._feeds_broadcast(u.results[0]):
+            if OPS[u.name].has("same_elements") and u.results and self._feeds_broadcast(u.results[0]):
                 return True
         return False
 
@@ -134,9 +130,9 @@ class Materialization:
         different indices (a tree level's x[2i] . x[2i + 1]), so an inlined `v` would be evaluated
         twice per element, and a chain of levels (tl.reduce's tree) would double that at each one."""
         for u in self.uses.get(id(v), []):
-            if u.name == "split":
+            if u.name == SPLIT:
                 return True
-            if u.name in _SAME_ELEMENTS and u.results and self._feeds_split(u.results[0]):
+            if OPS[u.name].has("same_elements") and u.results and self._feeds_split(u.results[0]):
                 return True
         return False
 
@@ -155,13 +151,13 @@ class Materialization:
         read of the copy costs, and the copy itself (a load and a store per element, a pass of its
         own) is saved. A gather or strided tile keeps its copy."""
         uses = self.uses.get(id(v), [])
-        if not uses or any(u.name in ("broadcast", "dot") for u in uses):
+        if not uses or any(u.name in (BROADCAST, DOT) for u in uses):
             return False
         if self.use_blocks.get(id(v), set()) - {self.def_block.get(id(v))}:
             return False
         block = self.position[id(v.owner)][0]
         roots = [self.op_by_id.get(r) for r in self._roots_of_uses(v)]
-        if not roots or any(r is None or r.name in ("for", "while", "if") or id(r) not in self.position
+        if not roots or any(r is None or OPS[r.name].has("has_region") or id(r) not in self.position
                             or self.position[id(r)][0] is not block for r in roots):
             return False
         if len(roots) > 1 and (len(roots) > MAX_REREAD_NESTS or index_step(v.owner.operands[0], len(v.shape) - 1) != 1):

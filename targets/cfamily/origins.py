@@ -6,13 +6,11 @@ cpu target's bounds-checked lowering (targets/cpu/bounds.py) and Kunlun's host e
 from __future__ import annotations
 
 from compiler.ir import Value
-from compiler.ir.ops import OPS
-
-_THROUGH = {"add", "sub", "cast"}   # pointer arithmetic: the pointer operand keeps its origin
+from compiler.ir.ops import FOR, IF, OPS, WHERE, WHILE, YIELD
 
 
 def _yielded(block) -> list[Value]:
-    return block.ops[-1].operands if block.ops and block.ops[-1].name == "yield" else []
+    return block.ops[-1].operands if block.ops and block.ops[-1].name == YIELD else []
 
 
 class PointerOrigins:
@@ -24,14 +22,14 @@ class PointerOrigins:
         self.pointer_params = [i for i, p in enumerate(fn.params) if p.type.dtype.is_ptr()]
         self._carried: dict[int, list[Value]] = {}   # block arg / loop result -> the values it is set from
         for op in fn.walk():
-            if op.name == "for":
+            if op.name == FOR:
                 body = op.blocks[0]
                 yielded = _yielded(body)
                 for j, (arg, res) in enumerate(zip(body.args[1:], op.results)):
                     srcs = [op.operands[3 + j]] + ([yielded[j]] if j < len(yielded) else [])
                     self._carried[id(arg)] = srcs
                     self._carried[id(res)] = srcs
-            elif op.name == "while":   # both blocks' arguments and the results share one slot each
+            elif op.name == WHILE:   # both blocks' arguments and the results share one slot each
                 cond, body = op.blocks
                 yielded = _yielded(body)
                 for j, init in enumerate(op.operands):
@@ -39,7 +37,7 @@ class PointerOrigins:
                     for vals in (cond.args, body.args, op.results):
                         if j < len(vals):
                             self._carried[id(vals[j])] = srcs
-            elif op.name == "if":
+            elif op.name == IF:
                 for j, res in enumerate(op.results):
                     self._carried[id(res)] = [y[j] for y in map(_yielded, op.blocks) if j < len(y)]
         self._origins: dict[int, frozenset] = {}
@@ -62,9 +60,10 @@ class PointerOrigins:
                 out.add(self._param[id(x)])
             elif id(x) in self._carried:
                 stack.extend(self._carried[id(x)])
-            elif x.owner is not None and (x.owner.name in _THROUGH or OPS[x.owner.name].kind == "view"):
+            elif x.owner is not None and (OPS[x.owner.name].has("keeps_origin")
+                                          or OPS[x.owner.name].kind == "view"):
                 stack.extend(o for o in x.owner.operands if o.dtype.is_ptr())
-            elif x.owner is not None and x.owner.name == "where":
+            elif x.owner is not None and x.owner.name == WHERE:
                 stack.extend(x.owner.operands[1:])
             else:
                 out.clear()

@@ -20,6 +20,7 @@ import torch
 from compiler import dtypes as D
 from compiler.errors import DeviceAssertionError, KernelArgumentError, KernelBoundsError, TargetError
 from compiler.fastpath import fast_module
+from compiler.ir.ops import ASSERT
 from compiler.target import launch_grid
 from compiler.target.args import scalar_value, tensor_pointer, view_range
 
@@ -66,7 +67,7 @@ class CPULauncher:
                                + ([ctypes.POINTER(Range)] if bounds else []))
         self.entry.restype = ctypes.c_int
         # the kernel's tl.device_assert calls, (location, message) each: checked after every launch
-        self.asserts = [(op.loc, op.attrs["msg"]) for op in fn.walk() if op.name == "assert"]
+        self.asserts = [(op.loc, op.attrs["msg"]) for op in fn.walk() if op.name == ASSERT]
         if self.asserts:
             self.lib.tj_assert_status.argtypes = [ctypes.POINTER(ctypes.c_int)]
 

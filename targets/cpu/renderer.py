@@ -9,6 +9,7 @@ import jinja2
 
 from compiler.errors import CompilationError
 from compiler.ir import Function
+from compiler.ir.ops import DOT, OPS
 from targets.cfamily.dialect import Bf16Dot, CDialect
 from targets.cfamily.lowering import CLowering
 
@@ -27,7 +28,6 @@ MAX_STACK_BYTES = 4 << 20
 # surroundings). A kernel without them is elementwise: it is built with the host's widest vectors,
 # where its bits cannot change and its math runs faster (silu_and_mul [32, 2x11264] fp32 on one
 # AVX-512 core: 288 -> 214 us).
-WIDTH_DEPENDENT_OPS = frozenset({"reduce", "argreduce", "scan", "dot"})
 
 
 class CPUDialect(CDialect):
@@ -58,7 +58,7 @@ class CPURenderer:
 
     def render(self, fn: Function, policy: str) -> str:
         low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
-        wide = not any(op.name in WIDTH_DEPENDENT_OPS for op in fn.walk())
+        wide = not any(OPS[op.name].has("combines") for op in fn.walk())
         if wide:   # two 512-bit vectors of fp32 per chunk of a bf16 store (16 kept them 256 bits wide)
             low.bf16_store_chunk = 32
         body = low.lower()
@@ -71,7 +71,7 @@ class CPURenderer:
                 f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype),
                    "unpack": self.unpack(i, p.type.dtype)} for i, p in enumerate(fn.params)]
-        uses_vectors = any(op.name == "dot" for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body \
+        uses_vectors = any(op.name == DOT for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body \
             or f"{self.dialect.bf16_store}(" in body
         return _ENV.get_template("kernel.cpp.j2").render(
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, bounds=self.bounds_check,

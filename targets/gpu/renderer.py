@@ -28,6 +28,7 @@ import jinja2
 from compiler import dtypes as D
 from compiler.errors import CompilationError
 from compiler.ir import Function, Op, Value
+from compiler.ir.ops import LOAD, STORE
 
 from .structured import StructuredOps, _Flag
 from .spelling import (BF16_EXACT, BINARY, COVERED, EXACT_VIA_F32, MAX_NUMEL, NARROW_FLOATS, REJECTED, ROUNDING,  # noqa: F401
@@ -144,7 +145,7 @@ class _Emitter(StructuredOps):
             for cand, as_lit in ((root, id(root) in self.literals), (v, id(v) in self.literals)):
                 trial = list(cur)
                 trial[i] = (cand, as_lit)
-                if _bshape(shapes(trial)) == tuple(out_shape) or (op.name in ("load", "store")
+                if _bshape(shapes(trial)) == tuple(out_shape) or (op.name in (LOAD, STORE)
                                                                   and _bshape(shapes(trial)) is not None):
                     cur = trial
                     break
@@ -153,7 +154,7 @@ class _Emitter(StructuredOps):
         for i, (v, lit) in enumerate(cur):
             if lit:
                 partner = any(not l2 and v2.dtype is v.dtype for j, (v2, l2) in enumerate(cur) if j != i)
-                if partner or op.name in ("load", "store"):
+                if partner or op.name in (LOAD, STORE):
                     args.append(_Arg(self.literals[id(v)], True, v.dtype, ()))
                     continue
                 args.append(self.typed(v))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Function, Op, walk_block
 from compiler.ir.analysis import index_step
+from compiler.ir.ops import FOR
 from targets.cfamily.lowering import CLowering, Nest
 
 from ..plan.model import align
@@ -364,7 +365,7 @@ class KunlunLowering(Prefetching, PlannedMemory, FencedAccess, CLowering):
             for op in block.ops:
                 if id(op) in self.staged:
                     self.lower_op(op)
-                elif op.name == "for" and any(id(o) in self.staged for o in walk_block(op.blocks[0])):
+                elif op.name == FOR and any(id(o) in self.staged for o in walk_block(op.blocks[0])):
                     self._shadow_loop(op, need)
                 elif id(op) in need:
                     self.lower_op(op)

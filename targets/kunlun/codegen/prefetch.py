@@ -18,6 +18,7 @@ the slot's first half: the same bytes for every k, which orders the two slots al
 """
 from __future__ import annotations
 
+from compiler.ir.ops import CONST, LOAD, OPS
 from targets.cfamily.lowering import runtime_mask
 
 from ..plan.prefetch import Ahead, ahead
@@ -156,7 +157,7 @@ class Prefetching:
                     bind(arg, t)
             for op in a.needs:
                 v = op.results[0]
-                if op.name == "load":   # an index the addresses read (a page of a block table)
+                if op.name == LOAD:   # an index the addresses read (a page of a block table)
                     bind(v, self.fresh("s" if v.type.is_scalar else "ld"))
                     if v.type.is_scalar:
                         self.emit_load(op)
@@ -166,10 +167,10 @@ class Prefetching:
                         self.buffers.add(id(v))
                         self._load_into(op, self.names[id(v)])
                     continue
-                if not v.type.is_scalar or op.name == "const":
+                if not v.type.is_scalar or op.name == CONST:
                     continue
                 t = self.fresh("s")
-                expr = self.d.program_id(op.name, op.attrs["axis"]) if op.name in ("program_id", "num_programs") \
+                expr = self.d.program_id(op.name, op.attrs["axis"]) if OPS[op.name].has("grid_index") \
                     else self._ev_op(op, v, (), None)
                 self.emit(f"{self.d.reg_type(v.dtype)} const {t} = {expr};")
                 bind(v, t)

@@ -11,6 +11,7 @@ import jinja2
 from compiler.errors import CompilationError
 from compiler.fp64 import narrow_fp64, uses_fp64
 from compiler.ir import Function
+from compiler.ir.ops import CAST
 
 from ..arch import Arch
 from ..plan import MemoryPlan, plan_memory
@@ -41,7 +42,7 @@ class KunlunRenderer:
                           "exactly; results carry fp32 precision (docs/kunlun.md, \"float64\")",
                           Fp64AsFp32Warning, stacklevel=2)
         for op in fn.walk():
-            if op.name == "cast" and op.operands[0].dtype.is_ptr() != op.results[0].dtype.is_ptr():
+            if op.name == CAST and op.operands[0].dtype.is_ptr() != op.results[0].dtype.is_ptr():
                 raise CompilationError.at(op.loc, "a pointer made from an integer (or read as one) is not supported on "
                                           "the kunlun target: its memory plan must know which argument each "
                                           "pointer addresses (pass the tensor itself)", kernel=fn.name)

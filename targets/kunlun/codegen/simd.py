@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 
 from compiler import dtypes as D
+from compiler.ir.ops import ADD, BROADCAST, MUL, NEG, OPS, SUB, WHERE
 
 LANES = 16
 _VLOAD = re.compile(r"vload_lm_float32x16\(&(\w+)\[")
 # no elementwise max: tl.maximum ignores a NaN operand (compiler/value_rules.py), and what
 # vvmax_float32x16 does with one is not documented; reductions use it (their operands hold no NaN)
-_VV = {"add": "vvadd_float32x16", "mul": "vvmul_float32x16"}
-_SV = {"add": "svadd_float32x16", "mul": "svmul_float32x16"}   # scalar op vector
-_ARITH = (*_VV, "sub", "neg")
+_VV = {ADD: "vvadd_float32x16", MUL: "vvmul_float32x16"}
+_SV = {ADD: "svadd_float32x16", MUL: "svmul_float32x16"}   # scalar op vector
 
 
 class VectorExpr:
@@ -36,7 +36,7 @@ class VectorExpr:
         if v.type.is_scalar and v.dtype is D.float32:
             return self.low.ev(v, (), None)
         op = v.owner
-        if op is not None and op.name == "broadcast" and op.operands[0].type.is_scalar:
+        if op is not None and op.name == BROADCAST and op.operands[0].type.is_scalar:
             return self._scalar(op.operands[0])
         return None
 
@@ -51,17 +51,17 @@ class VectorExpr:
         if id(v) in low.buffers:
             return f"vload_lm_float32x16(&{low.name(v)}[{low.linear(idx, self.shape)}])"
         op = v.owner
-        if op is not None and op.name == "where" and id(op.operands[0]) in low.known_true:
+        if op is not None and op.name == WHERE and id(op.operands[0]) in low.known_true:
             return self._build(op.operands[1], idx)   # the fast path of a where split on its mask
-        if op is None or op.name not in _ARITH:
+        if op is None or not OPS[op.name].has("ring"):
             return None
         ops = [self._build(o, idx) for o in op.operands]
         if any(e is None for e in ops) or all(e.startswith("#") for e in ops):
             return None   # no vector form, or a scalar op (the C lowering handles it)
-        if op.name == "neg":
+        if op.name == NEG:
             return _negated(ops[0])
         a, b = ops
-        if op.name == "sub":   # a - b is a + (-b) exactly; the negation is a multiply by -1
+        if op.name == SUB:   # a - b is a + (-b) exactly; the negation is a multiply by -1
             op_name, b = "add", _negated(b)
         else:
             op_name = op.name
@@ -98,10 +98,10 @@ def where_mask(lowering, v):
             continue
         seen.add(id(x))
         op = x.owner
-        if op.name == "where" and not op.operands[0].type.is_scalar:
+        if op.name == WHERE and not op.operands[0].type.is_scalar:
             masks[id(op.operands[0])] = op.operands[0]
-        if op.name in _ARITH or op.name == "where":
-            stack.extend(op.operands[1:] if op.name == "where" else op.operands)
+        if OPS[op.name].has("ring") or op.name == WHERE:
+            stack.extend(op.operands[1:] if op.name == WHERE else op.operands)
     return next(iter(masks.values())) if len(masks) == 1 else None
 
 

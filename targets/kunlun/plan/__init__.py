@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 from compiler.ir import Function, verify, walk_block
+from compiler.ir.ops import ADD, STORE
 
 from ..arch import Arch
 from .layout import place
@@ -66,7 +67,7 @@ def record(ir: Function, dialect, policy: str, prefetch: bool = False, skip: fro
 def gm_tensors(fn: Function) -> list[GMTensor]:
     written = set()
     for op in walk_block(fn.body):
-        if op.name == "store":
+        if op.name == STORE:
             written |= _bases(op.operands[0])
     return [GMTensor(p.name, p.type.dtype.element_ty.name, id(p.value) in written)
             for p in fn.params if p.type.dtype.is_ptr() and not is_scratch(p)]
@@ -84,7 +85,7 @@ def _bases(v) -> set[int]:
             if x.dtype.is_ptr():
                 out.add(id(x))
             continue
-        stack.extend(o for o in x.owner.operands if o.dtype.is_ptr() or x.owner.name != "add")
+        stack.extend(o for o in x.owner.operands if o.dtype.is_ptr() or x.owner.name != ADD)
     return out
 
 

@@ -16,9 +16,8 @@ other than `for`, `while` and `if`), or when one value has two axes in it (an ou
 from __future__ import annotations
 
 from compiler.ir import Block, Function, Op, Value
-from compiler.ir.ops import OPS, REDUCE_KINDS
-
-KNOWN_VIEWS = ("broadcast", "expand_dims", "trans")
+from compiler.ir.ops import (BARRIER, BROADCAST, DOT, EXPAND_DIMS, FOR, IF, LOAD, OPS, REDUCE_KINDS, SCAN,
+                             STORE, WHILE, YIELD)
 
 
 class Dims:
@@ -111,45 +110,45 @@ class Dims:
                 self._same(res[0], o)
         elif kind == "source":
             pass
-        elif kind == "view" and op.name in KNOWN_VIEWS:
+        elif d is not None and d.has("axis_view"):
             self._view(op)
-        elif op.name == "load":
+        elif op.name == LOAD:
             for o in op.operands:
                 self._same(res[0], o)
-        elif op.name == "store":
+        elif op.name == STORE:
             for o in op.operands[1:]:
                 self._same(op.operands[0], o)
-        elif op.name in ("reduce", "argreduce") and op.attrs.get("kind") in REDUCE_KINDS:
+        elif kind == "reduce" and op.attrs.get("kind") in REDUCE_KINDS:
             src, ax = op.operands[0], op.attrs["axis"]
             for r in res:
                 for j in range(len(r.shape)):
                     self._join(r, j, src, j if j < ax else j + 1)
-        elif op.name == "scan":
+        elif op.name == SCAN:
             self._same(res[0], op.operands[0])
-        elif op.name == "dot":
+        elif op.name == DOT:
             a, b, c = op.operands
             for v in (c, res[0]):
                 self._join(v, 0, a, 0)
                 self._join(v, 1, b, 1)
             self._join(a, 1, b, 0)
-        elif op.name == "for":
+        elif op.name == FOR:
             body = op.blocks[0]
             y = body.ops[-1]
             for init, arg, out, r in zip(op.operands[3:], body.args[1:], y.operands, res):
                 for v in (arg, out, r):
                     self._same(init, v)
-        elif op.name == "if":   # each result is what either branch yields
+        elif op.name == IF:   # each result is what either branch yields
             for b in op.blocks:
-                y = b.ops[-1] if b.ops and b.ops[-1].name == "yield" else None
+                y = b.ops[-1] if b.ops and b.ops[-1].name == YIELD else None
                 for r, out in zip(res, y.operands if y is not None else ()):
                     self._same(r, out)
-        elif op.name == "while":   # a carried value: its initial value, block arguments, next value, result
+        elif op.name == WHILE:   # a carried value: its initial value, block arguments, next value, result
             cond, body = op.blocks
             y = body.ops[-1]
             for init, ca, ba, out, r in zip(op.operands, cond.args, body.args, y.operands, res):
                 for v in (ca, ba, out, r):
                     self._same(init, v)
-        elif op.name in ("yield", "barrier"):
+        elif op.name in (YIELD, BARRIER):
             pass
         else:   # an op this analysis does not know: its tiles keep their shapes
             self.unknown.append(op)
@@ -166,11 +165,11 @@ class Dims:
 
     def _view(self, op: Op) -> None:
         src, r = op.operands[0], op.results[0]
-        if op.name == "broadcast":
+        if op.name == BROADCAST:
             if src.shape:
                 for a in range(len(r.shape)):
                     self._join(r, a, src, a)
-        elif op.name == "expand_dims":
+        elif op.name == EXPAND_DIMS:
             ax = op.attrs["axis"]
             for j in range(len(r.shape)):
                 if j != ax:

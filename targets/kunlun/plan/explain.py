@@ -4,6 +4,7 @@ chunks, and the largest block along it that would fit."""
 from __future__ import annotations
 
 from compiler.errors import CompilationError, OutOfResources
+from compiler.ir.ops import FOR
 
 from ..arch import Arch
 from .model import align, describe_value
@@ -63,7 +64,7 @@ def _carried(ir) -> dict[int, tuple]:
     """block argument id -> (the loop op, its initial value), for naming carried buffers."""
     out = {}
     for op in ir.walk():
-        if op.name == "for":
+        if op.name == FOR:
             for a, init in zip(op.blocks[0].args[1:], op.operands[3:]):
                 out[id(a)] = (op, init)
     return out

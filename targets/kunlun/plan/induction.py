@@ -10,6 +10,7 @@ element.
 from __future__ import annotations
 
 from compiler.ir import Block, Function, Op, TileType, Value
+from compiler.ir.ops import ADD, BROADCAST, CONST, FOR
 from compiler.passes import dce
 
 from .rebuild import Emitter
@@ -19,15 +20,15 @@ def _step(arg: Value, y: Value):
     """The scalar step when `y` is arg + broadcast(x) or arg + a splat constant (either order): the
     scalar value `x`, or the constant as (value, dtype); else None."""
     op = y.owner
-    if op is None or op.name != "add" or arg not in op.operands:
+    if op is None or op.name != ADD or arg not in op.operands:
         return None
     other = op.operands[1] if op.operands[0] is arg else op.operands[0]
     if other is arg:
         return None
     src = other.owner
-    if src is not None and src.name == "broadcast" and src.operands[0].type.is_scalar:
+    if src is not None and src.name == BROADCAST and src.operands[0].type.is_scalar:
         return src.operands[0]
-    if src is not None and src.name == "const":
+    if src is not None and src.name == CONST:
         return (src.attrs["value"], other.dtype)
     return None
 
@@ -47,7 +48,7 @@ def _inductions(op: Op) -> dict[int, Value]:
 
 
 def scalarize(fn: Function) -> Function:
-    if not any(op.name == "for" and _inductions(op) for op in fn.walk()):
+    if not any(op.name == FOR and _inductions(op) for op in fn.walk()):
         return fn
     vmap = {id(p.value): p.value for p in fn.params}
     body = Block()
@@ -59,7 +60,7 @@ def scalarize(fn: Function) -> Function:
 
 def _block(old: Block, new: Block, vmap: dict[int, Value]) -> None:
     for op in old.ops:
-        ind = _inductions(op) if op.name == "for" else {}
+        ind = _inductions(op) if op.name == FOR else {}
         if ind:
             _loop(op, ind, new, vmap)
             continue

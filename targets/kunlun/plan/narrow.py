@@ -19,28 +19,26 @@ from __future__ import annotations
 
 from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, TileType, Value
-from compiler.ir.ops import OPS
+from compiler.ir.ops import CAST, CONST, FOR, LOAD, OPS, REDUCE, STORE, WHERE, YIELD
 
 from .rebuild import Emitter
-
-_RING = ("add", "sub", "mul", "neg", "where")   # exact modulo 2**32 (where: on its branches)
 
 
 def _needs_width(op: Op, v: Value) -> bool:
     """Whether `op` reading int64 `v` needs all 64 bits of it."""
-    if op.name in _RING:
+    d = OPS[op.name]
+    if d.has("ring") or op.name == WHERE:   # exact modulo 2**32 (where: on its branches)
         return False
-    kind = OPS[op.name].kind if op.name in OPS else None
-    if kind == "view" or op.name in ("for", "yield"):
+    if d.kind == "view" or op.name in (FOR, YIELD):
         return False
-    if op.name == "cast":
+    if op.name == CAST:
         to = op.attrs["to"]
         return not (to.is_int() and not to.is_bool() and (to.bits < 64 or to is D.int64))
-    if op.name == "reduce":
+    if op.name == REDUCE:
         return op.attrs["kind"] != "sum"
-    if op.name == "load":
+    if op.name == LOAD:
         return False          # as an address offset
-    if op.name == "store":
+    if op.name == STORE:
         return v is op.operands[1]
     return True
 
@@ -58,12 +56,12 @@ def wide_values(fn: Function) -> set[int]:
 
     wide: list[Value] = [p.value for p in fn.params if p.type.dtype is D.int64]
     for op in fn.walk():
-        if op.name == "for":
+        if op.name == FOR:
             body = op.blocks[0]
             join(body.args[0], *op.operands[:3])
             for init, arg, y, r in zip(op.operands[3:], body.args[1:], body.ops[-1].operands, op.results):
                 join(init, arg, y, r)
-        if op.name == "load" and op.results[0].dtype is D.int64:
+        if op.name == LOAD and op.results[0].dtype is D.int64:
             wide.append(op.results[0])
         wide += [v for v in op.operands if v.dtype is D.int64 and _needs_width(op, v)]
     out: set[int] = set()
@@ -74,7 +72,7 @@ def wide_values(fn: Function) -> set[int]:
         for m in groups.get(id(v), [v]):
             out.add(id(m))
             op = m.owner
-            if op is not None and op.name not in ("load", "for"):
+            if op is not None and op.name not in (LOAD, FOR):
                 wide += [o for o in op.operands if o.dtype is D.int64]
     return out
 
@@ -105,9 +103,9 @@ def _block(old: Block, new: Block, vmap: dict[int, Value], wide: set[int]) -> No
                 x = em.v("cast", [x], {"to": D.int32})
             operands.append(x)
         attrs = dict(op.attrs)
-        if op.name == "cast" and attrs["to"] is D.int64 and id(op.results[0]) not in wide:
+        if op.name == CAST and attrs["to"] is D.int64 and id(op.results[0]) not in wide:
             attrs["to"] = D.int32
-        if op.name == "const" and attrs["type"].dtype is D.int64 and id(op.results[0]) not in wide:
+        if op.name == CONST and attrs["type"].dtype is D.int64 and id(op.results[0]) not in wide:
             attrs["type"] = attrs["type"].with_dtype(D.int32)
             attrs["value"] = (int(attrs["value"]) + 2 ** 31) % 2 ** 32 - 2 ** 31
         blocks = []
@@ -118,7 +116,7 @@ def _block(old: Block, new: Block, vmap: dict[int, Value], wide: set[int]) -> No
             _block(b, nb, vmap, wide)
             blocks.append(nb)
         # an op computing in 64 bits (a division of a wide value) keeps its int64 result, narrowed after
-        computes_wide = op.name not in ("cast", "for", "load") and not op.blocks and \
+        computes_wide = op.name not in (CAST, FOR, LOAD) and not op.blocks and \
             any(x.dtype is D.int64 for x in operands)
         types = [r.type if computes_wide else _narrow_type(r, wide) for r in op.results]
         new_op = Op(op.name, operands, types, attrs, blocks, op.loc)
@@ -131,9 +129,9 @@ def _block(old: Block, new: Block, vmap: dict[int, Value], wide: set[int]) -> No
 
 def _reads_wide(op: Op, v: Value, wide: set[int]) -> bool:
     """Whether `op` reads int64 `v` with all 64 bits (else it is narrowed first)."""
-    if op.name == "for":
+    if op.name == FOR:
         i = op.operands.index(v)
         return id(op.blocks[0].args[0]) in wide if i < 3 else id(op.results[i - 3]) in wide
-    if op.name in ("yield", "cast") or _needs_width(op, v):
+    if op.name in (YIELD, CAST) or _needs_width(op, v):
         return True   # a yield's slot is wide with its value; a cast narrows or converts itself
     return any(id(r) in wide for r in op.results)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, TileType, Value
-from compiler.ir.ops import OPS
+from compiler.ir.ops import FOR, IF, LOAD, OPS, STORE, YIELD
 
 from . import carried, trees
 from .dims import Dims
@@ -34,9 +34,9 @@ def external_refs(op: Op) -> list[Value]:
 def _memory(op: Op) -> tuple[set[int], set[int]]:
     """(bases loaded, bases stored) by `op`, nested ops included."""
     ld, st = set(), set()
-    if op.name == "load":
+    if op.name == LOAD:
         ld |= bases(op.operands[0])
-    elif op.name == "store":
+    elif op.name == STORE:
         st |= bases(op.operands[0])
     for b in op.blocks:
         for o in b.ops:
@@ -158,7 +158,7 @@ class Region:
     def run(self) -> None:
         self.schedule()
         n_pass = 1 + max(self.pass_.values(), default=-1)
-        tail = self.ops[-1] if self.ops and self.ops[-1].name == "yield" else None
+        tail = self.ops[-1] if self.ops and self.ops[-1].name == YIELD else None
         for g in range(n_pass + 1):
             for i, op in enumerate(self.ops):
                 if self.gap.get(i) == g and op is not tail:
@@ -229,7 +229,7 @@ class Region:
             return [carried.scan_init(em, op)]
         if role == "arg":
             return carried.arg_inits(em, op)
-        if role == "loop" and op.name == "if":   # what it yields without the axis is the same every chunk
+        if role == "loop" and op.name == IF:   # what it yields without the axis is the same every chunk
             return [em.const(False if r.dtype.is_bool() else 0, r.dtype, r.shape) for r in op.results
                     if not self.ctx.has(r)]
         if role == "loop":
@@ -289,12 +289,12 @@ class Region:
         if op is None:
             raise NotApplicable("a loop-carried tile with the chunked axis is read where it cannot be recomputed")
         top = scope.top()
-        if op.name in ("for", "if"):
+        if op.name in (FOR, IF):
             self.rebuild_loop(op, top)
             return top.dmap[id(v)]
-        if op.name == "store" or op.blocks or self.ctx.role(op) != "par":
+        if op.name == STORE or op.blocks or self.ctx.role(op) != "par":
             raise NotApplicable(f"the chunks of '{op.name}' cannot be recomputed")
-        if op.name == "load":
+        if op.name == LOAD:
             self.note_reload(op, top)
         operands = [self.operand(o, top) for o in op.operands]
         top.em.loc, loc = op.loc, top.em.loc
@@ -315,7 +315,7 @@ class Region:
     def rebuild_loop(self, op: Op, scope: Scope) -> Op:
         """A loop whose body runs chunk by chunk, once per chunk (interchanged with the chunk loop);
         a run-time `if` alike, its branches yielding chunks."""
-        if op.name == "if":
+        if op.name == IF:
             return self.rebuild_if(op, scope)
         ctx = self.ctx
         bounds = [scope.plain(v) for v in op.operands[:3]]
@@ -352,7 +352,7 @@ class Region:
     def rebuild_body_op(self, b: Op, inner: Scope) -> None:
         ctx = self.ctx
         inner.em.loc = b.loc
-        if b.name in ("for", "if") and ctx.touches(b):
+        if b.name in (FOR, IF) and ctx.touches(b):
             self.rebuild_loop(b, inner)
             return
         if not ctx.touches(b):
@@ -361,7 +361,7 @@ class Region:
                 inner.fmap[id(r)] = n
             return
         operands = [self.operand(o, inner) for o in b.operands]
-        if b.name in ("yield", "store"):
+        if b.name in (YIELD, STORE):
             inner.em.op(b.name, operands)
             return
         new = clone_chunked(inner.em, b, operands, [ctx.axis(r) for r in b.results], ctx.size, inner.offset)
@@ -380,7 +380,7 @@ class Region:
                     continue
                 sp = 2 * self.pass_[si] + 1 if si in self.pass_ else 2 * self.gap.get(si, 0)
                 pos = 2 * p + 1
-                same = op.name == "store" and same_value(op.operands[0], load.operands[0])
+                same = op.name == STORE and same_value(op.operands[0], load.operands[0])
                 if si < li and not (sp < pos or (sp == pos and same)):
                     raise NotApplicable("a re-read load would miss a store before it")
                 if si > li and not (pos < sp or (pos == sp and same and ri <= si)):

@@ -23,11 +23,10 @@ from __future__ import annotations
 import dataclasses
 
 from compiler.ir import Block, Function, Op, walk_block
-from compiler.ir.ops import OPS
+from compiler.ir.ops import ADD, BARRIER, CONST, FOR, LOAD, OPS, YIELD
 
 from .stripmine import bases
 
-_WRITES = ("store", "atomic_rmw", "atomic_cas")
 _PURE_KINDS = ("elementwise", "view", "source")
 
 
@@ -44,7 +43,7 @@ def ahead(fn: Function, staged: set[int]) -> dict[int, list[Ahead]]:
     """id of a `for` op -> its body's loads that can be fetched one iteration ahead."""
     out: dict[int, list[Ahead]] = {}
     for loop in walk_block(fn.body):
-        if loop.name != "for":
+        if loop.name != FOR:
             continue
         found = _in_body(loop.blocks[0], staged)
         if found:
@@ -55,14 +54,14 @@ def ahead(fn: Function, staged: set[int]) -> dict[int, list[Ahead]]:
 def _in_body(body: Block, staged: set[int]) -> list[Ahead]:
     written: set[int] = set()
     for op in walk_block(body):
-        if op.name == "barrier":
+        if op.name == BARRIER:
             return []
-        if op.name in _WRITES:
+        if OPS[op.name].has("writes_global"):
             written |= bases(op.operands[0])
     top = {id(op): i for i, op in enumerate(body.ops)}
     found = []
     for op in body.ops:
-        if op.name != "load" or op.results[0].type.is_scalar or id(op) in staged:
+        if op.name != LOAD or op.results[0].type.is_scalar or id(op) in staged:
             continue
         if bases(op.operands[0]) & written:
             continue
@@ -76,12 +75,12 @@ def _step(arg, body: Block, top: dict[int, int]):
     """The step of carried scalar `arg` when the body yields `arg + step` with `step` made before
     the loop; else None."""
     y = dict(zip(map(id, body.args[1:]), body.ops[-1].operands)).get(id(arg)) \
-        if body.ops and body.ops[-1].name == "yield" else None
+        if body.ops and body.ops[-1].name == YIELD else None
     op = y.owner if y is not None else None
-    if op is None or op.name != "add" or not arg.type.is_scalar or arg not in op.operands:
+    if op is None or op.name != ADD or not arg.type.is_scalar or arg not in op.operands:
         return None
     step = op.operands[1] if op.operands[0] is arg else op.operands[0]
-    made_before = step.owner is None or id(step.owner) not in top or step.owner.name == "const"
+    made_before = step.owner is None or id(step.owner) not in top or step.owner.name == CONST
     return step if step is not arg and step.type.is_scalar and made_before and step not in body.args else None
 
 
@@ -108,7 +107,7 @@ def _needs(load: Op, body: Block, top: dict[int, int], written: set[int]) -> Ahe
             continue
         if id(op) in needs:
             continue
-        if op.name == "load":
+        if op.name == LOAD:
             if bases(op.operands[0]) & written:
                 return None
         elif not OPS[op.name].pure or OPS[op.name].kind not in _PURE_KINDS:

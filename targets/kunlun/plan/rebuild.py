@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from compiler import dtypes as D
 from compiler.ir import Block, Loc, Op, TileType, Value, infer
+from compiler.ir.ops import ADD, ARANGE, BROADCAST, CONST, MAX, MIN
 
 
 class Emitter:
@@ -45,7 +46,7 @@ def identity(kind: str, dt: D.dtype):
     return lo if kind == "max" else hi
 
 
-COMBINE = {"sum": "add", "max": "max", "min": "min"}   # the elementwise op that merges two partial results
+COMBINE = {"sum": ADD, "max": MAX, "min": MIN}   # the elementwise op that merges two partial results
 
 
 def chunked(t: TileType, axis: int | None, size: int) -> TileType:
@@ -62,13 +63,13 @@ def clone_chunked(em: Emitter, op: Op, operands: list[Value], axes: list[int | N
     arange along the cut axis starts at `offset` (the chunk's first index)."""
     attrs = dict(op.attrs)
     ax = axes[0] if axes else None
-    if op.name == "arange" and ax is not None:
+    if op.name == ARANGE and ax is not None:
         start = attrs["start"]
         a = em.v("arange", [], {"start": start, "end": start + size})
         return [em.v("add", [a, em.splat(offset, (size,))])]
-    if op.name == "const" and ax is not None:
+    if op.name == CONST and ax is not None:
         attrs["type"] = chunked(attrs["type"], ax, size)
-    elif op.name == "broadcast" and ax is not None:
+    elif op.name == BROADCAST and ax is not None:
         attrs["shape"] = chunked(op.results[0].type, ax, size).shape
     new = em.op(op.name, operands, attrs)
     want = [chunked(r.type, a, size) for r, a in zip(op.results, axes)]

@@ -22,6 +22,7 @@ import os
 
 from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, Param, TileType, Value
+from compiler.ir.ops import DOT, FOR, OPS
 
 from .dims import Dims
 from .model import align, source_name
@@ -79,15 +80,15 @@ def spillable_loops(fn: Function) -> list[tuple[Op, list[int]]]:
     dims = Dims(fn)
     out = []
     for op in fn.walk():
-        if op.name != "for":
+        if op.name != FOR:
             continue
         body = op.blocks[0]
         reduced = set()
         for o in _walk(body):
-            if o.name in ("reduce", "argreduce", "scan"):
+            if OPS[o.name].kind in ("reduce", "scan"):
                 c = dims.cls(o.operands[0], o.attrs["axis"]) if o.operands[0].shape[o.attrs["axis"]] > 1 else None
                 reduced.add(c)
-            elif o.name == "dot" and o.operands[0].shape[1] > 1:
+            elif o.name == DOT and o.operands[0].shape[1] > 1:
                 reduced.add(dims.cls(o.operands[0], 1))
         reduced.discard(None)
         carried = [j for j, a in enumerate(body.args[1:])

@@ -16,7 +16,7 @@ own; the price is the second read from GM.
 from __future__ import annotations
 
 from compiler.ir import Block, Function, Op, Value
-from compiler.ir.ops import OPS
+from compiler.ir.ops import IF, LOAD, OPS
 from compiler.passes import dce
 
 from .passes import clone_plain
@@ -33,7 +33,7 @@ def _rebuildable(v: Value, memo: dict[int, bool], reload: frozenset | None) -> b
     if got is None:
         op = v.owner
         kind = OPS[op.name].kind if op is not None and op.name in OPS else None
-        if op is not None and op.name == "load" and reload is not None:
+        if op is not None and op.name == LOAD and reload is not None:
             got = not (bases(op.operands[0]) & reload) and \
                 all(_rebuildable(o, memo, reload) for o in op.operands)
         else:
@@ -64,14 +64,11 @@ def split_shared(fn: Function, reload: bool = False) -> Function:
     return out
 
 
-_EFFECTS = ("store", "atomic_rmw", "atomic_cas", "barrier", "print", "assert")
-
-
 def _block(old: Block, new: Block, vmap: dict[int, Value], shared, split_ifs: bool = False) -> None:
     for op in old.ops:
         em = Emitter(new, op.loc)
         operands = [_fresh(v, em, vmap) if shared(v) else vmap[id(v)] for v in op.operands]
-        if split_ifs and op.name == "if" and len(op.results) > 1 and not _has_effects(op):
+        if split_ifs and op.name == IF and len(op.results) > 1 and not _has_effects(op):
             # one `if` per result, so that a result with a cut axis and one without part ways
             for r in op.results:
                 new_op = _if_of(op, [r], operands[0], vmap, shared)
@@ -91,7 +88,7 @@ def _block(old: Block, new: Block, vmap: dict[int, Value], shared, split_ifs: bo
 
 
 def _has_effects(op: Op) -> bool:
-    return op.name in _EFFECTS or any(_has_effects(o) for b in op.blocks for o in b.ops)
+    return OPS[op.name].has("effect") or any(_has_effects(o) for b in op.blocks for o in b.ops)
 
 
 def _if_of(op: Op, results: list[Value], cond: Value, vmap: dict[int, Value], shared) -> Op:
@@ -105,7 +102,7 @@ def _if_of(op: Op, results: list[Value], cond: Value, vmap: dict[int, Value], sh
         y.operands = [y.operands[i] for i in keep]
         _prune(nb)
         blocks.append(nb)
-    return Op("if", [cond], [r.type for r in results], {**op.attrs, "types": [r.type for r in results]}, blocks,
+    return Op(IF, [cond], [r.type for r in results], {**op.attrs, "types": [r.type for r in results]}, blocks,
               op.loc)
 
 
@@ -118,7 +115,7 @@ def _prune(block: Block) -> None:
     while True:
         used = {id(v) for op in block.ops for v in _reads(op)}
         keep = [op for op in block.ops if not (op.results and not any(id(r) in used for r in op.results)
-                                                and (OPS[op.name].pure or op.name == "load"))]
+                                                and (OPS[op.name].pure or op.name == LOAD))]
         if len(keep) == len(block.ops):
             return
         block.ops = keep

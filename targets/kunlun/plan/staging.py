@@ -34,11 +34,9 @@ import dataclasses
 
 from compiler.ir import Block, Function, Op, walk_block
 from compiler.ir.analysis import const_value
+from compiler.ir.ops import FOR, IF, LOAD, OPS, PROGRAM_ID, WHILE, YIELD
 
 from .scratch import is_scratch
-
-LOOPS = ("for", "while")
-
 
 
 class _Taint:
@@ -59,12 +57,12 @@ class _Taint:
 
     @staticmethod
     def yielded(b: Block) -> list:
-        return b.ops[-1].operands if b.ops and b.ops[-1].name == "yield" else []
+        return b.ops[-1].operands if b.ops and b.ops[-1].name == YIELD else []
 
     def op(self, op: Op) -> bool:
         hit = any(id(v) in self.bad for v in op.operands) or \
-            (op.name == "program_id" and op.attrs["axis"] in self.axes)
-        if op.name in ("for", "while", "if"):
+            (op.name == PROGRAM_ID and op.attrs["axis"] in self.axes)
+        if OPS[op.name].has("has_region"):
             return getattr(self, "_" + op.name)(op, hit)
         changed = any([self.block(b) for b in op.blocks])
         return self.mark(op.results if hit else ()) or changed
@@ -111,11 +109,11 @@ def _tainted(fn: Function, axes: tuple[int, ...], seeds=()) -> set[int]:
 
 def _uniform(op: Op, by_pid: set[int]) -> bool:
     """Whether every core of a cluster takes the same path through control op `op`."""
-    if op.name == "for":
+    if op.name == FOR:
         return not any(id(v) in by_pid for v in op.operands[:3])
-    if op.name == "if":
+    if op.name == IF:
         return id(op.operands[0]) not in by_pid
-    if op.name == "while":
+    if op.name == WHILE:
         return id(op.blocks[0].ops[-1].operands[0]) not in by_pid   # the condition
     return True
 
@@ -131,7 +129,7 @@ def _may_shadow(op: Op, by_pid: set[int]) -> bool:
     and a start the same on every core, so iteration k has the same `iv` everywhere."""
     lb, ub, st = op.operands[:3]
     step = const_value(st)
-    return op.name == "for" and isinstance(step, int) and step > 0 and id(lb) not in by_pid \
+    return op.name == FOR and isinstance(step, int) and step > 0 and id(lb) not in by_pid \
         and id(st) not in by_pid
 
 
@@ -168,15 +166,15 @@ def stageable(fn: Function) -> Staging:
 
     def block_into(out: set[int], ops: list[Op], in_loop: bool, stale: set[int]) -> None:
         for op in ops:
-            if op.name == "load" and in_loop and not op.results[0].type.is_scalar \
+            if op.name == LOAD and in_loop and not op.results[0].type.is_scalar \
                     and not any(id(v) in by_pid0 or id(v) in stale for v in op.operands):
                 out.add(id(op))
-            if op.blocks and (op.name not in ("for", "while", "if") or _uniform(op, by_pid)):
+            if op.blocks and (not OPS[op.name].has("has_region") or _uniform(op, by_pid)):
                 for nb in op.blocks:
-                    block_into(out, nb.ops, in_loop or op.name in LOOPS, stale)
+                    block_into(out, nb.ops, in_loop or OPS[op.name].has("loop"), stale)
 
     for op in fn.body.ops:
-        if op.blocks and op.name == "for" and not _uniform(op, by_pid) and _may_shadow(op, by_pid):
+        if op.blocks and op.name == FOR and not _uniform(op, by_pid) and _may_shadow(op, by_pid):
             # its extra iterations change no carried value: a load that reads one would differ
             inner: set[int] = set()
             block_into(inner, op.blocks[0].ops, True, _tainted(fn, (), op.blocks[0].args[1:]))

@@ -29,6 +29,7 @@ are assumed not to overlap, as in every tile program).
 from __future__ import annotations
 
 from compiler.ir import Block, Function, Op, Value
+from compiler.ir.ops import ARGREDUCE, DOT, FOR, IF, OPS, REDUCE, SCAN, STORE, WHILE, YIELD
 
 from .dims import Dims
 
@@ -90,13 +91,13 @@ class Ctx:
 
     def role(self, op: Op) -> str:
         """What `op` (which touches the dimension) does along it."""
-        if op.name == "for":
+        if op.name == FOR:
             if any(self.has(v) for v in op.operands[3:]):
                 if not self.parallel_body(op.blocks[0]):
                     raise NotApplicable("a loop carries a chunked tile but reduces along it inside")
                 return "loop"
             return "inner"
-        if op.name == "if":
+        if op.name == IF:
             if not any(self.has(v) for v in op.results):
                 return "inner"   # cut inside each branch
             if any(r.dtype.is_ptr() and not self.has(r) for r in op.results):
@@ -104,36 +105,36 @@ class Ctx:
             if not all(self.parallel_body(b) for b in op.blocks):
                 raise NotApplicable("a run-time 'if' yields a chunked tile but reduces along it inside")
             return "loop"   # run once per chunk, as a loop carrying the axis is
-        if op.name == "while":
+        if op.name == WHILE:
             if any(self.has(v) for v in op.operands):
                 raise NotApplicable("a run-time 'while' carries a chunked tile")
             return "inner"
         if op.blocks:
             raise NotApplicable(f"op '{op.name}' has blocks this rewrite does not know")
-        if op.name == "reduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
+        if op.name == REDUCE and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "red"
-        if op.name == "scan" and self.axis(op.operands[0]) == op.attrs["axis"]:
+        if op.name == SCAN and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "scan"
-        if op.name == "argreduce" and self.axis(op.operands[0]) == op.attrs["axis"]:
+        if op.name == ARGREDUCE and self.axis(op.operands[0]) == op.attrs["axis"]:
             return "arg"
-        if op.name == "dot" and self.axis(op.operands[0]) == 1:
+        if op.name == DOT and self.axis(op.operands[0]) == 1:
             return "con"
-        if op.name == "store":
+        if op.name == STORE:
             return "store"
-        if op.name == "yield":
+        if op.name == YIELD:
             return "free"
         return "par"
 
 
 def _has_store(op: Op) -> bool:
-    return op.name == "store" or any(_has_store(o) for b in op.blocks for o in b.ops)
+    return op.name == STORE or any(_has_store(o) for b in op.blocks for o in b.ops)
 
 
 def stored_bases(block: Block) -> set[int]:
     """Ids of the pointer roots `block` writes through (stores and atomics)."""
     out = set()
     for op in block.ops:
-        if op.name in ("store", "atomic_rmw", "atomic_cas"):
+        if OPS[op.name].has("writes_global"):
             out |= bases(op.operands[0])
         for b in op.blocks:
             out |= stored_bases(b)
