@@ -349,15 +349,11 @@ class KernelFunction:
         return ck
 
     def _key(self, target, policy, args, topts) -> tuple:
-        """The specialisation key of bound `args`: what compiler/fastpath/tjfast.c's make_key computes.
-        The options the target honours join it only where they differ from the decorator's: those are
-        the same at every launch on a target (key[0]), and the compiled warm path, which sees no
-        launch options, must find the entry a launch with the decorator's options made."""
+        """The key of bound `args`, as fastpath/tjfast.c's make_key computes it. Honoured options join it only
+        where they differ from the decorator's (fixed per target, key[0]): the C path sees no options."""
         key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
-        if topts and topts != LO.for_target(target, self.launch_defaults):
-            key += (topts,)
-        return key
+        return key + (topts,) if topts and topts != LO.for_target(target, self.launch_defaults) else key
 
     def _first_launch(self, grid, key, args, target, dry=None, topts=()):
         """A miss (or a render_only / compile_only launch, recorded in `dry`): the grid is checked
