@@ -148,6 +148,7 @@ def test_matmul_batched_3d_slices(policy):
 # =============================================================================================
 @pytest.mark.parametrize("op,N,dtype", [("layer_norm", 3000, BF16), ("rms_norm", 3000, BF16),
                                         ("add_rms_norm", 3000, BF16), ("rms_norm", 1000, F32)], ids=str)
+@pytest.mark.sampled
 def test_norm_rows(policy, op, N, dtype):
     X = randn(256, N, dtype=dtype, seed=10)
     R = randn(256, N, dtype=dtype, seed=11)
@@ -174,6 +175,7 @@ def test_norm_rows(policy, op, N, dtype):
     (4, 2, 40, 40, 64, F16, True),      # causal GQA prefill
     (2, 2, 1, 300, 80, BF16, False),    # decode: one query over a long KV, padded head dim
 ], ids=str)
+@pytest.mark.sampled
 def test_attention_sequences(policy, Hq, Hkv, Sq, Sk, D, dtype, causal):
     n = 256 if Sq == 1 else 100
     Q = randn(n, Hq, Sq, D, dtype=dtype, seed=20)

@@ -151,6 +151,7 @@ def test_rope_bad_arguments():
 # =============================================================================================
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("act", sorted(AC.ACTS))
+@pytest.mark.sampled
 def test_act_and_mul_matches_reference(dtype, act):
     x = randn(3, 5, 2 * 300, dtype=dtype, seed=3) * 3
     y = AC.act_and_mul(x, act)
@@ -289,6 +290,7 @@ def _aln_inputs(dtype, rows=9, N=300, seed=13):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.sampled
 def test_add_layer_norm_matches_reference_and_layer_norm(dtype, policy):
     import kernels   # noqa: PLC0415
     x, r, w, b = _aln_inputs(dtype)
@@ -359,6 +361,7 @@ def _logits(dtype, rows=6, V=3000, seed=20):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.sampled
 def test_greedy_is_argmax_with_ties_to_the_lowest_index(dtype, policy):
     x = _logits(dtype)
     with numerics(policy):
@@ -372,6 +375,7 @@ def test_greedy_is_argmax_with_ties_to_the_lowest_index(dtype, policy):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("log", [False, True])
+@pytest.mark.sampled
 def test_softmax_and_log_softmax_match_reference(dtype, log):
     x = _logits(dtype)
     f = SM.log_softmax if log else SM.softmax
@@ -537,8 +541,10 @@ def test_varlen_prefill_and_extend_match_reference_and_paged_equals_dense(dtype,
         assert torch.equal(causal[-3], torch.zeros_like(causal[-3])) and causal[-2].abs().sum() > 0
 
 
+@pytest.mark.sampled
+@pytest.mark.parametrize("opts", [{}, {"window": 300, "soft_cap": 8.0}], ids=["plain", "window-soft_cap"])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_decode_equals_prefill_at_the_same_position(policy):
+def test_decode_equals_prefill_at_the_same_position(policy, opts):
     """Every position of a causal prefill (or an extend) equals, bitwise, the decode step of that
     position, whatever the split schedule, BLOCK_M, paged or dense, alone or in a batch."""
     L = 700   # three splits
@@ -546,20 +552,19 @@ def test_decode_equals_prefill_at_the_same_position(policy):
     _, _, k, v, cu_k = _dense(kc, vc, bt, lens)
     positions = torch.tensor([0, 1, 255, 256, 257, 511, 600, L - 1])
     with numerics(policy):
-        for opts in (dict(), dict(window=300, soft_cap=8.0)):
-            prefill = SA.varlen_attention(q, k, v, cu_q, cu_k, **opts)
-            for cfg in (None, {"BLOCK_M": 1}, {"BLOCK_M": 64}):
-                assert torch.equal(SA.paged_attention(q, kc, vc, bt, lens, cu_q, config=cfg, **opts), prefill)
-            # an extend: the last 40 tokens over a cached prefix of L - 40
-            ext = SA.paged_attention(q[-40:], kc, vc, bt, lens, torch.tensor([0, 40]), **opts)
-            assert torch.equal(ext, prefill[-40:])
-            # decode of each position: a batch of requests that share the pages, one length each
-            n = positions.numel()
-            bt_n, lens_n = bt.expand(n, -1), positions + 1
-            for parallel in (None, True, False):
-                dec = SA.paged_attention(q[positions], kc, vc, bt_n, lens_n, None, _parallel=parallel, **opts)
-                assert torch.equal(dec, prefill[positions])
-            assert torch.equal(SA.paged_decode_attention(q[-1:], kc, vc, bt, lens, **opts), prefill[-1:])
+        prefill = SA.varlen_attention(q, k, v, cu_q, cu_k, **opts)
+        for cfg in (None, {"BLOCK_M": 1}, {"BLOCK_M": 64}):
+            assert torch.equal(SA.paged_attention(q, kc, vc, bt, lens, cu_q, config=cfg, **opts), prefill)
+        # an extend: the last 40 tokens over a cached prefix of L - 40
+        ext = SA.paged_attention(q[-40:], kc, vc, bt, lens, torch.tensor([0, 40]), **opts)
+        assert torch.equal(ext, prefill[-40:])
+        # decode of each position: a batch of requests that share the pages, one length each
+        n = positions.numel()
+        bt_n, lens_n = bt.expand(n, -1), positions + 1
+        for parallel in (None, True, False):
+            dec = SA.paged_attention(q[positions], kc, vc, bt_n, lens_n, None, _parallel=parallel, **opts)
+            assert torch.equal(dec, prefill[positions])
+        assert torch.equal(SA.paged_decode_attention(q[-1:], kc, vc, bt, lens, **opts), prefill[-1:])
 
 
 @pytest.mark.parametrize("policy", POLICIES)

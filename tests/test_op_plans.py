@@ -40,6 +40,7 @@ def _plan_of(lop, args):
 
 @pytest.mark.parametrize("policy", ["fast", "strict"])
 @pytest.mark.parametrize("name", LIBRARY_OPS)
+@pytest.mark.sampled
 def test_every_library_op_replays_its_first_call_bit_for_bit(name, policy):
     lop = torch_ops.library_op(name)
     args = _samples(False)[name]

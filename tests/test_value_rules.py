@@ -151,6 +151,7 @@ MIXED = [("int8", "uint8", "uint8"), ("uint8", "int8", "uint8"), ("int32", "uint
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("xd,yd,zd", MIXED)
+@pytest.mark.sampled
 def test_mixed_integer_types_match_triton(target, xd, yd, zd):
     if _refuses_uint64(target, xd, yd):
         return
@@ -288,6 +289,7 @@ NAN_CASES = [("cpu", "fast"), ("cpu", "strict"), ("gpu:interpret", "fast"), ("gp
 
 @pytest.mark.parametrize("target,policy", NAN_CASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.sampled
 def test_nan_rules_match_triton(target, policy, dtype):
     ref = _run_nan("triton", dtype, ROWS)
     got = _run_nan(target, dtype, ROWS, policy)

@@ -129,6 +129,7 @@ def _upstream_sized(m, name, g):
 @pytest.mark.parametrize("policy", ["strict", pytest.param("fast", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("arch", ["xpu2", "xpu3"])
 @pytest.mark.parametrize("name", ["cross_entropy", "jsd"])
+@pytest.mark.sampled
 def test_liger_at_upstream_block_sizes_on_kunlun(liger, name, arch, policy):
     """Liger's cross-entropy and JSD at the block size they launch with (BLOCK_SIZE 32768) on kunlun,
     which refused them with LMBudgetError before its plan cut a branch's tiles (the cross-entropy's
