@@ -505,40 +505,43 @@ MASKS = [dict(), dict(soft_cap=20.0), dict(window=100), dict(soft_cap=5.0, windo
 EXTEND = dict(lens=(600, 17, 3, 300, 2), q_lens=(5, 1, 0, 300, 3))
 
 
+def _opts_id(opts: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in opts.items()) or "causal"
+
+
 @pytest.mark.sampled
+@pytest.mark.parametrize("opts", MASKS, ids=_opts_id)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy):
+def test_decode_attention_matches_reference_and_paged_equals_dense(dtype, policy, opts):
     q, kc, vc, bt, lens, _ = _decode_inputs(dtype)
     ks, vs, k, v, cu = _dense(kc, vc, bt, lens)
     with numerics(policy):
-        for opts in MASKS:
-            o = SA.paged_decode_attention(q, kc, vc, bt, lens, **opts)
-            ref = SA.decode_attention_ref(q, ks, vs, **opts)
-            torch.testing.assert_close(o, ref, **(dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]))
-            assert torch.equal(o[2], torch.zeros_like(o[2]))   # a request of length 0
-            # the same arithmetic, only the key addresses differ
-            assert torch.equal(SA.decode_attention(q, k, v, cu, **opts), o)
-            out = torch.empty_like(q)
-            assert SA.paged_decode_attention(q, kc, vc, bt, lens, out=out, **opts) is out and torch.equal(out, o)
+        o = SA.paged_decode_attention(q, kc, vc, bt, lens, **opts)
+        ref = SA.decode_attention_ref(q, ks, vs, **opts)
+        torch.testing.assert_close(o, ref, **(dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]))
+        assert torch.equal(o[2], torch.zeros_like(o[2]))   # a request of length 0
+        # the same arithmetic, only the key addresses differ
+        assert torch.equal(SA.decode_attention(q, k, v, cu, **opts), o)
+        out = torch.empty_like(q)
+        assert SA.paged_decode_attention(q, kc, vc, bt, lens, out=out, **opts) is out and torch.equal(out, o)
 
 
 @pytest.mark.sampled
+@pytest.mark.parametrize("opts", MASKS + [dict(causal=False), dict(causal=False, soft_cap=3.0)], ids=_opts_id)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("policy", POLICIES)
-def test_varlen_prefill_and_extend_match_reference_and_paged_equals_dense(dtype, policy):
+def test_varlen_prefill_and_extend_match_reference_and_paged_equals_dense(dtype, policy, opts):
     q, kc, vc, bt, lens, cu_q = _decode_inputs(dtype, **EXTEND)
     ks, vs, k, v, cu_k = _dense(kc, vc, bt, lens)
     q_lens = (cu_q[1:] - cu_q[:-1]).tolist()
     tol = dict(rtol=2e-5, atol=2e-5) if dtype == F32 else TOL[dtype]
     with numerics(policy):
-        for opts in MASKS + [dict(causal=False), dict(causal=False, soft_cap=3.0)]:
-            o = SA.paged_attention(q, kc, vc, bt, lens, cu_q, **opts)
-            torch.testing.assert_close(o, SA.varlen_attention_ref(q, ks, vs, q_lens, **opts), **tol)
-            assert torch.equal(SA.varlen_attention(q, k, v, cu_q, cu_k, **opts), o)
-        # the first query of the last request sits at key position 2 - 3 = -1: it sees no key
-        causal = SA.varlen_attention(q, k, v, cu_q, cu_k)
-        assert torch.equal(causal[-3], torch.zeros_like(causal[-3])) and causal[-2].abs().sum() > 0
+        o = SA.paged_attention(q, kc, vc, bt, lens, cu_q, **opts)
+        torch.testing.assert_close(o, SA.varlen_attention_ref(q, ks, vs, q_lens, **opts), **tol)
+        assert torch.equal(SA.varlen_attention(q, k, v, cu_q, cu_k, **opts), o)
+    if not opts:   # the first query of the last request sits at key position 2 - 3 = -1: it sees no key
+        assert torch.equal(o[-3], torch.zeros_like(o[-3])) and o[-2].abs().sum() > 0
 
 
 @pytest.mark.sampled

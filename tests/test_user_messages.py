@@ -28,6 +28,8 @@ from compiler.cache import KernelCache, check_dir_safety
 from compiler.cache.decisions import DecisionStore
 from compiler.clihelp import description
 
+from test_cache_cli import cli as _cache_cli   # the cache command in this process (tests/ is on sys.path)
+
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -302,8 +304,11 @@ def test_autotune_kind_reused_and_force(tmp_path):
     assert rows[0]["store"] == str(store.files()[0])
 
 
-def test_autotune_kunlun_summary_is_one_table(tmp_path):
-    res = _run(["-m", "compiler.autotune", "--target", "kunlun", "--quick", "--cache-dir", str(tmp_path)])
+@pytest.mark.parametrize("kernels", ["attention,matmul,rms_norm,serving_attention",
+                                     pytest.param("", id="every-op", marks=pytest.mark.slow)])
+def test_autotune_kunlun_summary_is_one_table(tmp_path, kernels):
+    res = _run(["-m", "compiler.autotune", "--target", "kunlun", "--quick", *(["--kernels", kernels] if kernels else []),
+                "--cache-dir", str(tmp_path)])
     assert res.returncode == 0, res.stderr
     out = res.stdout + res.stderr
     assert not re.search(r"^\s*rejected ", out, re.M)          # no per-config listing
@@ -338,10 +343,6 @@ def test_autotune_counts_rejections_and_lists_them_with_verbose(tmp_path, monkey
 
 
 # ---------------------------------------------------------------------------- the cache command line
-def _cache_cli(*args) -> subprocess.CompletedProcess:
-    return _run(["-m", "compiler.cache", *args])
-
-
 def test_clear_export_and_import_count_entries_and_decisions_apart(tmp_path):
     src = tmp_path / "src"
     # a fresh process, so that the kernels it compiles go there too (this one may hold them already)
