@@ -24,20 +24,20 @@ import torch
 from . import dtypes as D
 from . import launch_options as LO
 from . import cache_miss, source
-from .cache import CacheError, CacheMissError, KernelCache, stable_hash, strict_mode
+from .cache import CacheError, CacheMissError, KernelCache, cache_key, strict_mode
 from .captured import is_current, refreshed
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
 from .faults import compiler_faults, debug_enabled
 from .frontend import ArgSpec, build_function, constexpr_params
-from .ir import print_function, structural_hash, verify
+from .ir import print_function, verify
 from .launch_record import active as recording_launches, current_op
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
 from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
-from .version import changed_sources
+from .version import changed_sources, compiler_source_hash
 
 # errors about the user's kernel or launch, or a kernel that is not in the cache and cannot be
 # built here: shown without the compiler's frames unless TILEJIT_DEBUG is on (compiler/faults.py)
@@ -542,30 +542,6 @@ def _entry(cache: KernelCache, key: str, fn_ir, source: str, target, policy: str
         return {**meta, "policy": policy, "specialization": cache_miss.specialisation(fn_ir),
                 "compiler": compiler, **({"op": op} if op else {})}
     return cache.get_or_build(key, build)
-
-
-def cache_key(fn_ir, target, policy: str) -> str:
-    """The kernel-cache key of one lowered specialisation: the IR (with its specialisation), the
-    target's fingerprint (not its name), the policy and the compiler's own sources."""
-    return stable_hash({
-        "ir": structural_hash(fn_ir),
-        "target": target.fingerprint(),
-        "policy": policy,
-        "compiler": compiler_source_hash(),
-    })
-
-
-_SOURCE_HASH = None
-
-
-def compiler_source_hash() -> str:
-    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache
-    (a change to its doctor or command lines does not: version.COMPILER_FILES_OUTSIDE_THE_KEY)."""
-    global _SOURCE_HASH
-    if _SOURCE_HASH is None:
-        from .version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash  # noqa: PLC0415
-        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__), COMPILER_FILES_OUTSIDE_THE_KEY)
-    return _SOURCE_HASH
 
 
 def kernel(fn=None, *, target=None, numerics=None, **options):
