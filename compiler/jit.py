@@ -25,7 +25,7 @@ from . import dtypes as D
 from . import launch_options as LO
 from . import cache_miss, source
 from .cache import CacheError, CacheMissError, KernelCache, cache_key, strict_mode
-from .captured import is_current, refreshed
+from .captured import still_current
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
 from .faults import compiler_faults, debug_enabled
@@ -330,7 +330,7 @@ class KernelFunction:
             ck = self.compiled.get(key) if dry is None else None
         except TypeError:
             raise self._unhashable(args) from None
-        if ck is None or (ck.captured and not self._still_current(ck)):
+        if ck is None or (ck.captured and not still_current(ck)):
             try:
                 ck = self._first_launch(grid, key, args, target, dry, topts)
             except _USER_ERRORS as exc:
@@ -380,7 +380,7 @@ class KernelFunction:
         key = self._key(target, policy, args, topts)
         try:
             ck = self.compiled.get(key)
-            if ck is None or (ck.captured and not self._still_current(ck)):
+            if ck is None or (ck.captured and not still_current(ck)):
                 ck = self._compile(key, args, target, policy, topts)
             return ck
         except _USER_ERRORS as exc:
@@ -391,18 +391,6 @@ class KernelFunction:
             if "unhashable" in str(e):
                 raise self._unhashable(args) from None
             raise
-
-    @staticmethod
-    def _still_current(ck) -> bool:
-        """Whether the globals `ck` read still hold what it was compiled with (an equal scalar
-        rebound counts, and is noted so the compiled warm path sees it as current again)."""
-        if is_current(ck.captured):
-            return True
-        now = refreshed(ck.captured)
-        if now is None:
-            return False
-        ck.captured = now
-        return True
 
     def _unhashable(self, args) -> KernelArgumentError:
         bad = [self.arg_names[i] for i in self.constexpr_idx if not _hashable(args[i])]
@@ -486,7 +474,7 @@ class KernelFunction:
         try:
             with building:
                 ck = self.compiled.get(key)
-                if ck is not None and (not ck.captured or is_current(ck.captured)):
+                if ck is not None and (not ck.captured or still_current(ck)):
                     return ck
                 t0 = time.perf_counter()
                 specs, runtime = self._argspecs(args, target)
