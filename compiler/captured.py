@@ -40,6 +40,19 @@ def is_current(captured: tuple) -> bool:
     return True
 
 
+def still_current(compiled) -> bool:
+    """Whether the globals `compiled.captured` lists still hold what it was compiled with: the same
+    objects, or a rebound equal scalar, which is noted in `compiled.captured` so the identity checks
+    (`is_current`, and its mirror in compiler/fastpath/tjfast.c) pass again."""
+    if is_current(compiled.captured):
+        return True
+    now = refreshed(compiled.captured)
+    if now is None:
+        return False
+    compiled.captured = now
+    return True
+
+
 def refreshed(captured: tuple) -> tuple | None:
     """`captured` with rebound-but-equal scalars (same type, same value) updated to the new objects,
     or None when some name now holds something different (the kernel must be recompiled)."""

@@ -24,20 +24,20 @@ import torch
 from . import dtypes as D
 from . import launch_options as LO
 from . import cache_miss, source
-from .cache import CacheError, CacheMissError, KernelCache, stable_hash, strict_mode
-from .captured import is_current, refreshed
+from .cache import CacheError, CacheMissError, KernelCache, cache_key, strict_mode
+from .captured import still_current
 from .errors import CompilationError, KernelArgumentError, ToolchainMissingError
 from .fastpath import make_dispatcher
 from .faults import compiler_faults, debug_enabled
 from .frontend import ArgSpec, build_function, constexpr_params
-from .ir import print_function, structural_hash, verify
+from .ir import print_function, verify
 from .launch_record import active as recording_launches, current_op
 from .numerics import current_policy, lower_numerics, validate_policy
 from .passes import optimize
 from .target import current_target, get_target
 from .target.args import check_int, check_tensor_kind
 from .target.grid import launch_grid
-from .version import changed_sources
+from .version import changed_sources, compiler_source_hash
 
 # errors about the user's kernel or launch, or a kernel that is not in the cache and cannot be
 # built here: shown without the compiler's frames unless TILEJIT_DEBUG is on (compiler/faults.py)
@@ -330,7 +330,7 @@ class KernelFunction:
             ck = self.compiled.get(key) if dry is None else None
         except TypeError:
             raise self._unhashable(args) from None
-        if ck is None or (ck.captured and not self._still_current(ck)):
+        if ck is None or (ck.captured and not still_current(ck)):
             try:
                 ck = self._first_launch(grid, key, args, target, dry, topts)
             except _USER_ERRORS as exc:
@@ -380,7 +380,7 @@ class KernelFunction:
         key = self._key(target, policy, args, topts)
         try:
             ck = self.compiled.get(key)
-            if ck is None or (ck.captured and not self._still_current(ck)):
+            if ck is None or (ck.captured and not still_current(ck)):
                 ck = self._compile(key, args, target, policy, topts)
             return ck
         except _USER_ERRORS as exc:
@@ -391,18 +391,6 @@ class KernelFunction:
             if "unhashable" in str(e):
                 raise self._unhashable(args) from None
             raise
-
-    @staticmethod
-    def _still_current(ck) -> bool:
-        """Whether the globals `ck` read still hold what it was compiled with (an equal scalar
-        rebound counts, and is noted so the compiled warm path sees it as current again)."""
-        if is_current(ck.captured):
-            return True
-        now = refreshed(ck.captured)
-        if now is None:
-            return False
-        ck.captured = now
-        return True
 
     def _unhashable(self, args) -> KernelArgumentError:
         bad = [self.arg_names[i] for i in self.constexpr_idx if not _hashable(args[i])]
@@ -486,7 +474,7 @@ class KernelFunction:
         try:
             with building:
                 ck = self.compiled.get(key)
-                if ck is not None and (not ck.captured or is_current(ck.captured)):
+                if ck is not None and (not ck.captured or still_current(ck)):
                     return ck
                 t0 = time.perf_counter()
                 specs, runtime = self._argspecs(args, target)
@@ -542,30 +530,6 @@ def _entry(cache: KernelCache, key: str, fn_ir, source: str, target, policy: str
         return {**meta, "policy": policy, "specialization": cache_miss.specialisation(fn_ir),
                 "compiler": compiler, **({"op": op} if op else {})}
     return cache.get_or_build(key, build)
-
-
-def cache_key(fn_ir, target, policy: str) -> str:
-    """The kernel-cache key of one lowered specialisation: the IR (with its specialisation), the
-    target's fingerprint (not its name), the policy and the compiler's own sources."""
-    return stable_hash({
-        "ir": structural_hash(fn_ir),
-        "target": target.fingerprint(),
-        "policy": policy,
-        "compiler": compiler_source_hash(),
-    })
-
-
-_SOURCE_HASH = None
-
-
-def compiler_source_hash() -> str:
-    """Hash of the compiler package's own sources: a change to the compiler invalidates the cache
-    (a change to its doctor or command lines does not: version.COMPILER_FILES_OUTSIDE_THE_KEY)."""
-    global _SOURCE_HASH
-    if _SOURCE_HASH is None:
-        from .version import COMPILER_FILES_OUTSIDE_THE_KEY, package_source_hash  # noqa: PLC0415
-        _SOURCE_HASH = package_source_hash(os.path.dirname(__file__), COMPILER_FILES_OUTSIDE_THE_KEY)
-    return _SOURCE_HASH
 
 
 def kernel(fn=None, *, target=None, numerics=None, **options):

@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import os
 
-from .errors import TilejitError
+from .errors import InternalError, TilejitError
 from .ir import Function
 
 POLICIES = ("fast", "strict")
@@ -32,6 +32,21 @@ def current_policy() -> str:
     if _default is None:
         _default = validate_policy(os.environ.get("TILEJIT_NUMERICS", "") or "fast")
     return _default
+
+
+def policy_of(fn: Function) -> str:
+    """The numerics policy `fn` was lowered under, as KernelFunction.lower records it in the
+    specialisation. Targets render and build by it, never by the ambient policy: a function
+    without one is a tilejit bug, refused rather than rendered under a guess its cache key
+    would not describe."""
+    policy = fn.specialization.get("numerics")
+    if policy not in POLICIES:
+        raise InternalError(
+            f"internal error in tilejit: kernel '{fn.name}' reached its target without a numerics "
+            f"policy in its specialisation (found {policy!r}, expected one of {', '.join(POLICIES)}): "
+            "a bug in tilejit, not in the kernel",
+            kernel=fn.name)
+    return policy
 
 
 @contextlib.contextmanager

@@ -17,6 +17,17 @@ COMPILER_FILES_OUTSIDE_THE_KEY = frozenset({
 
 # (directory, leave_out) -> the hash this process first computed for it: what its cache keys say
 _KEYED: dict[tuple[str, frozenset], str] = {}
+_COMPILER_HASH = None
+
+
+def compiler_source_hash() -> str:
+    """Hash of the compiler package's own sources, part of every kernel-cache key: a change to the
+    compiler invalidates the cache (a change to its doctor or command lines does not:
+    COMPILER_FILES_OUTSIDE_THE_KEY)."""
+    global _COMPILER_HASH
+    if _COMPILER_HASH is None:
+        _COMPILER_HASH = package_source_hash(os.path.dirname(__file__), COMPILER_FILES_OUTSIDE_THE_KEY)
+    return _COMPILER_HASH
 
 
 def package_source_hash(directory: str, leave_out: frozenset = frozenset()) -> str:

@@ -108,6 +108,8 @@ def replay_py(launches, tensors):
     (arg index, tensor index, ...) flat and the template holds the other arguments. False (and
     nothing ran) when a kernel's captured globals were rebound, else None. compiler/fastpath/
     tjfast.c (`replay`) does the same in C."""
+    # by identity only, as the compiled warm path: a rebound equal scalar drops the plan, and the
+    # launch that records it anew notes the new object (compiler.captured.still_current)
     if not all(is_current(launch[4]) for launch in launches):
         return False
     for launcher, grid, template, slots, _ in launches:

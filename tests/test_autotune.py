@@ -162,7 +162,7 @@ def test_cost_model_decisions_are_labelled_estimated(tcache):
         def fingerprint(self):
             return {"target": "modelled"}
 
-        def estimate(self, spec, config, shape):
+        def estimate(self, spec, config, shape, policy):
             return 1.0 / config["BLOCK"]
 
     tgt = Modelled()

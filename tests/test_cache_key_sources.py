@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 
-from compiler.jit import compiler_source_hash
-from compiler.version import COMPILER_FILES_OUTSIDE_THE_KEY, hash_sources
+from compiler.version import COMPILER_FILES_OUTSIDE_THE_KEY, compiler_source_hash, hash_sources
 
 pytestmark = pytest.mark.no_toolchain
 

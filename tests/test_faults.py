@@ -4,6 +4,7 @@ it is a tilejit bug, raised from the original and written to the file it names, 
 means the same in every place that reads it. Rendering only: no toolchain."""
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 import sys
@@ -17,6 +18,7 @@ from compiler import dtypes as D, language as tl
 from compiler.errors import CompilationError, InternalError
 from compiler.ir import Op, TileType
 from compiler.loader import LoadError, load_ref
+from compiler.numerics import policy_of
 
 pytestmark = pytest.mark.no_toolchain
 
@@ -110,6 +112,21 @@ def test_an_ir_that_fails_verification_is_an_internal_error(monkeypatch):
         _render(scale, torch.zeros(8), 8, BLOCK=8)
     assert isinstance(e.value.__cause__, compiler.IRError)
     pathlib.Path(e.value.trace_file).unlink()
+
+
+@pytest.mark.parametrize("target", ["cpu", "kunlun:xpu2", "gpu:sm_90"])
+def test_a_kernel_without_a_numerics_policy_is_refused_not_rendered_as_fast(target):
+    """Targets render and build by the policy the kernel was lowered under (numerics.policy_of),
+    never by a default: an IR that lost it is a tilejit bug, refused by name."""
+    with compiler.use_target(target), compiler.numerics("strict"), compiler.render_only() as seen:
+        scale[(1,)](torch.zeros(8), 8, BLOCK=8)
+    ir, tgt = seen[0].ir, seen[0].target
+    assert policy_of(ir) == "strict"
+    lost = dataclasses.replace(ir, specialization={k: v for k, v in ir.specialization.items() if k != "numerics"})
+    with pytest.raises(InternalError, match=r"kernel 'scale' reached its target without a numerics policy .*"
+                                            r"found None.*a bug in tilejit") as e:
+        tgt.render(lost)
+    assert e.value.kernel == "scale"
 
 
 @pytest.mark.parametrize("debug", OFF + ON)

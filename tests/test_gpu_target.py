@@ -14,7 +14,7 @@ import compiler  # noqa: E402
 import kernels  # noqa: E402
 import targets.gpu  # noqa: E402
 from compiler import jit as J  # noqa: E402
-from compiler.cache import STATS  # noqa: E402
+from compiler.cache import STATS, cache_key  # noqa: E402
 from compiler.errors import CompilationError, KernelArgumentError, TargetError  # noqa: E402
 from compiler.inspect import main as inspect_main  # noqa: E402
 from compiler.ir.ops import OPS  # noqa: E402
@@ -304,7 +304,7 @@ def _device_key_and_ir(dev, policy, args):
     kf = ex.add_kernel
     specs, runtime = kf._argspecs(args, compiler.get_target("gpu:sm_90"))   # CPU tensors: dtypes only
     _, ir, _ = kf.lower(specs, dev, policy)
-    return J.cache_key(ir, dev, policy), ir, runtime
+    return cache_key(ir, dev, policy), ir, runtime
 
 
 @pytest.mark.parametrize("policy", ["fast", "strict"])

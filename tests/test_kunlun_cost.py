@@ -104,3 +104,18 @@ def test_a_config_is_priced_as_it_runs_on_the_shape(xpu2):
         wide, launched = (cost_model.estimate(xpu2, spec, {"BLOCK_M": bm, "BLOCK_N": 16, "BLOCK_DK": 32, "BLOCK_DO": 32},
                                               decode, "fast") for bm in (16, 4))
     assert wide == pytest.approx(launched)
+
+
+def test_the_estimate_prices_the_policy_it_is_given_not_the_ambient_one(xpu2):
+    """The autotuner passes the policy its kernels are built with: under strict, rms_norm launches
+    its fixed BLOCK and the software math, under fast the config as given; a numerics block around
+    the call changes neither."""
+    spec, cfg, shape = kernels.OP_SPECS["rms_norm"], {"BLOCK": 32}, {"rows": 64, "N": 1024}
+    priced = {}
+    for policy, ambient in (("fast", "strict"), ("strict", "fast")):
+        with numerics(policy):
+            own = cost_model.estimate(xpu2, spec, cfg, shape, policy)
+        with numerics(ambient):
+            priced[policy] = xpu2.estimate(spec, cfg, shape, policy)
+        assert priced[policy] == own, (policy, priced[policy], own)
+    assert priced["fast"] != priced["strict"], priced

@@ -42,7 +42,7 @@ def _runnable(tgt) -> bool:
     if not tgt.caps.measurable and not tgt.has_cost_model:
         raise AutotuneError(
             f"target {tgt.name!r} cannot run kernels on this machine and has no cost model "
-            f"(no estimate(spec, config, shape)), so there is nothing to rank candidates by; "
+            f"(no estimate(spec, config, shape, policy)), so there is nothing to rank candidates by; "
             f"run the autotuner on a machine with this target (measurements are never faked)")
     if tgt.caps.measurable and tgt.device_type != "cpu":
         # the op specs' problems are CPU tensors, timed by the host clock with no device sync
@@ -65,10 +65,10 @@ def _build_only(prob, cfg: dict) -> None:
         prob.run(cfg)
 
 
-def _estimate_here(tgt, spec, shape: dict, cfg: dict) -> float | None:
+def _estimate_here(tgt, spec, shape: dict, cfg: dict, policy: str) -> float | None:
     """The target's estimate of `cfg` on this shape (not stored), or None where it refuses."""
     try:
-        return float(tgt.estimate(spec, cfg, dict(shape)))
+        return float(tgt.estimate(spec, cfg, dict(shape), policy))
     except Exception:  # noqa: BLE001
         return None
 
@@ -111,7 +111,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
 
     tuned = tune(space, (lambda cfg: prob.run(cfg)) if runnable else None,
                  (lambda o: prob.check(o, ref)) if runnable else None, key, store=ctx["store"],
-                 estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape))),
+                 estimate=None if runnable else (lambda cfg: tgt.estimate(spec, cfg, dict(shape), policy)),
                  effective=lambda cfg: spec.effective(cfg, {**shape, **dims}, policy, tgt.caps),
                  repeat=ctx["repeat"], deadline=ctx["deadline"], progress=progress, force=ctx["force"],
                  build=(lambda cfg: _build_only(prob, cfg)) if runnable else None, workers=ctx["workers"],
@@ -151,9 +151,10 @@ def _estimate_row(row: dict, tgt, spec: OpSpec, shape: dict, dims: dict, policy:
     """A cost-model row's estimates on this shape (a reused decision's stored one may be another
     shape's), and its ratio to the default's."""
     res, dk = entry["results"], row["default"]
-    est = _estimate_here(tgt, spec, shape, spec.launched(entry["winner_config"], dims, policy, tgt.caps))
+    winner = spec.launched(entry["winner_config"], dims, policy, tgt.caps)
+    est = _estimate_here(tgt, spec, shape, winner, policy)
     base = res.get(dk, {}).get("time_s") if row["kind"] != "reused" and res.get(dk, {}).get("status") == "ok" \
-        else _estimate_here(tgt, spec, shape, default_cfg)
+        else _estimate_here(tgt, spec, shape, default_cfg, policy)
     row["time_s"] = est if est is not None else row["time_s"]
     if base and row["time_s"]:
         row["vs_default"] = base / row["time_s"]

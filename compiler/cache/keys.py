@@ -1,11 +1,15 @@
 """Cache keys: a sha256 over a canonical JSON encoding, identical in every process and on every
-machine, that refuses anything whose encoding would be ambiguous."""
+machine, that refuses anything whose encoding would be ambiguous; and what the key of a compiled
+kernel is made of (`cache_key`)."""
 from __future__ import annotations
 
 import hashlib
 import json
 
-__all__ = ["stable_hash"]
+from ..ir import structural_hash
+from ..version import compiler_source_hash
+
+__all__ = ["stable_hash", "cache_key"]
 
 
 def _canonical(obj, stack: set[int]):
@@ -46,3 +50,14 @@ def stable_hash(obj) -> str:
     # ensure_ascii (default): non-ASCII, even a lone surrogate, becomes a \uXXXX escape: never fails.
     text = json.dumps(_canonical(obj, set()), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def cache_key(fn_ir, target, policy: str) -> str:
+    """The kernel-cache key of one lowered specialisation: the IR (with its specialisation), the
+    target's fingerprint (not its name), the policy and the compiler's own sources."""
+    return stable_hash({
+        "ir": structural_hash(fn_ir),
+        "target": target.fingerprint(),
+        "policy": policy,
+        "compiler": compiler_source_hash(),
+    })

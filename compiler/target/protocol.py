@@ -25,7 +25,7 @@ Target (one compiled-for machine, e.g. `kunlun:xpu2`)
     launch_options                              the launch options (num_warps, ...) its build honours;
                                                 they reach it as fn.specialization["options"] and are
                                                 part of the cache key; others have no effect here
-    estimate(spec, config, shape)               optional cost model: seconds, or None (no model)
+    estimate(spec, config, shape, policy)       optional cost model: seconds, or None (no model)
     inspect_extras(fn) -> {title: text}         optional sections for `python -m compiler.inspect`
 
 TargetPlugin (one target family, e.g. `kunlun`)
@@ -147,9 +147,10 @@ class Target:
                 f"'{self.name}' runs on '{self.device_type}' tensors. Move it with .to('{self.device_type}') "
                 "or choose the matching target (TILEJIT_TARGET / use_target).")
 
-    def estimate(self, spec, config: dict, shape: dict) -> float | None:
-        """Estimated seconds of one call of library op `spec` with `config` on `shape`, or None when
-        the target has no cost model. Raise (e.g. a CompilationError) for a config that cannot run."""
+    def estimate(self, spec, config: dict, shape: dict, policy: str) -> float | None:
+        """Estimated seconds of one call of library op `spec` with `config` on `shape` under numerics
+        `policy` (the one its kernels are built with, not the ambient one), or None when the target
+        has no cost model. Raise (e.g. a CompilationError) for a config that cannot run."""
         return None
 
     @property

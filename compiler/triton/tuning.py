@@ -10,9 +10,10 @@ import re
 from ..autotune.tuner import DecisionKey, tune
 from ..cache.decisions import DecisionStore, config_key, fingerprint_hash, result
 from ..errors import KernelArgumentError, TilejitError
-from ..jit import compiler_source_hash, render_only
+from ..jit import render_only
 from ..numerics import current_policy
 from ..target import current_target
+from ..version import compiler_source_hash
 
 
 def op_name(kernel) -> str:

@@ -15,6 +15,7 @@ import os
 
 from compiler.errors import TargetError
 from compiler.ir import Function
+from compiler.numerics import policy_of
 from compiler.target import Caps, Requirement, Target, TargetPlugin, command_version, requirements
 from compiler.target.cache_only import adopt_fingerprint
 from compiler.version import package_source_hash
@@ -69,7 +70,7 @@ class CPUTarget(Target):
         return requirements.build_problem("cpu", TARGET)
 
     def render(self, fn: Function) -> str:
-        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        return self.renderer.render(fn, policy_of(fn))
 
     def build(self, fn: Function, source: str, out_dir) -> dict:
         src = os.path.join(out_dir, "kernel.cpp")

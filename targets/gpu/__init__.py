@@ -19,6 +19,7 @@ import re
 from compiler.cache import stable_hash
 from compiler.errors import KernelArgumentError, TargetError
 from compiler.ir import Function
+from compiler.numerics import policy_of
 from compiler.target import Caps, Requirement, Target, TargetPlugin
 from compiler.version import package_source_hash
 
@@ -97,13 +98,13 @@ class GPUTarget(Target):
                 "or choose the matching target (TILEJIT_TARGET / use_target).")
 
     def render(self, fn: Function) -> str:
-        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        return self.renderer.render(fn, policy_of(fn))
 
     def build(self, fn: Function, source: str, out_dir, unaligned=()) -> dict:
         src = os.path.join(str(out_dir), "kernel.py")
         with open(src, "w") as f:
             f.write(source)
-        policy = fn.specialization.get("numerics", "fast")
+        policy = policy_of(fn)
         meta = {"kernel": fn.name, "target": self.name, "fingerprint": self.fingerprint(),
                 "backend": self.backend, "arch": self.arch,
                 "policy": policy, "triton": toolchain.triton_version(),

@@ -6,7 +6,7 @@ import collections
 import os
 
 from compiler.ir import Function
-from compiler.numerics import current_policy
+from compiler.numerics import policy_of
 from compiler.target import INT32_MAX, Caps, Target, requirements
 from compiler.target.cache_only import adopt_fingerprint
 from compiler.version import package_source_hash
@@ -64,16 +64,17 @@ class KunlunTarget(Target):
         from . import TARGET  # noqa: PLC0415 - the plugin module imports this one
         return requirements.build_problem("kunlun", TARGET)
 
-    def estimate(self, spec, config: dict, shape: dict) -> float:
-        """Estimated seconds of a library op call (tune/cost_model.py); the autotuner ranks by it
-        and labels every decision "estimated". A config over the LM budget raises LMBudgetError."""
-        return cost_model.estimate(self, spec, config, shape, current_policy())
+    def estimate(self, spec, config: dict, shape: dict, policy: str) -> float:
+        """Estimated seconds of a library op call under `policy` (tune/cost_model.py); the autotuner
+        ranks by it and labels every decision "estimated". A config over the LM budget raises
+        LMBudgetError."""
+        return cost_model.estimate(self, spec, config, shape, policy)
 
     def check_tensor(self, kernel_name, arg_name, t) -> None:
         check_tensor(kernel_name, arg_name, t)
 
     def render(self, fn: Function) -> str:
-        src, plan = self.renderer.render(fn, fn.specialization.get("numerics", "fast"))
+        src, plan = self.renderer.render(fn, policy_of(fn))
         self._rendered[src] = plan
         while len(self._rendered) > 256:
             self._rendered.popitem(last=False)
@@ -81,7 +82,7 @@ class KunlunTarget(Target):
 
     def memory_plan(self, fn: Function):
         """The memory plan of one program of `fn` (raises LMBudgetError when none fits)."""
-        return self.renderer.render(fn, fn.specialization.get("numerics", "fast"))[1]
+        return self.renderer.render(fn, policy_of(fn))[1]
 
     def plan_of(self, source: str):
         """The memory plan of a source this target rendered lately (render_only probes read it back)."""

@@ -33,7 +33,7 @@ FALLBACK_BANDWIDTH = 512e9        # xpu2's figure, used where an arch's bandwidt
 F32 = 4
 
 
-def estimate(target, spec, config: dict, shape: dict, policy: str = "fast") -> float:
+def estimate(target, spec, config: dict, shape: dict, policy: str) -> float:
     """Estimated seconds for one call of `spec`'s op with `config` on `shape` (a shapes-file entry)
     on a kunlun target; raises the renderer's LMBudgetError when the config does not fit."""
     launched = spec.launched(config, spec.dims_of(shape), policy)   # what runs on this shape (clamped)
