@@ -67,8 +67,3 @@ def refreshed(captured: tuple) -> tuple | None:
             value = now
         out.append((where, name, value))
     return tuple(out)
-
-
-def changed(captured: tuple) -> list[str]:
-    """The names whose objects changed (for messages and tests)."""
-    return [name for where, name, value in captured if _now(where, name) is not value]

@@ -81,8 +81,13 @@ def _forbid_builds():
 
 
 def tier_of(item) -> str | None:
-    """The closest tier marker of a test (its own, else its class's, else its module's)."""
-    return next((m.name for m in item.iter_markers() if m.name in TIERS), None)
+    """slow where the test, a parameter of it, its class or its module says slow (what it costs
+    overrides what it needs); else the closest tier marker: its parameter's (`pytest.param(...,
+    marks=...)`, which pytest lists after the test's own), its own, its class's, its module's."""
+    spec = getattr(item, "callspec", None)
+    marks = [*getattr(spec, "marks", ()), *item.iter_markers()]
+    names = [m.name for m in marks if m.name in TIERS]
+    return "slow" if "slow" in names else next(iter(names), None)
 
 
 def pytest_report_header(config):

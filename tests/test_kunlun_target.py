@@ -238,7 +238,8 @@ def test_library_defaults_fit_lm_and_so_does_the_shared_space():
         cfg = KL.config_for(op, tgt, **dims)
         for policy in ("fast", "strict"):
             assert 0 < lm_footprint(tgt, op, cfg, {"head_dim": dims.get("head_dim", 64)}, policy) <= budget
-    assert 0 < lm_footprint(tgt, "attention", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 128}, {"head_dim": 128}) <= budget
+    assert 0 < lm_footprint(tgt, "attention", {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_D": 128}, {"head_dim": 128},
+                            "fast") <= budget
 
 
 def test_contiguous_tiles_move_by_row_segments():

@@ -55,3 +55,24 @@ def test_the_marker_expression_of_a_run(given, selected):
     config = types.SimpleNamespace(option=types.SimpleNamespace(markexpr=given), addinivalue_line=lambda *a: None)
     conftest.pytest_configure(config)
     assert config.option.markexpr == selected
+
+
+class _Marked:
+    """What tier_of reads of a collected test: its parameter's marks and the marks up its chain."""
+
+    def __init__(self, param=(), chain=()):
+        self.callspec = types.SimpleNamespace(marks=[types.SimpleNamespace(name=n) for n in param])
+        self._chain = [types.SimpleNamespace(name=n) for n in chain]
+
+    def iter_markers(self):
+        return iter(self._chain)
+
+
+@pytest.mark.parametrize("param, chain, tier", [
+    ((), ("integration", "compile"), "integration"),     # the test's own over its module's
+    (("slow",), ("integration",), "slow"),               # a parameter moved to slow by its mark
+    (("emulation",), ("compile",), "emulation"),         # a parameter's target over the module's
+    (("emulation",), ("slow", "compile"), "slow"),       # what it costs over what it needs
+])
+def test_the_tier_of_a_test(param, chain, tier):
+    assert conftest.tier_of(_Marked(param, chain)) == tier

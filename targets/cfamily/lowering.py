@@ -42,7 +42,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
     checks_addresses = False   # the bounds-checked lowering checks each element's address
     bf16_store_chunk = BF16_STORE_CHUNK   # a renderer building with wider vectors may set 32
 
-    def __init__(self, fn: Function, dialect: CDialect, policy: str = "fast"):
+    def __init__(self, fn: Function, dialect: CDialect, policy: str):
         self.fn = fn
         self.d = dialect
         self.policy = policy

@@ -23,7 +23,7 @@ from targets.cfamily.origins import PointerOrigins
 class BoundsCheckedLowering(CLowering):
     checks_addresses = True
 
-    def __init__(self, fn, dialect, policy="fast"):
+    def __init__(self, fn, dialect, policy: str):
         super().__init__(fn, dialect, policy)
         self._origins = PointerOrigins(fn)
         self._pointer_params = self._origins.pointer_params

@@ -52,7 +52,7 @@ def _profile(target, op: str, cfg_items: tuple, probe_items: tuple, policy: str,
                    max(p.scratch_slot for p in plans))
 
 
-def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> int:
+def lm_footprint(target, spec, config: dict, shape: dict | None, policy: str) -> int:
     """Bytes of LM tile buffers per core for `spec`'s op with `config` on a kunlun target; raises
     the renderer's LMBudgetError (with the buffer listing) when it does not fit. Of `shape`, what
     changes the kernel's tiles is read: dtype, causal and the spec's exact key dims (head_dim,
@@ -60,7 +60,7 @@ def lm_footprint(target, spec, config: dict, shape: dict | None = None, policy: 
     return profile(target, spec, config, shape, policy)[0]
 
 
-def profile(target, spec, config: dict, shape: dict | None = None, policy: str = "fast") -> Profile:
+def profile(target, spec, config: dict, shape: dict | None, policy: str) -> Profile:
     """The LM footprint, vector share and DMA growth of `spec`'s op with `config` (see Profile)."""
     shape = shape or {}
     spec = op_spec(spec) if isinstance(spec, str) else spec
