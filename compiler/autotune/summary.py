@@ -9,7 +9,7 @@ import os
 import re
 
 from ..cache.decisions import MIN_GAIN
-from .timing import MAX_SAMPLES, SPREAD_GOAL, far_apart
+from .timing import MAX_SAMPLES, SPREAD_GOAL, UNSETTLED, far_apart
 
 
 def _ms(t):
@@ -56,7 +56,8 @@ MEASURED_LEGEND = (
     "winner is faster. A candidate replaces the default only when faster by more than that agreement (at least "
     f"{MIN_GAIN:.0%}) and its median agrees. Every timing is checked against a run on one thread and re-timed when "
     "implausible; where the parallel runs kept waiting for busy cores, both sides were timed on one thread "
-    "(1t); a candidate whose ratio does not settle is not stored, a row's ratio that does not is marked ?. "
+    f"(1t); a candidate whose odd and even pairs still disagree by more than {UNSETTLED:.0%} is not stored, and a row's "
+    "ratio that does so is marked ?. "
     "kind: measured in this run, or reused: the decision of an earlier run or of an earlier shape with the same "
     "shape key (configs follow the key dims only), timed again on this shape; --force measures every candidate "
     "again. new = configs checked and timed in this run, reused = results taken from the store, skipped = not "
