@@ -313,7 +313,7 @@ class KernelFunction:
     def run(self, grid, args, kwargs):
         # the Python launch path, which the compiled warm path (compiler.fastpath) mirrors and
         # falls back to: bind, one tuple key, one dict lookup, one call
-        opts = self.launch_defaults
+        opts, extra = self.launch_defaults, None
         if kwargs or len(args) != self._nargs:
             if kwargs:
                 kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
@@ -321,10 +321,10 @@ class KernelFunction:
             args = self.bind(args, kwargs)
         target = self.target or current_target()
         topts = LO.for_target(target, opts) if opts else ()
-        key = self._key(target, self.numerics or current_policy(), args, topts)
+        key = self._key(target, self.numerics or current_policy(), args, topts, extra)
         if _WRAPPED in key:   # triton.reinterpret(...) arguments: launched as the tensors they stand for
             args = _reinterpreted(self.__name__, self.arg_names, args)
-            key = self._key(target, key[1], args, topts)
+            key = self._key(target, key[1], args, topts, extra)
         dry = _DRY.get()
         try:
             ck = self.compiled.get(key) if dry is None else None
@@ -348,12 +348,13 @@ class KernelFunction:
             record.append((ck, grid, args))
         return ck
 
-    def _key(self, target, policy, args, topts) -> tuple:
-        """The key of bound `args`, as fastpath/tjfast.c's make_key computes it. Honoured options join it only
-        where they differ from the decorator's (fixed per target, key[0]): the C path sees no options."""
+    def _key(self, target, policy, args, topts, extra) -> tuple:
+        """The key of bound `args`, as fastpath/tjfast.c's make_key computes it. Options given at the launch
+        (`extra`) join it where the honoured ones differ from the decorator's, which are fixed per target
+        (key[0]): the C path sees no options."""
         key = (target.launch_key, policy, *map(_spec_of, self._runtime_args(args)),
                *map(_constexpr_key, self._constexpr_args(args)))
-        return key + (topts,) if topts and topts != LO.for_target(target, self.launch_defaults) else key
+        return key + (topts,) if extra and topts != LO.for_target(target, self.launch_defaults) else key
 
     def _first_launch(self, grid, key, args, target, dry=None, topts=()):
         """A miss (or a render_only / compile_only launch, recorded in `dry`): the grid is checked
@@ -377,7 +378,7 @@ class KernelFunction:
         target = get_target(target) if target else (self.target or current_target())
         policy = validate_policy(numerics) if numerics else (self.numerics or current_policy())
         topts = LO.for_target(target, {**self.launch_defaults, **extra})
-        key = self._key(target, policy, args, topts)
+        key = self._key(target, policy, args, topts, extra)
         try:
             ck = self.compiled.get(key)
             if ck is None or (ck.captured and not still_current(ck)):
