@@ -8,9 +8,11 @@ the limit.
   independent chains of vector FMAs on every OpenMP thread, as many chains as hide the FMA
   latency; GFLOP/s = 2 x lanes x FMAs / s. It is the compute ceiling of the kernels tilejit
   generates here, not a vendor figure.
-- bf16 dot peak: the same with `vdpbf16ps` (each of the 16 fp32 lanes adds two bf16 products:
-  64 flops per instruction), the instruction the cpu target's fast bf16 dots run on; only where
-  the -march flags enable AVX512-BF16.
+- bf16 dot peak: the same with the instruction the cpu target's fast bf16 dots run on: AMX's
+  `tdpbf16ps` where the -march flags enable AMX-BF16 and Linux lends the process the tiles
+  (16 x 16 x 32 products: 16384 flops per instruction, four independent C tiles), else
+  `vdpbf16ps` where they enable AVX512-BF16 (each of the 16 fp32 lanes adds two bf16 products:
+  64 flops per instruction).
 - copy bandwidth: `dst.copy_(src)` of a 256 MiB fp32 tensor with torch's threads; GB/s counts
   the bytes read and written (2 x 256 MiB per copy).
 
@@ -66,13 +68,43 @@ extern "C" long long bf16_dot_run(long long iters, float* out) {
 #else
 extern "C" long long bf16_dot_run(long long iters, float* out) { (void)iters; (void)out; return 0; }
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* tdpbf16ps instructions executed by all threads, into four independent C tiles (the caller has
+   asked Linux for the tile registers) */
+extern "C" long long amx_dot_run(long long iters, float* out) {
+    long long total = 0;
+    #pragma omp parallel reduction(+:total)
+    {
+        struct { unsigned char palette, start_row, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; } cfg = {};
+        cfg.palette = 1;
+        for (int t = 0; t < 8; ++t) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+        _tile_loadconfig(&cfg);
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        _tile_zero(4); _tile_zero(5); _tile_zero(6); _tile_zero(7);
+        for (long long i = 0; i < iters; ++i) {
+            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+        }
+        alignas(64) float c[16][16];
+        _tile_stored(0, c, 64);
+        __asm__ __volatile__("" ::: "memory");
+        out[omp_get_thread_num() % 64] = c[0][0];
+        _tile_release();
+        total += iters * 4;
+    }
+    return total;
+}
+#else
+extern "C" long long amx_dot_run(long long iters, float* out) { (void)iters; (void)out; return 0; }
+#endif
 /* FMAs executed by all threads; out keeps the chains alive */
 extern "C" long long fma_run(long long iters, float* out) {
     long long total = 0;
     #pragma omp parallel reduction(+:total)
     {
         vf acc[CHAINS], a, b;
-        for (int l = 0; l < LANES; ++l) { a[l] = 0.999f; b[l] = 0.001f * l; }
+        /* every lane's b > 0: its chain settles at b / (1 - a); with b = 0 it would decay into
+           denormals, whose FMAs take microcode assists (lane 0 did: a "peak" of 2 GFLOP/s) */
+        for (int l = 0; l < LANES; ++l) { a[l] = 0.999f; b[l] = 0.001f * (l + 1); }
         for (int c = 0; c < CHAINS; ++c) acc[c] = b + (float)c;
         for (long long i = 0; i < iters; ++i)
             for (int c = 0; c < CHAINS; ++c) acc[c] = acc[c] * a + b;
@@ -101,7 +133,7 @@ def _peak_library() -> ctypes.CDLL:
         flags = [*toolchain.BASE_FLAGS, "-ffp-contract=fast", *toolchain.march_flags()]
         subprocess.run([cxx, *flags, src, "-o", lib], check=True, capture_output=True)
         so = ctypes.CDLL(lib)
-    for fn in (so.fma_run, so.bf16_dot_run):
+    for fn in (so.fma_run, so.bf16_dot_run, so.amx_dot_run):
         fn.restype = ctypes.c_longlong
         fn.argtypes = [ctypes.c_longlong, ctypes.POINTER(ctypes.c_float)]
     return so
@@ -134,9 +166,14 @@ def fma_peak_gflops() -> tuple[float, int, int]:
 
 
 @functools.lru_cache(maxsize=1)
-def bf16_dot_peak_gflops() -> float | None:
-    """GFLOP/s of vdpbf16ps on this machine, or None where the -march flags lack AVX512-BF16."""
-    return _best_gflops(_peak_library().bf16_dot_run, 64) or None
+def bf16_dot_peak() -> tuple[float, str] | None:
+    """(GFLOP/s, instruction) of the instruction the fast bf16 dots run on here, or None where the
+    -march flags enable neither AMX-BF16 nor AVX512-BF16."""
+    from targets.cpu import toolchain  # noqa: PLC0415
+    if toolchain.amx_bf16_dot():
+        return _best_gflops(_peak_library().amx_dot_run, 16 * 16 * 32 * 2), "tdpbf16ps"
+    g = _best_gflops(_peak_library().bf16_dot_run, 64)
+    return (g, "vdpbf16ps") if g else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,8 +195,8 @@ def summary_line() -> str:
     try:
         peak, threads, lanes = fma_peak_gflops()
         fma = f"fp32 FMA peak {peak:.0f} GFLOP/s ({threads} threads x {lanes} lanes)"
-        bf16 = bf16_dot_peak_gflops()
-        fma += f", bf16 dot peak {bf16:.0f} GFLOP/s (vdpbf16ps)" if bf16 else ", no bf16 dot instruction"
+        bf16 = bf16_dot_peak()
+        fma += f", bf16 dot peak {bf16[0]:.0f} GFLOP/s ({bf16[1]})" if bf16 else ", no bf16 dot instruction"
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         fma = f"fp32 FMA peak not measured ({exc})"
     return f"machine limits (measured here): {fma}, copy bandwidth {copy_bandwidth_gbs():.1f} GB/s"

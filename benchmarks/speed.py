@@ -24,7 +24,7 @@ is faster), "vs compile" = t_compile / t_tilejit. The goal column is the cpu tar
 the ratio vs eager. Every case also checks that tilejit's output matches eager's. "tj rate" is
 tilejit's achieved rate: GFLOP/s for matmul and attention (2 flops per multiply-add), GB/s for the
 norms (bytes read and written once), and "of limit" its share of this machine's fp32 FMA peak (for
-bf16, its bf16 dot peak where the CPU has AVX512-BF16: the instruction the fast bf16 dots run on)
+bf16, its bf16 dot peak where the CPU has AMX or AVX512-BF16: the instruction the fast bf16 dots run on)
 or copy bandwidth, all measured at the start (benchmarks/machine.py).
 """
 from __future__ import annotations
@@ -284,7 +284,7 @@ def main(argv=None) -> None:
     hdr = ("op", "shape", "dtype", "tilejit ms", "eager ms", "compile ms", "vs eager", "(best)", "vs compile", "goal",
            "met", "tj rate", "of limit", "tj 1st s", "compile s", "check")
     limits = {"flop": machine.fma_peak_gflops()[0] * 1e9, "byte": machine.copy_bandwidth_gbs() * 1e9}
-    bf16_peak = machine.bf16_dot_peak_gflops()
+    bf16_peak = (machine.bf16_dot_peak() or (0.0, ""))[0]
     cells = []
     for case, dname, t_tj, t_eager, t_comp, comp_warm, tj_first, check, (unit, amount), best, doubt in rows:
         limit = bf16_peak * 1e9 if unit == "flop" and dname == "bf16" and bf16_peak else limits[unit]

@@ -102,6 +102,9 @@ class OpSpec:
                   it cannot change a bit, so small batches need not run large blocks
     dot_tiles     params that only cut a dot's K into tiles and its N into programs: bit-neutral
                   on targets whose dot chains across tiles (`Caps.dot_chains_across_tiles`)
+    dot_k         the param that is the K tile of the kernel's dot (one of `dot_tiles`): launched
+                  at least the target's `Caps.dot_k_grain`, so that the dot still chains across
+                  K tiles bit for bit
     dot_rows      bit-neutral params that are the row count of the kernel's dots: a clamp to a
                   short problem leaves them at least the target's `Caps.dot_min_rows`, so a decode
                   block still runs on the matrix unit
@@ -124,6 +127,7 @@ class OpSpec:
     spaces: dict = dataclasses.field(default_factory=dict)
     follows: dict = dataclasses.field(default_factory=dict)
     dot_tiles: frozenset = frozenset()
+    dot_k: str | None = None
     dot_rows: frozenset = frozenset()
 
     # -- keys -------------------------------------------------------------------------------------
@@ -201,8 +205,8 @@ class OpSpec:
     def launched(self, config: dict, dims: dict, policy: str, caps=None) -> dict:
         """The config a call launches on a target with `caps` (None: no target's declarations):
         strict's fixed order parameters, then the clamps, then the params that follow a batch dim
-        where the target declares them bit-neutral, and dot row blocks no lower than its
-        `dot_min_rows`."""
+        where the target declares them bit-neutral, dot row blocks no lower than its
+        `dot_min_rows`, and the dot's K tile a multiple of its `dot_k_grain` (a pow2 raised to it)."""
         neutral = caps.bit_neutral if caps is not None else frozenset()
         dot_min_rows = caps.dot_min_rows if caps is not None else 1
         cfg = dict(config)
@@ -214,6 +218,8 @@ class OpSpec:
                 cfg[param] = min(cfg[param], npow2(max(1, dims[dim])))
         for param in self.dot_rows & cfg.keys():   # never past the config's own value
             cfg[param] = max(cfg[param], min(config.get(param, cfg[param]), dot_min_rows))
+        if caps is not None and self.dot_k in cfg:
+            cfg[self.dot_k] = max(cfg[self.dot_k], caps.dot_k_grain)
         return cfg
 
     def effective(self, config: dict, dims: dict, policy: str, caps=None) -> tuple[dict, str | None]:

@@ -95,18 +95,28 @@ def test_target_declares_block_m_bit_neutral_and_proves_it(policy, target, dtype
 @pytest.mark.parametrize("dtype,transposed", [(F32, False), (F32, True), (BF16, True)], ids=str)
 def test_dot_chains_across_tiles_so_decode_may_pick_its_tiles(policy, target, dtype, transposed):
     """On cpu and kunlun a dot is one ascending-k fma chain per output element that continues
-    across K tiles (Caps.dot_chains_across_tiles): every BLOCK_N and BLOCK_K gives the same bits, so
-    a decode call (M <= 16) may take its own tiles (matmul's dot_tiles) there, and only there."""
+    across K tiles (Caps.dot_chains_across_tiles): every BLOCK_N and BLOCK_K (a multiple of the
+    target's dot_k_grain: 32 for a bf16 dot on AMX) gives the same bits, so a decode call (M <= 16)
+    may take its own tiles (matmul's dot_tiles) there, and only there. The outputs are fp32, so
+    that a difference in the accumulation is not hidden by the rounding to bf16."""
     import kernels
     from compiler import get_target, use_target
+    from kernels.matmul import SPEC
     M, K, N = 5, 1000, 200
     A = randn(M, K, dtype=dtype, seed=7)
     B = randn(N, K, dtype=dtype, seed=8).t() if transposed else randn(K, N, dtype=dtype, seed=8)
-    tiles = ((16, 16), (64, 512), (128, 32), (128, 128), (32, 1024)) if target == "cpu" else ((16, 32), (64, 8), (32, 16))
+    caps = get_target(target).caps
+    least = max(16, caps.dot_k_grain)
+    tiles = ((16, least), (64, 512), (128, 32), (128, 128), (32, 1024)) if target == "cpu" \
+        else ((16, 32), (64, 8), (32, 16))
     with use_target(target):
-        outs = [matmul(A, B, config={"BLOCK_M": 8, "BLOCK_N": bn, "BLOCK_K": bk}) for bn, bk in tiles]
+        outs = [matmul(A, B, config={"BLOCK_M": 8, "BLOCK_N": bn, "BLOCK_K": bk}, out_dtype=torch.float32)
+                for bn, bk in tiles]
     assert all(torch.equal(outs[0], o) for o in outs[1:])
-    assert get_target(target).caps.dot_chains_across_tiles
+    assert caps.dot_chains_across_tiles
+    # a K tile below the grain is launched at the grain (a stored or default config)
+    assert SPEC.launched({"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 16}, {"M": M, "N": N, "K": K}, policy,
+                         caps)["BLOCK_K"] == least
     one, many = (kernels.config_for("matmul", target, M=m, N=4096, K=4096) for m in (1, 1000))
     assert one != many   # decode's own config (kunlun's differs in BLOCK_M: teams that share B)
     if target == "cpu":   # decode tiles by B's layout: rows of B contiguous, or B read down its columns

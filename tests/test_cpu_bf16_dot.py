@@ -1,7 +1,11 @@
-"""The cpu target's bf16 dot (tj_dot_bf16 in tilejit_cpu.h): in the fast policy, on a CPU with
-AVX512-BF16, k runs in pairs through vdpbf16ps; elsewhere (the raw operands widened in registers),
-and in strict, the ascending-k fma chain of every dot. Both orders are emulated here with fp32 tensor ops (a bf16 x bf16 product is
-exact in fp32, so each step is one fp32 rounding) and must match to the bit."""
+"""The cpu target's bf16 dot (tj_dot_bf16 in tilejit_cpu.h). In the fast policy: on a CPU with AMX,
+tdpbf16ps on chunks of 32 k; with AVX512-BF16 alone, k pairs through vdpbf16ps; elsewhere (the raw
+operands widened in registers), and in strict, the ascending-k fma chain of every dot. The pair and
+chain orders are emulated here with fp32 tensor ops (a bf16 x bf16 product is exact in fp32, so each
+step is one fp32 rounding); AMX's own order within a chunk is the instruction's, so its reference is
+a small C program that runs the instruction on each whole 16 x 16 tile of C, 32 k at a time from
+k = 0. Each must match to the bit."""
+import ctypes
 import os
 import subprocess
 import sys
@@ -15,18 +19,68 @@ from targets.cpu import CPUTarget, toolchain
 
 pytestmark = pytest.mark.compile
 
+# the fast dot's order here: AMX chunks, k pairs through vdpbf16ps, else ascending k
+ORDER = "amx" if toolchain.amx_bf16_dot() else "pairs" if "__AVX512BF16__" in toolchain.predefined_macros() \
+    else "chain"
 
-def _has_avx512_bf16() -> bool:
-    """Whether the cpu target's flags (-march=native, or TILEJIT_CPU_ARCH) enable AVX512-BF16."""
-    cxx = toolchain.find_compiler()
-    if cxx is None:
-        return False
-    out = subprocess.run([cxx, *toolchain.march_flags(), "-dM", "-E", "-x", "c++", "/dev/null"],
-                         capture_output=True, text=True)
-    return "__AVX512BF16__" in out.stdout
+_AMX_REFERENCE = r"""
+#include <immintrin.h>
+#include <cstdint>
+// the tile intrinsics do not tell GCC that they read or write memory
+#define FENCE() __asm__ __volatile__("" ::: "memory")
+// C[M][N] += A[M][K] B[K][N] (bf16 bits, row-major): each 16 x 16 tile of C takes tdpbf16ps on
+// 32 k at a time from k = 0, the operands padded with zeros
+extern "C" void amx_dot(const uint16_t* A, const uint16_t* B, float* C, int M, int N, int K) {
+    struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg = {};
+    cfg.palette = 1;
+    for (int t = 0; t < 3; ++t) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+    _tile_loadconfig(&cfg);
+    for (int m0 = 0; m0 < M; m0 += 16)
+        for (int n0 = 0; n0 < N; n0 += 16) {
+            alignas(64) float c[16][16] = {};
+            for (int m = 0; m < 16 && m0 + m < M; ++m)
+                for (int n = 0; n < 16 && n0 + n < N; ++n) c[m][n] = C[(m0 + m) * N + n0 + n];
+            FENCE();
+            _tile_loadd(0, c, 64);
+            for (int k0 = 0; k0 < K; k0 += 32) {
+                alignas(64) uint16_t a[16][32] = {}, b[16][32] = {};
+                for (int m = 0; m < 16 && m0 + m < M; ++m)
+                    for (int k = 0; k < 32 && k0 + k < K; ++k) a[m][k] = A[(m0 + m) * K + k0 + k];
+                for (int k = 0; k < 32 && k0 + k < K; ++k)
+                    for (int n = 0; n < 16 && n0 + n < N; ++n) b[k / 2][2 * n + k % 2] = B[(k0 + k) * N + n0 + n];
+                FENCE();
+                _tile_loadd(1, a, 64);
+                _tile_loadd(2, b, 64);
+                _tile_dpbf16ps(0, 1, 2);
+            }
+            _tile_stored(0, c, 64);
+            FENCE();
+            for (int m = 0; m < 16 && m0 + m < M; ++m)
+                for (int n = 0; n < 16 && n0 + n < N; ++n) C[(m0 + m) * N + n0 + n] = c[m][n];
+        }
+    _tile_release();
+}
+"""
 
 
-PAIRS = _has_avx512_bf16()   # the fast dot's order here: k pairs through vdpbf16ps, else ascending k
+def _amx_reference(a, b, tmp_dir=[]):
+    """fp32 C = A B through the reference program above (built once per session)."""
+    if not tmp_dir:
+        import tempfile
+        d = tempfile.mkdtemp(prefix="tilejit-amx-ref-")
+        src, lib = os.path.join(d, "ref.cpp"), os.path.join(d, "ref.so")
+        with open(src, "w") as f:
+            f.write(_AMX_REFERENCE)
+        subprocess.run([toolchain.find_compiler(), "-O1", "-shared", "-fPIC", *toolchain.march_flags(), src,
+                        "-o", lib], check=True)
+        tmp_dir.append(ctypes.CDLL(lib))
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.zeros(M, N)
+    A, B = a.contiguous().view(torch.int16), b.contiguous().view(torch.int16)
+    tmp_dir[0].amx_dot(ctypes.c_void_p(A.data_ptr()), ctypes.c_void_p(B.data_ptr()), ctypes.c_void_p(c.data_ptr()),
+                       M, N, K)
+    return c
 
 
 def _operands(M, K, N, seed=1):
@@ -45,12 +99,18 @@ def _emulated(a, b, pairs: bool):
     return c
 
 
-@pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128), (3, 256, 16), (130, 64, 48), (7, 20, 96)])
+def _fast_dot(a, b):
+    """The fast policy's bf16 dot on this machine, computed independently of the lowering."""
+    return _amx_reference(a, b) if ORDER == "amx" else _emulated(a, b, pairs=ORDER == "pairs")
+
+
+@pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128), (3, 256, 16), (130, 64, 48), (7, 20, 96),
+                                   (50, 300, 80)])
 def test_fast_bf16_dot_order(M, K, N):
-    """k pairs through vdpbf16ps where the CPU has it, else the fma chain (register blocks of every
-    row count and column width the shapes reach)."""
+    """AMX chunks or k pairs through vdpbf16ps where the CPU has them, else the fma chain (tiles and
+    register blocks of every row count and column width the shapes reach)."""
     a, b = _operands(M, K, N)
-    assert torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=PAIRS))
+    assert torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _fast_dot(a, b))
 
 
 @pytest.mark.parametrize("M,K,N", [(8, 37, 32), (64, 128, 128)])
@@ -61,19 +121,24 @@ def test_strict_bf16_dot_keeps_the_ascending_fma_chain(M, K, N):
 
 
 @pytest.mark.integration
-def test_without_avx512_bf16_the_fast_dot_is_the_fma_chain(tmp_path):
-    """A cache built for an ISA without the instruction (TILEJIT_CPU_ARCH=x86-64-v3) gets the
-    ascending-k chain in the fast policy too."""
+@pytest.mark.parametrize("arch,order", [
+    ("x86-64-v3", "chain"),
+    pytest.param("cooperlake", "pairs", marks=pytest.mark.skipif(
+        ORDER == "chain", reason="this CPU has no AVX512-BF16: a cooperlake build would not run here")),
+])
+def test_a_build_for_another_isa_takes_its_dot_order(tmp_path, arch, order):
+    """A cache built for an ISA without AMX (TILEJIT_CPU_ARCH=cooperlake: AVX512-BF16 alone) runs k
+    pairs through vdpbf16ps; without either (x86-64-v3) the fast policy keeps the ascending-k chain."""
     code = ("import torch, kernels, sys\n"
             "sys.path.insert(0, %r)\n"
-            "from test_cpu_bf16_dot import _operands, _emulated\n"
+            "from test_cpu_bf16_dot import ORDER, _operands, _emulated\n"
             "a, b = _operands(8, 37, 32)\n"
-            "print(torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=False)))\n"
-            % os.path.dirname(__file__))
-    env = {**os.environ, "TILEJIT_CPU_ARCH": "x86-64-v3", "TILEJIT_CACHE_DIR": str(tmp_path)}
+            "print(ORDER, torch.equal(kernels.matmul(a, b, out_dtype=torch.float32), _emulated(a, b, pairs=%r)))\n"
+            % (os.path.dirname(__file__), order == "pairs"))
+    env = {**os.environ, "TILEJIT_CPU_ARCH": arch, "TILEJIT_CACHE_DIR": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith("True"), r.stdout + r.stderr
+    assert r.stdout.strip().endswith(f"{order} True"), r.stdout + r.stderr
 
 
 # -- the operand layouts: raw bf16 fills straight from memory, or packs of a float tile ----------
@@ -96,7 +161,7 @@ def _run_dot(M, N, K, b_columns: bool, scale_a=False, tile=(32, 64, 32), seed=3)
     c = torch.full((M, N), float("nan"))
     ck = _dot_kernel[(1,)](a, bt, c, M, N, K, bt.stride(0), bt.stride(1), SCALE_A=scale_a,
                            BM=tile[0], BN=tile[1], BK=tile[2])
-    return c, _emulated(a * 2 if scale_a else a, b, pairs=PAIRS), ck.source
+    return c, _fast_dot(a * 2 if scale_a else a, b), ck.source
 
 
 @pytest.mark.parametrize("b_columns", [False, True], ids=["b-rows", "b-columns"])
@@ -109,6 +174,12 @@ def test_raw_operand_fills_give_the_pair_order_bits(M, N, K, b_columns):
     assert torch.equal(got, want)
     assert "uint16_t v" in src and "tj_pack_bf16" not in src
     assert ("tj_fill_transposed<3>" if b_columns else "tj_fill_bf16_pairs<32, 64>") in src
+
+
+def test_a_k_tile_shorter_than_a_matrix_unit_chunk_is_padded_with_zeros():
+    """A 16-k tile (less than AMX's 32-k chunk) gives the bits of the whole K in one padded chunk."""
+    got, want, _ = _run_dot(19, 40, 13, b_columns=False, tile=(32, 64, 16))
+    assert torch.equal(got, want)
 
 
 def test_a_computed_operand_is_packed_from_its_float_tile():

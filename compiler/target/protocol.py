@@ -63,6 +63,10 @@ class Caps:
     dot_chains_across_tiles  `tl.dot(a, b, acc)` is one ascending-k fma chain per output element
                         that continues `acc`: how K is cut into tiles, or N into programs, never
                         changes a bit (an op's default may then pick its `dot_tiles` by the batch)
+    dot_k_grain         where the dot chains across tiles, it does so bit for bit only for K tiles
+                        that are multiples of this (the cpu target's bf16 dot on AMX adds 32 k per
+                        tile instruction, in an order of its own): ops launch their dot's K tile
+                        (`OpSpec.dot_k`) at least this large
     narrow_dots         dots on fp16/bf16 operands run on matrix units many times faster than fp32
                         ones (GPU tensor cores): in the fast policy, library kernels then keep such
                         operands narrow, and attention rounds its probabilities to the value dtype
@@ -81,6 +85,7 @@ class Caps:
     measurable: bool = True
     bit_neutral: frozenset = frozenset()
     dot_chains_across_tiles: bool = False
+    dot_k_grain: int = 1
     narrow_dots: bool = False
     dot_min_rows: int = 1
 

@@ -11,6 +11,7 @@ deployment image with an imported cache): the compiler's version in its fingerpr
 one recorded by those entries (compiler/target/cache_only.py), and only a build fails."""
 from __future__ import annotations
 
+import functools
 import os
 
 from compiler.errors import TargetError
@@ -31,11 +32,15 @@ class CPUTarget(Target):
     name = "cpu"
     device_type = "cpu"
     source_suffix = ".cpp"
-    # a program's tiles live on an OpenMP worker's stack; program ids are int32. BLOCK_M changes no
-    # bit here: a dot is one ascending-k fma chain per output element whatever the row block
-    # (tests/test_batch_invariance.py proves it for every BLOCK_M, both policies)
-    caps = Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True, bit_neutral=frozenset({"BLOCK_M"}),
-                dot_chains_across_tiles=True)
+    @functools.cached_property
+    def caps(self) -> Caps:
+        # a program's tiles live on an OpenMP worker's stack; program ids are int32. BLOCK_M changes
+        # no bit here: a dot is one ascending-k fma chain per output element whatever the row block
+        # (tests/test_batch_invariance.py proves it for every BLOCK_M, both policies); a bf16 dot on
+        # AMX tiles chains across K tiles of 32 k (tilejit_cpu.h)
+        return Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True, bit_neutral=frozenset({"BLOCK_M"}),
+                    dot_chains_across_tiles=True, dot_k_grain=32 if toolchain.amx_bf16_dot() else 1)
+
     # the fast policy uses the strict exp/log sequences too: they vectorise, the C library's do not
     fast_software_math = True
 

@@ -614,9 +614,104 @@ static inline void tj_dot_pairs_rows(const uint16_t* A, const uint32_t* bp, floa
     for (int n0 = 0; n0 < N; n0 += NV * TJ_LANES) tj_dot_pairs_block<R, NV>(Af, K, bp + n0, N, C + n0, N);
 }
 #endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+// With AMX (-march=native on a CPU that has it), the bf16 dot runs on the tile unit: one
+// tdpbf16ps multiplies a 16 x 32 tile of A by a 32 x 16 tile of B (k pairs: B's layout above) into a
+// 16 x 16 tile of C. It adds a chunk of 32 k to C in an order of its own (the pair sums are not
+// vdpbf16ps's), so the bits follow the chunks: k is cut at multiples of 32 from the tile's start, a
+// short last chunk is the same as one padded with zeros (measured: no bit differs), and a dot
+// continues across K tiles bit for bit where each tile's K is a multiple of 32 (the target's
+// Caps.dot_k_grain). The row count of a tile changes no bit, so BLOCK_M stays bit-neutral.
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TJ_AMX 1
+// Linux lends a process the tile registers only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XTILEDATA, once per process): without it the first tile instruction faults. Where it is refused
+// (a kernel before 5.16) the dot runs vdpbf16ps.
+static inline bool tj_amx_granted() {
+    static const bool granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+    return granted;
+}
+// GCC's tile intrinsics are asm statements that do not tell the compiler they read or write memory:
+// without this fence it drops the stores that fill a buffer only a tile load reads, and may move
+// reads of C above the tile store that writes it
+#define TJ_AMX_FENCE() __asm__ __volatile__("" ::: "memory")
+// tiles 0..3: the C block's tiles (row tile r, column tile c at 2r + c); 4, 5: A's row tiles;
+// 6, 7: B's column tiles. Loading a configuration clears every tile.
+static inline void tj_amx_configure(int rows0, int rows1) {
+    struct { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg = {};
+    cfg.palette = 1;
+    for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64;
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows0;
+    cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)(rows1 > 0 ? rows1 : 1);
+    cfg.rows[6] = cfg.rows[7] = 16;
+    _tile_loadconfig(&cfg);
+}
+// one chunk of k into the C block: A's row tiles at a (row stride lda bytes), B's column tiles at b
+// (pair-row stride ldb bytes)
+template <bool R2, bool C2>
+static inline void tj_amx_chunk(const uint16_t* a, int lda, const uint16_t* b, int ldb, int a_row_tile) {
+    _tile_loadd(4, a, lda);
+    if constexpr (R2) _tile_loadd(5, a + a_row_tile, lda);
+    _tile_loadd(6, b, ldb);
+    if constexpr (C2) _tile_loadd(7, b + 32, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (C2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (R2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (R2 && C2) _tile_dpbf16ps(3, 5, 7);
+}
+// C[m0.., n0..] (one or two row tiles R2, one or two column tiles C2) += A B over all K
+template <int N, int K, bool R2, bool C2>
+static inline void tj_amx_block(const uint16_t* A, const uint16_t* B, float* C, int rows0, int rows1) {
+    constexpr int lda = 2 * K, ldb = 4 * N, ldc = 4 * N, KF = K / 32 * 32, KT = K - KF;
+    TJ_AMX_FENCE();
+    _tile_loadd(0, C, ldc);
+    if constexpr (C2) _tile_loadd(1, C + 16, ldc);
+    if constexpr (R2) _tile_loadd(2, C + 16 * N, ldc);
+    if constexpr (R2 && C2) _tile_loadd(3, C + 16 * N + 16, ldc);
+    for (int k0 = 0; k0 < KF; k0 += 32) tj_amx_chunk<R2, C2>(A + k0, lda, B + k0 * N, ldb, 16 * K);
+    if constexpr (KT > 0) {   // the last chunk, padded with zeros to 32 k
+        alignas(64) uint16_t a[2][16][32] = {}, b[16][2][32] = {};
+        for (int m = 0; m < rows0 + rows1; ++m)
+            for (int k = 0; k < KT; ++k) a[m / 16][m % 16][k] = A[m * K + KF + k];
+        for (int p = 0; p < KT / 2; ++p)
+            for (int j = 0; j < (C2 ? 64 : 32); ++j) b[p][j / 32][j % 32] = B[(KF / 2 + p) * 2 * N + j];
+        TJ_AMX_FENCE();
+        tj_amx_chunk<R2, C2>(&a[0][0][0], 64, &b[0][0][0], 128, 16 * 32);
+    }
+    _tile_stored(0, C, ldc);
+    if constexpr (C2) _tile_stored(1, C + 16, ldc);
+    if constexpr (R2) _tile_stored(2, C + 16 * N, ldc);
+    if constexpr (R2 && C2) _tile_stored(3, C + 16 * N + 16, ldc);
+    TJ_AMX_FENCE();
+}
+// rows m0 .. m0 + rows0 + rows1 of C, every column block
+template <int N, int K, bool R2>
+static inline void tj_amx_rows(const uint16_t* A, const uint16_t* B, float* C, int rows0, int rows1) {
+    constexpr int NF = N / 32 * 32;
+    for (int n0 = 0; n0 < NF; n0 += 32) tj_amx_block<N, K, R2, true>(A, B + 2 * n0, C + n0, rows0, rows1);
+    if constexpr (N % 32 != 0) tj_amx_block<N, K, R2, false>(A, B + 2 * NF, C + NF, rows0, rows1);
+}
+template <int M, int N, int K>
+static inline void tj_dot_bf16_amx(const uint16_t* A, const uint16_t* B, float* C) {
+    constexpr int MF = M / 32 * 32, MT = M - MF;
+    if constexpr (MF > 0) {
+        tj_amx_configure(16, 16);
+        for (int m0 = 0; m0 < MF; m0 += 32) tj_amx_rows<N, K, true>(A + m0 * K, B, C + m0 * N, 16, 16);
+    }
+    if constexpr (MT > 0) {   // the last rows: one or two shorter row tiles
+        tj_amx_configure(MT < 16 ? MT : 16, MT - 16);
+        tj_amx_rows<N, K, (MT > 16)>(A + MF * K, B, C + MF * N, MT < 16 ? MT : 16, MT > 16 ? MT - 16 : 0);
+    }
+    _tile_release();
+}
+#endif
 template <int M, int N, int K>
 static inline void tj_dot_bf16(const uint16_t* A, const uint16_t* B, float* C) {
     static_assert(N % 16 == 0 && K % 2 == 0, "tj_dot_bf16 takes whole vectors of columns and whole k pairs");
+#if defined(TJ_AMX)
+    if (tj_amx_granted()) return tj_dot_bf16_amx<M, N, K>(A, B, C);
+#endif
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
     constexpr int KP = K / 2, NV = (N / 16) % 4 == 0 ? 4 : (N / 16) % 2 == 0 ? 2 : 1;
     const uint32_t *ap = (const uint32_t*)A, *bp = (const uint32_t*)B;   // one word per k pair

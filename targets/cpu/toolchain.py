@@ -2,6 +2,7 @@
 else c++, else clang++). The compiler's version, the flags and the host ISA form the target fingerprint."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -63,6 +64,35 @@ def march_flags() -> list[str]:
     # 0.94x on bf16 [4096, 4096] (its widening and narrowing cross 128-bit lanes). AVX-512 tunings
     # already choose 256 (the micro-kernels' explicit 512-bit vectors are not affected)
     return [f"-march={arch}", "-mprefer-vector-width=256"]
+
+
+def predefined_macros() -> frozenset[str]:
+    """The macros the compiler predefines for the target's -march flags (the ISA extensions a build
+    may use: __AVX512F__, __AMX_BF16__, ...); empty where no compiler is usable."""
+    cxx = None if missing() else find_compiler()
+    return _macros(cxx, tuple(march_flags())) if cxx else frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def _macros(cxx: str, arch: tuple[str, ...]) -> frozenset[str]:
+    out = subprocess.run([cxx, *arch, "-dM", "-E", "-x", "c++", os.devnull], capture_output=True, text=True,
+                         check=False)
+    return frozenset(line.split()[1] for line in out.stdout.splitlines() if line.startswith("#define "))
+
+
+def amx_bf16_dot() -> bool:
+    """Whether the header's bf16 dot runs on AMX tiles in this process: the build's ISA has AMX-BF16
+    (tilejit_cpu.h compiles the path) and Linux lends the process the tile registers (the kernel
+    asks the same once; where it is refused, the dot runs vdpbf16ps)."""
+    return {"__AMX_TILE__", "__AMX_BF16__", "__AVX512BF16__"} <= predefined_macros() and _tiles_granted()
+
+
+@functools.lru_cache(maxsize=None)
+def _tiles_granted() -> bool:
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    # arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): granted once, for the whole process
+    return ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) == 0
 
 
 @functools.lru_cache(maxsize=None)
