@@ -102,6 +102,9 @@ class OpSpec:
                   it cannot change a bit, so small batches need not run large blocks
     dot_tiles     params that only cut a dot's K into tiles and its N into programs: bit-neutral
                   on targets whose dot chains across tiles (`Caps.dot_chains_across_tiles`)
+    context_dims  dims that describe how a call runs rather than its size (e.g. whether its dots
+                  run narrow on a matrix unit): fixed for every batch of the call's dtypes and
+                  policy, so a default may choose any param by them, as by the key dims
     dot_k         the param that is the K tile of the kernel's dot (one of `dot_tiles`): launched
                   at least the target's `Caps.dot_k_grain`, so that the dot still chains across
                   K tiles bit for bit
@@ -128,6 +131,7 @@ class OpSpec:
     follows: dict = dataclasses.field(default_factory=dict)
     dot_tiles: frozenset = frozenset()
     dot_k: str | None = None
+    context_dims: frozenset = frozenset()
     dot_rows: frozenset = frozenset()
 
     # -- keys -------------------------------------------------------------------------------------
@@ -193,7 +197,8 @@ class OpSpec:
         d = self.defaults.get(caps.tile_class, self.defaults["cache"])
         if not callable(d):
             return dict(d)
-        cfg, keyed = dict(d(dims)), d({k: v for k, v in dims.items() if k in self.key_dims})
+        cfg = dict(d(dims))
+        keyed = d({k: v for k, v in dims.items() if k in self.key_dims or k in self.context_dims})
         free = self.free_params(caps)
         return {k: (v if k in free else keyed[k]) for k, v in cfg.items()}
 

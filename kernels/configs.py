@@ -51,7 +51,7 @@ def narrow_dots(dtype) -> bool:
     """Whether a library kernel keeps its fp16/bf16 dot operands narrow: the fast policy, on a
     target whose matrix units run them far faster than fp32 (`Caps.narrow_dots`, docs/numerics.md)."""
     return (dtype in (torch.float16, torch.bfloat16) and current_policy() == "fast"
-            and current_target().caps.narrow_dots)
+            and str(dtype).removeprefix("torch.") in current_target().caps.narrow_dots)
 
 
 def context() -> tuple:

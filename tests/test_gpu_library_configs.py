@@ -35,9 +35,13 @@ def _dot_operand_dtypes(rendered):
 def test_fast_attention_dots_are_16_bit_only_where_the_target_has_matrix_units():
     q, k = torch.randn(1, 4, 64, 128, dtype=bf16), torch.randn(1, 2, 64, 128, dtype=bf16)
     assert _dot_operand_dtypes(_attention_launch("gpu:sm_90", "fast", q, k)) == [("bf16", "bf16")] * 2
-    # strict keeps its fp32 fma chain everywhere; cpu and kunlun keep fp32 operands in fast too
-    for target, policy in (("gpu:sm_90", "strict"), ("cpu", "fast"), ("kunlun:xpu3", "fast")):
+    # strict keeps its fp32 fma chain everywhere; kunlun keeps fp32 operands in fast too, and so does
+    # cpu unless its bf16 dots run on AMX tiles (then bf16: Caps.narrow_dots)
+    for target, policy in (("gpu:sm_90", "strict"), ("cpu", "strict"), ("kunlun:xpu3", "fast")):
         assert _dot_operand_dtypes(_attention_launch(target, policy, q, k)) == [("fp32", "fp32")] * 2, target
+    cpu_narrow = "bfloat16" in compiler.get_target("cpu").caps.narrow_dots
+    assert _dot_operand_dtypes(_attention_launch("cpu", "fast", q, k)) == [("bf16" if cpu_narrow else "fp32",) * 2] * 2
+    assert _dot_operand_dtypes(_attention_launch("cpu", "fast", q.half(), k.half())) == [("fp32", "fp32")] * 2
     q32, k32 = q.float(), k.float()
     assert _dot_operand_dtypes(_attention_launch("gpu:sm_90", "fast", q32, k32)) == [("fp32", "fp32")] * 2
 
@@ -54,8 +58,9 @@ def test_narrow_attention_stays_within_the_probability_rounding_bound(dtype):
         got = kernels.attention(q, k, v, causal=True)
     base = dict(rtol=1.6e-2, atol=1e-5) if dtype is bf16 else dict(rtol=2e-3, atol=1e-4)
     torch.testing.assert_close(got.float(), ref.float(), **attention_tolerance(base, v))
-    # the rounding is real: the fp32-operand path (cpu) is closer to the reference
-    cpu = kernels.attention(q, k, v, causal=True)
+    # the rounding is real: the fp32-operand path (cpu's strict) is closer to the reference
+    with compiler.numerics("strict"):
+        cpu = kernels.attention(q, k, v, causal=True)
     assert (got.double() - ref.double()).abs().max() > (cpu.double() - ref.double()).abs().max()
 
 

@@ -67,10 +67,11 @@ class Caps:
                         that are multiples of this (the cpu target's bf16 dot on AMX adds 32 k per
                         tile instruction, in an order of its own): ops launch their dot's K tile
                         (`OpSpec.dot_k`) at least this large
-    narrow_dots         dots on fp16/bf16 operands run on matrix units many times faster than fp32
-                        ones (GPU tensor cores): in the fast policy, library kernels then keep such
-                        operands narrow, and attention rounds its probabilities to the value dtype
-                        for the P.V dot, as FlashAttention does (docs/numerics.md)
+    narrow_dots         the 16-bit dtypes ("float16", "bfloat16") whose dots run on matrix units many
+                        times faster than fp32 ones (GPU tensor cores: both; a CPU with AMX-BF16:
+                        bfloat16): in the fast policy, library kernels then keep such operands
+                        narrow, and attention rounds its probabilities to the value dtype for the
+                        P.V dot, as FlashAttention does (docs/numerics.md)
     dot_min_rows        the fewest rows a dot runs on the matrix unit (Triton's tl.dot: 16; the gpu
                         target renders a shorter one as an fma chain): ops' bit-neutral row blocks
                         are not clamped below it (`OpSpec.dot_rows`)
@@ -86,7 +87,7 @@ class Caps:
     bit_neutral: frozenset = frozenset()
     dot_chains_across_tiles: bool = False
     dot_k_grain: int = 1
-    narrow_dots: bool = False
+    narrow_dots: frozenset = frozenset()
     dot_min_rows: int = 1
 
     @property

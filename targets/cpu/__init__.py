@@ -37,9 +37,11 @@ class CPUTarget(Target):
         # a program's tiles live on an OpenMP worker's stack; program ids are int32. BLOCK_M changes
         # no bit here: a dot is one ascending-k fma chain per output element whatever the row block
         # (tests/test_batch_invariance.py proves it for every BLOCK_M, both policies); a bf16 dot on
-        # AMX tiles chains across K tiles of 32 k (tilejit_cpu.h)
+        # AMX tiles chains across K tiles of 32 k (tilejit_cpu.h), many times faster than fp32
+        amx = toolchain.amx_bf16_dot()
         return Caps(local_memory_bytes=MAX_STACK_BYTES, measurable=True, bit_neutral=frozenset({"BLOCK_M"}),
-                    dot_chains_across_tiles=True, dot_k_grain=32 if toolchain.amx_bf16_dot() else 1)
+                    dot_chains_across_tiles=True, dot_k_grain=32 if amx else 1,
+                    narrow_dots=frozenset({"bfloat16"}) if amx else frozenset())
 
     # the fast policy uses the strict exp/log sequences too: they vectorise, the C library's do not
     fast_software_math = True

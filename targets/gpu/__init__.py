@@ -69,7 +69,7 @@ class GPUTarget(Target):
         # a program is num_warps warps of threads; tiles are powers of two; timings mean something
         # only on a device
         self.caps = Caps(lanes_per_program=num_warps * WARP_SIZES.get(backend, 32), pow2_tiles=True,
-                         max_grid=MAX_GRID, measurable=mode == "device", narrow_dots=True,
+                         max_grid=MAX_GRID, measurable=mode == "device", narrow_dots=frozenset({"float16", "bfloat16"}),
                          dot_min_rows=16)
         self._fingerprint = None
 
