@@ -241,37 +241,45 @@ def _clamp(cfg: dict, dims: dict) -> dict:
 
 def _cache(dims: dict) -> dict:
     """A cache target's default. Decode (M <= 16) is bound by reading the weight, and how it streams
-    depends on B's layout (`b_row_major`, absent = row-major, the layout the autotuner measures):
-    rows of B contiguous ([K, N], as TilejitLinear stores a weight) stream best 128 columns x 32 k
-    per tile (64 columns where that avoids a masked edge tile: N = 704, [1, 256] x [256, 704] fp32
-    0.80x -> 1.13x torch); B read down its columns (x @ w.t() of an nn.Linear [N, K] weight) 64
-    columns x 512 k.
-    Measured with one row and 12 weights of each shape of a hidden-1024 Llama layer (past the L3),
-    against torch: fp32 0.8-1.4x row-major vs 0.5-1.4x down the columns, bf16 0.75-1.1x vs 0.5-1.0x;
-    the columns read worst where K = 2816 (a masked k tail). Larger M runs 64 x 128 x 128 tiles, or
-    256 (else 128) x 256 x 64 where those still make 8 programs or more: each program copies its A
-    and B tiles per k step, so a larger C tile copies each operand fewer times (on a 2-core Zen 1
-    host, fp32 against torch, 128 rows: 1024^3 0.83x -> 1.01x, 512 x 4096 x 4096 0.75x -> 0.94x,
-    256 x 1024 x 1024 0.88x -> 0.97x; 256 rows against 128, same runs: 1024^3 0.95x vs 0.94x,
-    2048 x 2048 x 512 0.94x vs 0.93x, 512 x 4096 x 4096 0.94x vs 0.90x; with fewer programs a core
-    idles). Where the dot does not chain across tiles every M runs CACHE_DEFAULT.
+    depends on B's layout (`b_row_major`, absent = row-major, the layout the autotuner measures).
+    Rows of B contiguous ([K, N], as TilejitLinear stores a weight): each program reads a strip of
+    columns down K, so wide strips read long runs of each row (`_decode_columns`); B read down its
+    columns (x @ w.t() of an nn.Linear [N, K] weight): 64 columns x 512 k. Larger M runs 64 x 128 x
+    128 tiles, or 256 (else 128) x 256 x 64 where those still make 8 programs or more: each program
+    copies its A and B tiles per k step, so a larger C tile copies each operand fewer times (on a
+    2-core Zen 1 host, fp32 against torch, 128 rows: 1024^3 0.83x -> 1.01x, 512 x 4096 x 4096
+    0.75x -> 0.94x, 256 x 1024 x 1024 0.88x -> 0.97x; 256 rows against 128, same runs: 1024^3 0.95x
+    vs 0.94x, 2048 x 2048 x 512 0.94x vs 0.93x, 512 x 4096 x 4096 0.94x vs 0.90x; with fewer
+    programs a core idles). Where the dot does not chain across tiles every M runs CACHE_DEFAULT.
     A bf16 dot on AMX tiles (`bf16_tiles`) loads and stores its C tiles once per dot call, so it
-    takes K tiles of 256 (and decode 256 columns where N allows): on a 2-core AMX host against
-    torch's oneDNN (AMX too), 512 x 4096 x 4096 0.69x -> 1.00x, 1024^3 0.95x -> 1.32x, decode
-    16 x 4096 x 4096 0.77x -> 1.12x (row-major B)."""
+    takes K tiles of 256: on a 2-core AMX host against torch's oneDNN (AMX too), 512 x 4096 x 4096
+    0.69x -> 1.00x, 1024^3 0.95x -> 1.32x."""
     m, n = dims.get("M"), dims.get("N")
-    amx = {"BLOCK_K": 256} if dims.get("bf16_tiles") else {}
+    amx = dims.get("bf16_tiles", False)
     if m is not None and m <= 16:
         if dims.get("b_row_major", True):
-            bn = 64 if n is not None and n % 128 and n % 64 == 0 else 128
-            bn = 256 if amx and (n is None or n % 256 == 0) else bn
-            return {**CACHE_DEFAULT, "BLOCK_N": bn, "BLOCK_K": 32, **amx}
-        return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 512, **amx}
+            return {**CACHE_DEFAULT, "BLOCK_N": _decode_columns(n), "BLOCK_K": 256 if amx else 32}
+        return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 256 if amx else 512}
+    tiles = {"BLOCK_K": 256} if amx else {}
     if m is not None and n is not None:
         for bm in (CACHE_LARGE["BLOCK_M"], CACHE_LARGE["BLOCK_M"] // 2):
             if cdiv(m, min(bm, npow2(m))) * cdiv(n, CACHE_LARGE["BLOCK_N"]) >= 8:
-                return {**CACHE_LARGE, "BLOCK_M": bm, **amx}
-    return {**CACHE_DEFAULT, **amx}
+                return {**CACHE_LARGE, "BLOCK_M": bm, **tiles}
+    return {**CACHE_DEFAULT, **tiles}
+
+
+def _decode_columns(n: int | None) -> int:
+    """A decode program's columns over a row-major B: the widest strip (up to 2048) that cuts N into
+    an even number of programs, so that two threads share them evenly and each reads a long run of
+    every row of B; else 128 (64 where that avoids a masked edge strip: N = 704). The run length is
+    what the weight's streaming speed follows: one row against torch's F.linear on a 2-core Intel
+    AMX host, geometric mean over 11 Llama-shaped weights (K, N from 256 to 14336), 128-column
+    strips 0.70x -> 0.85x fp32, and 0.92x -> 1.08x bf16 through vdpbf16ps
+    (TILEJIT_CPU_ARCH=cooperlake), 0.94x -> 1.00x bf16 on AMX; 16 rows 1.03x -> 1.31x fp32."""
+    for bn in (2048, 1024, 512, 256):
+        if n is not None and n % bn == 0 and (n // bn) % 2 == 0:
+            return bn
+    return 64 if n is not None and n % 128 and n % 64 == 0 else 128
 
 
 CACHE_DEFAULT = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 128}
