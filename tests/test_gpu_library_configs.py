@@ -46,6 +46,20 @@ def test_fast_attention_dots_are_16_bit_only_where_the_target_has_matrix_units()
     assert _dot_operand_dtypes(_attention_launch("gpu:sm_90", "fast", q32, k32)) == [("fp32", "fp32")] * 2
 
 
+def test_serving_attention_dots_are_16_bit_where_attention_s_are():
+    """The serving kernel (varlen, paged) follows the same rule as kernels.attention."""
+    from kernels import serving_attention as sa
+    q, k = torch.randn(3, 4, 64, dtype=bf16), torch.randn(8, 2, 64, dtype=bf16)
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    cpu_narrow = "bfloat16" in compiler.get_target("cpu").caps.narrow_dots
+    for target, policy, narrow in (("gpu:sm_90", "fast", True), ("gpu:sm_90", "strict", False),
+                                   ("cpu", "fast", cpu_narrow), ("kunlun:xpu3", "fast", False)):
+        with compiler.use_target(target), compiler.numerics(policy), compiler.render_only() as seen:
+            sa.varlen_attention(q, k, k, cu, torch.tensor([0, 8], dtype=torch.int32))
+        (r,) = [r for r in seen if r.name == "serving_attention_kernel"]
+        assert _dot_operand_dtypes(r) == [("bf16", "bf16") if narrow else ("fp32", "fp32")] * 2, (target, policy)
+
+
 @pytest.mark.compile
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_narrow_attention_stays_within_the_probability_rounding_bound(dtype):
