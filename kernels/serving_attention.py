@@ -126,6 +126,26 @@ def _chunked_scores(q_rows, r_ok, k_head, key, j_ok, skt, scale, D, NARROW_DOT: 
 
 
 @kernel
+def _query(q, scale, NARROW_DOT: tl.constexpr):
+    """q as the scores' dot takes it: as loaded (NARROW_DOT), else scaled in fp32."""
+    if NARROW_DOT:
+        return q
+    return q.to(tl.float32) * scale
+
+
+@kernel
+def _scores(q, kt, scale, NARROW_DOT: tl.constexpr):
+    """q . k^T of one key block: of the loaded dtypes, then scaled (NARROW_DOT), else of q already
+    scaled in fp32 and k widened."""
+    if NARROW_DOT:
+        return tl.dot(q, kt) * scale
+    return tl.dot(q, kt.to(tl.float32))
+
+
+# NARROW_DOT (fp16/bf16, fast policy, a target with `Caps.narrow_dots`): q, k and v enter the dots in
+# their own dtype, the scale multiplies the scores, and p is rounded to v's dtype, as in
+# kernels/attention.py.
+@kernel
 def serving_attention_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, cuk_ptr, o_ptr, lse_ptr,
                              GROUP, Hkv, D, scale, cap, window, PAGE, PARTS,
                              sqt, sqh, skt, skh, svt, svh, sbt, sot, soh, sop,
@@ -134,10 +154,7 @@ def serving_attention_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, cuk
                              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DK: tl.constexpr,
                              BLOCK_DO: tl.constexpr):
     """One program: BLOCK_M rows x BLOCK_DO output columns of one request and kv head, over all
-    the splits its rows see (PARTS == 1) or over split number `part` only (PARTS > 1). NARROW_DOT
-    (fp16/bf16, fast policy, a target with `Caps.narrow_dots`): q, k and v enter the dots in their
-    own dtype, the scale multiplies the scores, and p is rounded to v's dtype, as in
-    kernels/attention.py."""
+    the splits its rows see (PARTS == 1) or over split number `part` only (PARTS > 1)."""
     pid_m = tl.program_id(0)
     b = tl.program_id(1) // Hkv
     hk = tl.program_id(1) % Hkv
@@ -164,9 +181,8 @@ def serving_attention_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, cuk
     if BLOCK_DK == BLOCK_D:   # q stays in registers/local memory for the whole key loop
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < D
-        q = tl.load(q_rows + offs_d[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0)
-        if not NARROW_DOT:
-            q = q.to(tl.float32) * scale
+        q = _query(tl.load(q_rows + offs_d[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0), scale,
+                   NARROW_DOT)
     k_head = k_ptr + hk.to(tl.int64) * skh
     v_head = v_ptr + hk.to(tl.int64) * svh
 
@@ -189,10 +205,7 @@ def serving_attention_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, cuq_ptr, cuk
             if BLOCK_DK == BLOCK_D:
                 kt = tl.load(k_head + key[None, :] * skt + offs_d[:, None], mask=d_ok[:, None] & j_ok[None, :],
                              other=0.0)
-                if NARROW_DOT:
-                    s = tl.dot(q, kt) * scale
-                else:
-                    s = tl.dot(q, kt.to(tl.float32))
+                s = _scores(q, kt, scale, NARROW_DOT)
             else:
                 s = _chunked_scores(q_rows, r_ok, k_head, key, j_ok, skt, scale, D, NARROW_DOT, BLOCK_M, BLOCK_N,
                                     BLOCK_D, BLOCK_DK)
