@@ -4,6 +4,8 @@ Names follow Triton (`fp32`, `bf16`, `int1`, ...), so `str(tl.float32)` reads th
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -241,3 +243,13 @@ def promote(a: dtype, b: dtype) -> dtype:
         return a if a.bits >= b.bits else b
     u, i = (a, b) if a.is_unsigned() else (b, a)
     return u if u.bits >= i.bits else i
+
+
+def representable(value, d: dtype) -> bool:
+    """Whether the number `value` is exactly a value of the float dtype `d` (NaN and the infinities
+    are; so is every float of fp32 for fp32)."""
+    t = DTYPE_TO_TORCH.get(d)
+    v = float(value)
+    if t is None or not d.is_floating() or math.isnan(v):
+        return d.is_floating()
+    return float(torch.tensor(v, dtype=torch.float64).to(t).double()) == v

@@ -509,9 +509,8 @@ def _bf16_products(a_ptr, b_ptr, p_ptr, c_ptr, n, BLOCK: tl.constexpr):
 @pytest.mark.parametrize("n", [512, 1024], ids=["masked", "in-bounds"])
 def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits(n):
     """A value the kernel has just rounded to bf16 (a narrowing cast, bf16 arithmetic) is stored
-    without a second rounding (in bounds, the cast's fp32 operand goes to the vector rounding of
-    tj_store_bf16); the bits are torch's round-to-nearest-even, ties, NaN, inf and subnormals
-    included."""
+    by its high half, without a second rounding; the bits are torch's round-to-nearest-even, ties,
+    NaN, inf and subnormals included."""
     special = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), float("nan"), float("inf"),
                             -float("inf"), 3.4e38, 1e-39, -1e-40, 0.0, -0.0, 2 ** -133])
     a = torch.cat([special, torch.randn(n - 12) * torch.logspace(-30, 30, n - 12)])
@@ -519,13 +518,43 @@ def test_a_just_rounded_bf16_is_stored_by_its_high_half_with_the_same_bits(n):
     p, c = torch.empty_like(b), torch.empty_like(b)
     ck = _bf16_products[(1,)](a, b, p, c, a.numel(), BLOCK=1024)
     body = ck.source.split("_program(")[1].split('extern "C"')[0]
-    assert "tj_bf16_bits(" in body and "tj_f2bf(" not in body and "tj_store_bf16(" in body
+    assert "tj_bf16_bits(" in body and "tj_f2bf(" not in body and "tj_store_bf16(" not in body
     want_c = a.to(torch.bfloat16)
     want_p = (want_c.float() * b.float()).to(torch.bfloat16)
     for got, want in ((c, want_c), (p, want_p)):
         num = ~want.isnan()
         assert torch.equal(got.isnan(), want.isnan())
         assert torch.equal(got.view(torch.int16)[num], want.view(torch.int16)[num])   # -0.0 too
+
+
+@kernel
+def _narrow_copies(x_ptr, y_ptr, w_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0.5)
+    tl.store(y_ptr + offs, x, mask=m)                                            # a load, stored
+    t = tl.reshape(tl.trans(tl.reshape(x, (BLOCK // 16, 16))), (BLOCK,))         # views of it
+    tl.store(w_ptr + offs, tl.where(offs % 3 == 0, t, -2.0), mask=m)              # selected with a constant
+
+
+@pytest.mark.parametrize("n", [500, 512], ids=["masked", "in-bounds"])
+def test_a_loaded_bf16_is_stored_with_its_own_bits(n):
+    """A bf16 value the kernel loaded (moved through views, selected with a constant of bf16) is
+    stored by its 16 bits, without rounding: a copy keeps every bit, signalling NaNs and their
+    payloads included (a rounding store would set their quiet bit), as a GPU's copy does."""
+    bits = torch.randint(-2 ** 15, 2 ** 15, (512,), generator=torch.Generator().manual_seed(4), dtype=torch.int16)
+    bits[:6] = torch.tensor([0x7F81, -0x7F, 0x7FC1, 0x0001, -0x8000, 0x7F80], dtype=torch.int16)  # sNaN, -sNaN, ...
+    x = bits.view(torch.bfloat16)
+    y = torch.zeros(512, dtype=torch.bfloat16)
+    w = torch.zeros(512, dtype=torch.bfloat16)
+    ck = _narrow_copies[(1,)](x, y, w, n, BLOCK=512)
+    body = ck.source.split("_program(")[1].split('extern "C"')[0]
+    assert "tj_f2bf(" not in body and "tj_store_bf16(" not in body
+    assert torch.equal(y.view(torch.int16)[:n], bits[:n])
+    xm = torch.where(torch.arange(512) < n, x, torch.tensor(0.5, dtype=torch.bfloat16))   # other=0.5 past n
+    t = xm.view(32, 16).t().reshape(-1)
+    want = torch.where(torch.arange(512) % 3 == 0, t.view(torch.int16), torch.tensor(-2.0).bfloat16().view(torch.int16))
+    assert torch.equal(w.view(torch.int16)[:n], want[:n])
 
 
 @kernel

@@ -15,7 +15,7 @@ from compiler.errors import CompilationError
 from compiler.ir import Block, Function, Op, Value
 from compiler.ir.analysis import index_step
 from compiler.ir.ops import (ADD, ARANGE, BROADCAST, CAST, CONST, EXPAND_DIMS, JOIN, LOAD, MUL, OPS, SPLIT,
-                             SUB, TRANS)
+                             SUB, TRANS, WHERE)
 
 from .atomics import AtomicDebugLowering
 from .bf16_dot import Bf16DotLowering
@@ -453,7 +453,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
     def emit_store(self, op: Op) -> None:
         ptr, val = op.operands[:2]
         mask = op.operands[2] if len(op.operands) > 2 else None
-        exact = self._rounded_to_its_dtype(val)
+        exact = self._exact_in_dtype(val)
 
         def st(dt, ptr_expr, val_expr):
             return self.d.store_elem(dt, ptr_expr, val_expr, exact)
@@ -486,6 +486,8 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         if cast is not None and cast.name == CAST and id(val) not in self.buffers \
                 and cast.operands[0].dtype in (D.float32, D.float16, D.bfloat16):
             src = cast.operands[0]   # held in a float: rounded once, by the helper
+        elif self._exact_in_dtype(val):
+            return False   # bf16 values already: the per-element store moves their bits
         it, chunk, start = self.index_type, self.fresh("chunk"), self.fresh("at")
         outer = self.open_nest(ptr.shape[:-1], simd=False)
         self.emit(f"for ({it} c = 0; c < {n // width}; ++c) {{")
@@ -499,14 +501,25 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         self.close_nest(outer, [])
         return True
 
-    def _rounded_to_its_dtype(self, v: Value) -> bool:
-        """Whether `v`'s op rounds its result to its narrow float dtype (a narrowing cast, or
-        arithmetic the dialect rounds), so storing it needs no second rounding."""
+    def _exact_in_dtype(self, v: Value) -> bool:
+        """Whether `v` holds values of its narrow float dtype exactly, so that storing it takes their
+        bits with no second rounding (a bf16 copy then moves bits, NaN payloads included, as a
+        GPU's does): its op rounds to the dtype (a narrowing cast, arithmetic the dialect rounds),
+        loads the dtype (masked lanes filled with such a value), or selects or views such values."""
         op = v.owner
         if op is None or v.dtype not in self.d.round_fn:
             return False
         if op.name == CAST:
-            return op.operands[0].dtype is not v.dtype
+            src = op.operands[0]
+            return src.dtype is not v.dtype or self._exact_in_dtype(src)
+        if op.name == CONST:
+            return D.representable(op.attrs["value"], v.dtype)
+        if op.name == LOAD:
+            return len(op.operands) < 3 or self._exact_in_dtype(op.operands[2])
+        if op.name == WHERE:
+            return all(self._exact_in_dtype(x) for x in op.operands[1:])
+        if OPS[op.name].has("axis_view") or OPS[op.name].has("same_elements"):
+            return self._exact_in_dtype(op.operands[0])
         return op.name in self.d.rounding_ops
 
     def _masked_or_fast(self, mask, fill) -> None:
