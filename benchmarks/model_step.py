@@ -8,6 +8,10 @@ The model is examples/llama.py's (transformers' LlamaForCausalLM from a config, 
 weights, no download); tilejit's copy has its norms, attention, MLP activations and linear layers
 swapped for `kernels.*` (kernels.integrations.transformers.apply). Both run under torch.no_grad.
 
+With --compile, a third copy runs under torch.compile (Inductor, default mode): its samples join
+the same rotation and "vs compile" is t_compiled / t_tilejit. Its first calls compile (tens of
+seconds per step and dtype on 2 cores), before any sample is taken.
+
 - prefill: one forward over `batch x prompt` tokens that fills a fresh KV cache;
 - decode: one forward of one new token per sequence against the prompt's KV cache; the cache is
   cropped back to the prompt after every step, so each sample times the same step.
@@ -81,16 +85,18 @@ def _steps(model, ids):
     return prefill, decode
 
 
-def _interleaved(pairs, repeat: int) -> list[tuple[float, float, float, float]]:
-    """Per (eager, tilejit) pair: the median seconds per call of each, and the median and spread of
-    the per-sample speed-ups (speed.paired_ratio), the samples taken in turn."""
-    calls = [(_calls_per_sample(ref), _calls_per_sample(tj)) for ref, tj in pairs]
-    samples = [([], []) for _ in pairs]
+def _interleaved(groups, repeat: int) -> list[tuple]:
+    """Per group (tilejit, eager[, compiled]): the median seconds per call of tilejit and eager, the
+    median and spread of the per-sample speed-ups over eager (speed.paired_ratio), and the median
+    speed-up over the compiled model (None without one); every side sampled in turn."""
+    calls = [[_calls_per_sample(fn) for fn in g] for g in groups]
+    samples = [[[] for _ in g] for g in groups]
     for _ in range(repeat):
-        for (ref, tj), (c_ref, c_tj), (s_ref, s_tj) in zip(pairs, calls, samples):
-            s_ref.append(_sample(ref, c_ref))
-            s_tj.append(_sample(tj, c_tj))
-    return [(statistics.median(a), statistics.median(b), *paired_ratio(a, b)) for a, b in samples]
+        for g, cs, ss in zip(groups, calls, samples):
+            for fn, c, s in zip(g, cs, ss):
+                s.append(_sample(fn, c))
+    return [(statistics.median(ss[0]), statistics.median(ss[1]), *paired_ratio(ss[1], ss[0]),
+             paired_ratio(ss[2], ss[0])[0] if len(ss) > 2 else None) for ss in samples]
 
 
 def run(a) -> list[tuple]:
@@ -104,11 +110,13 @@ def run(a) -> list[tuple]:
         with torch.no_grad():
             want, got = ref(ids).logits.float(), tiled(ids).logits.float()
         err = ((got - want).abs().max() / want.abs().max()).item()
-        (pf_ref, dec_ref), (pf_tj, dec_tj) = _steps(ref, ids), _steps(tiled, ids)
-        times = _interleaved([(pf_ref, pf_tj), (dec_ref, dec_tj)], a.repeat)
-        for step, (t_ref, t_tj, ratio, spread) in zip(("prefill", "decode"), times):
+        sides = [_steps(tiled, ids), _steps(ref, ids)]
+        if a.compile:
+            sides.append(_steps(torch.compile(copy.deepcopy(ref)), ids))
+        times = _interleaved(list(zip(*sides)), a.repeat)
+        for step, (t_tj, t_ref, ratio, spread, vs_compiled) in zip(("prefill", "decode"), times):
             tokens = a.batch * (a.prompt if step == "prefill" else 1)
-            rows.append((step, dname, t_tj, t_ref, tokens, err, ratio, spread))
+            rows.append((step, dname, t_tj, t_ref, tokens, err, ratio, spread, vs_compiled))
             print(f"  done {step} {dname}: tilejit {t_tj * 1e3:.2f} ms, eager {t_ref * 1e3:.2f} ms", flush=True)
     return rows
 
@@ -124,6 +132,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--prompt", type=int, default=128, help="prompt tokens per sequence (the decode step's context)")
     ap.add_argument("--repeat", type=int, default=5, help="samples per measurement (median reported)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compile", action="store_true", help="also time the model under torch.compile (Inductor)")
     return ap
 
 
@@ -141,14 +150,15 @@ def main(argv=None) -> None:
     print(f"{a.arch}: {a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}/"
           f"{a.kv_heads} kv, vocab {a.vocab}; batch {a.batch}, prompt {a.prompt}; torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, median of {a.repeat} samples")
-    hdr = ("step", "dtype", "tilejit ms", "eager ms", "speed-up", "spread", "tj tokens/s", "logits")
-    cells = [(s, d, f"{t * 1e3:.2f}", f"{r * 1e3:.2f}", f"{x:.2f}x", f"{sp:.0%}", f"{n / t:.0f}", f"{e:.1e}")
-             for s, d, t, r, n, e, x, sp in rows]
+    hdr = ("step", "dtype", "tilejit ms", "eager ms", "speed-up", "spread", "vs compile", "tj tokens/s", "logits")
+    cells = [(s, d, f"{t * 1e3:.2f}", f"{r * 1e3:.2f}", f"{x:.2f}x", f"{sp:.0%}", "-" if c is None else f"{c:.2f}x",
+              f"{n / t:.0f}", f"{e:.1e}") for s, d, t, r, n, e, x, sp, c in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(hdr)]
     for line in (hdr, tuple("-" * w for w in widths), *cells):
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
     print(f"\nspeed-up = the median over samples of t_eager / t_tilejit (> 1: tilejit is faster); spread = "
-          f"(q3 - q1) / median of those per-sample speed-ups. elapsed {time.perf_counter() - t0:.1f} s; "
+          f"(q3 - q1) / median of those per-sample speed-ups; vs compile = the same median of "
+          f"t_compiled / t_tilejit (--compile). elapsed {time.perf_counter() - t0:.1f} s; "
           f"1-min load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (this process adds ~1)")
 
 
