@@ -433,26 +433,6 @@ def test_fast_fp32_sums_run_in_64_lanes():
 
 
 @kernel
-def _sum_and_max(x_ptr, out_ptr, N: tl.constexpr, MAX: tl.constexpr):
-    x = tl.load(x_ptr + tl.arange(0, N))
-    tl.store(out_ptr, tl.max(x, axis=0) if MAX else tl.sum(x, axis=0))
-
-
-@pytest.mark.parametrize("MAX,N,wide", [(False, 256, True), (False, 200, False), (True, 256, False)],
-                         ids=["sum-in-lanes", "sum-by-omp-simd", "max"])
-def test_only_reductions_whose_order_follows_the_width_keep_256_bit_vectors(MAX, N, wide):
-    """A kernel whose reductions take one order at any width (an fp32 sum in 64 lanes) is built
-    with the widest vectors; an `omp simd reduction` (a sum not in lanes, a max) keeps 256 bits,
-    and with them its bits."""
-    x = torch.randn(N)
-    out = torch.empty(1)
-    ck = _sum_and_max[(1,)](x, out, N=N, MAX=MAX)
-    assert ("prefer-vector-width=512" in ck.source) == wide
-    if not MAX and N % 64 == 0:
-        assert torch.equal(out[0], _sum_in_64_lanes(x))
-
-
-@kernel
 def _widened_sum_then_reuse(x_ptr, s_ptr, y_ptr, N, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     mask = cols < N

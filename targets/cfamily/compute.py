@@ -131,18 +131,6 @@ class ReduceDotLowering:
         self.indent -= 1
         self.emit("}")
 
-    def reduce_follows_width(self, op: Op) -> bool:
-        """Whether a reduce's bits may follow the vector width the C compiler picks: an OpenMP SIMD
-        reduction of floats along the innermost axis, whose partial results combine in an order
-        the width decides (a max of +0.0 and -0.0 then keeps either zero). Sums in lanes, pairwise
-        trees, reductions across rows (one sequential chain per output) and integer reductions take
-        one order at any width."""
-        x, r = op.operands[0], op.results[0]
-        kind, innermost = op.attrs["kind"], op.attrs["axis"] == len(x.shape) - 1
-        if op.attrs.get("order") == "pairwise" or not r.dtype.is_floating() or not innermost:
-            return False
-        return bool(self.d.simd_reduction_pragma(kind, r.dtype)) and not self._sums_in_lanes(x, kind, r.dtype)
-
     def _sums_in_lanes(self, x: Value, kind: str, acc_t: D.dtype) -> bool:
         lanes = self.d.sum_vector[1] if self.d.sum_vector else 0
         return bool(lanes) and kind == "sum" and acc_t == D.float32 and x.shape[-1] % lanes == 0

@@ -9,7 +9,7 @@ import jinja2
 
 from compiler.errors import CompilationError
 from compiler.ir import Function
-from compiler.ir.ops import DOT, OPS, REDUCE
+from compiler.ir.ops import DOT, OPS
 from targets.cfamily.dialect import Bf16Dot, CDialect
 from targets.cfamily.lowering import CLowering
 
@@ -23,12 +23,11 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 MAX_STACK_BYTES = 4 << 20
 
 
-# Ops whose loops may combine lanes (a float reduction vectorised with `omp simd reduction`, so its
+# Ops whose loops may combine lanes (a fast-policy sum vectorises with `omp simd reduction`, so its
 # bits follow the vector width) or whose loops are tuned at 256 bits (the dot micro-kernels'
-# surroundings, scans, arg-reductions). A kernel without them (reductions of one order at any width
-# aside: sums in lanes, integer ones, across rows) is built with the host's widest vectors, where
-# its bits cannot change and its math runs faster (silu_and_mul [32, 2x11264] fp32 on one AVX-512
-# core: 288 -> 214 us).
+# surroundings). A kernel without them is elementwise: it is built with the host's widest vectors,
+# where its bits cannot change and its math runs faster (silu_and_mul [32, 2x11264] fp32 on one
+# AVX-512 core: 288 -> 214 us).
 
 
 class CPUDialect(CDialect):
@@ -59,8 +58,7 @@ class CPURenderer:
 
     def render(self, fn: Function, policy: str) -> str:
         low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
-        wide = not any(OPS[op.name].has("combines") and (op.name != REDUCE or low.reduce_follows_width(op))
-                       for op in fn.walk())
+        wide = not any(OPS[op.name].has("combines") for op in fn.walk())
         if wide:   # two 512-bit vectors of fp32 per chunk of a bf16 store (16 kept them 256 bits wide)
             low.bf16_store_chunk = 32
         body = low.lower()
