@@ -251,21 +251,34 @@ def _cache(dims: dict) -> dict:
     0.75x -> 0.94x, 256 x 1024 x 1024 0.88x -> 0.97x; 256 rows against 128, same runs: 1024^3 0.95x
     vs 0.94x, 2048 x 2048 x 512 0.94x vs 0.93x, 512 x 4096 x 4096 0.94x vs 0.90x; with fewer
     programs a core idles). Where the dot does not chain across tiles every M runs CACHE_DEFAULT.
-    A bf16 dot on AMX tiles (`bf16_tiles`) loads and stores its C tiles once per dot call, so it
-    takes K tiles of 256: on a 2-core AMX host against torch's oneDNN (AMX too), 512 x 4096 x 4096
-    0.69x -> 1.00x, 1024^3 0.95x -> 1.32x."""
+    A bf16 dot on AMX tiles (`bf16_tiles`) takes its own tiles (`_amx_tiles`)."""
     m, n = dims.get("M"), dims.get("N")
     amx = dims.get("bf16_tiles", False)
     if m is not None and m <= 16:
         if dims.get("b_row_major", True):
             return {**CACHE_DEFAULT, "BLOCK_N": _decode_columns(n), "BLOCK_K": 256 if amx else 32}
         return {**CACHE_DEFAULT, "BLOCK_N": 64, "BLOCK_K": 256 if amx else 512}
-    tiles = {"BLOCK_K": 256} if amx else {}
+    if amx and m is not None and n is not None:
+        return _amx_tiles(m, n)
     if m is not None and n is not None:
         for bm in (CACHE_LARGE["BLOCK_M"], CACHE_LARGE["BLOCK_M"] // 2):
             if cdiv(m, min(bm, npow2(m))) * cdiv(n, CACHE_LARGE["BLOCK_N"]) >= 8:
-                return {**CACHE_LARGE, "BLOCK_M": bm, **tiles}
-    return {**CACHE_DEFAULT, **tiles}
+                return {**CACHE_LARGE, "BLOCK_M": bm}
+    return {**CACHE_DEFAULT, **({"BLOCK_K": 256} if amx else {})}
+
+
+def _amx_tiles(m: int, n: int) -> dict:
+    """Tiles of a bf16 dot on AMX (M > 16). Each dot call loads and stores its C tiles once, so K
+    tiles are 256; each program copies its A and B tiles per K tile, so the C tile is as large as
+    leaves 8 programs or more (4 per core): up to 512 rows, and 512 columns, else 256, else 128,
+    preferring a width that divides N (a masked edge strip fills element by element). On a 2-core
+    AMX host against torch's oneDNN (AMX too), from 64 x 128 / 256 x 256 tiles: 512 x 4096 x 4096
+    0.87x -> 1.05x, 2048^3 0.86x -> 1.01x, 1024^3 1.29x -> 1.46x, 128 x 1024 x 2816 0.69x -> 0.97x,
+    128 x 8192 x 1024 0.91x -> 1.08x, 32 x 4096 x 4096 0.99x -> 1.05x."""
+    bm = min(512, npow2(m))
+    wide = [bn for bn in (512, 256) if cdiv(m, bm) * cdiv(n, bn) >= 8]
+    bn = next((w for w in wide if n % w == 0), wide[0] if wide else 128)
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 256}
 
 
 def _decode_columns(n: int | None) -> int:
@@ -332,7 +345,9 @@ SPEC = OpSpec(
     key_dims={"N": "align32", "K": "align32"},   # weight dims; odd sizes share the aligned size's decision
     # candidates: powers of two, as Triton requires
     space=tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-                for bm in (16, 32, 64, 128, 256) for bn in (16, 32, 64, 128, 256) for bk in (16, 32, 64, 128, 256)),
+                for bm in (16, 32, 64, 128, 256) for bn in (16, 32, 64, 128, 256) for bk in (16, 32, 64, 128, 256))
+    + tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 256}   # the larger C tiles of _amx_tiles
+            for bm in (32, 64, 128, 256, 512) for bn in (128, 256, 512) if 512 in (bm, bn)),
     spaces={"scratchpad": tuple({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
                                 for bm in (4, 8, 16, 32, 64) for bn in (16, 32, 64) for bk in (8, 16, 32)),
             # tiles with warps and pipeline stages (benchmarks/gpu_configs.py times them on a GPU)
