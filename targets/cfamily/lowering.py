@@ -463,7 +463,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
             return
 
         def fill(masked: bool):
-            if not masked and self._chunked_bf16_store(op, ptr, val):
+            if not masked and self._chunked_bf16_store(op, ptr, val, exact):
                 return
             nest = self.open_nest(ptr.shape)
             s = st(val.dtype, self.address(op, self.ev(ptr, nest.idx, nest), True), self.ev(val, nest.idx, nest))
@@ -473,7 +473,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
 
         self._masked_or_fast(mask, fill)
 
-    def _chunked_bf16_store(self, op: Op, ptr: Value, val: Value) -> bool:
+    def _chunked_bf16_store(self, op: Op, ptr: Value, val: Value, exact: bool) -> bool:
         """An unmasked bf16 tile stored contiguously along its last axis: a vectorised loop puts
         the fp32 values in a chunk (the operand of a narrowing cast, not the rounded value) and the
         dialect's bf16_store rounds and stores them, with the bits of the per-element store."""
@@ -486,8 +486,8 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         if cast is not None and cast.name == CAST and id(val) not in self.buffers \
                 and cast.operands[0].dtype in (D.float32, D.float16, D.bfloat16):
             src = cast.operands[0]   # held in a float: rounded once, by the helper
-        elif self._exact_in_dtype(val):
-            return False   # bf16 values already: the per-element store moves their bits
+        elif exact:
+            return False   # bf16 values already (_exact_in_dtype): the per-element store moves their bits
         it, chunk, start = self.index_type, self.fresh("chunk"), self.fresh("at")
         outer = self.open_nest(ptr.shape[:-1], simd=False)
         self.emit(f"for ({it} c = 0; c < {n // width}; ++c) {{")

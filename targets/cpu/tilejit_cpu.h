@@ -636,15 +636,6 @@ static inline bool tj_amx_granted() {
 // without this fence it drops the stores that fill a buffer only a tile load reads, and may move
 // reads of C above the tile store that writes it
 #define TJ_AMX_FENCE() __asm__ __volatile__("" ::: "memory")
-// GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes of the 64-byte configuration, so
-// where the caller is inlined the stores of the rows and column widths are dropped (found: a
-// standalone call of tj_dot_bf16 faulted on a configuration of stack garbage); this load names the
-// whole object
-template <typename Config>
-static inline void tj_amx_load_config(const Config& cfg) {
-    static_assert(sizeof(Config) == 64, "a tile configuration is 64 bytes");
-    __asm__ __volatile__("ldtilecfg %0" ::"m"(cfg));
-}
 // tiles 0..3: the C block's tiles (row tile r, column tile c at 2r + c); 4, 5: A's row tiles;
 // 6, 7: B's column tiles. Loading a configuration clears every tile.
 static inline void tj_amx_configure(int rows0, int rows1) {
@@ -654,7 +645,11 @@ static inline void tj_amx_configure(int rows0, int rows1) {
     cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows0;
     cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)(rows1 > 0 ? rows1 : 1);
     cfg.rows[6] = cfg.rows[7] = 16;
-    tj_amx_load_config(cfg);
+    // not _tile_loadconfig: GCC 12's tells the compiler it reads 8 of the 64 bytes, and at -O1/-O2
+    // the stores of the rows and widths were dropped (a standalone tj_dot_bf16 faulted on stack
+    // garbage); this operand names the whole configuration
+    static_assert(sizeof(cfg) == 64, "a tile configuration is 64 bytes");
+    __asm__ __volatile__("ldtilecfg %0" ::"m"(cfg));
 }
 // one chunk of k into the C block: A's row tiles at a (row stride lda bytes), B's column tiles at b
 // (pair-row stride ldb bytes)
