@@ -148,3 +148,41 @@ def test_a_gain_that_does_not_show_again_is_not_stored(tmp_path, monkeypatch):
     monkeypatch.setattr(tuner, "winner_of", real)
     out = tune([{"B": 1}, {"B": 2}], run, lambda o: None, key, store=DecisionStore(tmp_path / "2"), baseline="B=1")
     assert out.entry["winner"] == "B=2" and not out.untrusted_now
+
+
+def test_others_busy_counts_the_cores_other_work_used_while_it_slept(monkeypatch):
+    ticks = iter([(100.0, 1000.0), (250.0, 1200.0)])   # 150 of 200 jiffies busy: 3/4 of the cores
+    monkeypatch.setattr(timing, "_cpu_times", lambda: next(ticks))
+    monkeypatch.setattr(timing.time, "sleep", lambda s: None)
+    monkeypatch.setattr(timing.os, "cpu_count", lambda: 2)
+    assert timing.others_busy() == pytest.approx(1.5)
+    monkeypatch.setattr(timing, "_cpu_times", lambda: None)   # no /proc/stat: nothing known to wait for
+    assert timing.others_busy() == 0.0
+
+
+@pytest.mark.parametrize("others", [0.0, 1.5])
+def test_a_tuner_that_finds_the_cores_busy_times_every_candidate_on_one_thread(tmp_path, monkeypatch, others):
+    """Other work holding the cores as a key's tuning starts: the default and every candidate run
+    on one thread (the same share of a core each), and their results say so; a quiet start leaves
+    the thread count alone. The count is restored either way."""
+    from compiler.autotune import tuner
+    from compiler.autotune.tuner import DecisionKey, tune
+
+    threads = torch.get_num_threads()
+    if threads < 2:
+        pytest.skip("one thread here: nothing to run on fewer")
+    clock = Clock(monkeypatch)
+    seen = set()
+
+    def run(cfg):
+        seen.add(torch.get_num_threads())
+        clock.now += 10e-6 * cfg["B"]
+        return cfg["B"]
+    monkeypatch.setattr(tuner, "others_busy", lambda: others)
+    key = DecisionKey("demo", "cpu", "f" * 16, "fast", "N=1", {"N": 1})
+    out = tune([{"B": 2}, {"B": 1}], run, lambda o: None, key, store=DecisionStore(tmp_path), baseline="B=2")
+    busy = others >= timing.BUSY_CORES
+    # (a quiet key's timings run on every thread, beside the one-thread runs they are checked against)
+    assert out.one_thread == busy and (seen == {1} if busy else threads in seen)
+    assert all(bool(r.get("one_thread")) == busy for r in out.entry["results"].values())
+    assert out.entry["winner"] == "B=1" and torch.get_num_threads() == threads

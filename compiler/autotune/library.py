@@ -126,7 +126,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                winner_config=entry.get("winner_config"),
                time_s=entry.get("winner_time_s"), best_s=None, spread=won.get("spread"),
                vs_default=None, vs_torch=None, vs_torch_median=None, untrusted=None,
-               one_thread=bool(won.get("one_thread")),
+               one_thread=bool(won.get("one_thread")), busy=tuned.one_thread,
                untrusted_configs=len(tuned.untrusted_now), unsettled=0,
                default=dk, estimated=bool(entry.get("estimated")), measured=tuned.measured,
                estimated_now=tuned.estimated, reused=tuned.reused, skipped=tuned.skipped,
@@ -204,7 +204,8 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
     time_s (the winner's median sample; an estimate when estimated), best_s (its fastest sample),
     spread, vs_default (t_default / t_winner: of the fastest of paired samples, or of estimates),
     vs_torch (t_eager / t_winner, the same way) and vs_torch_median (the median of the per-pair
-    ratios), one_thread (timed on one thread: the parallel runs waited
+    ratios), busy (the candidates were timed on one thread: other work held the cores), one_thread
+    (the winner's figures are from one thread: the shape was busy, or the parallel runs waited
     for busy cores), untrusted (why the row's ratios are not believed, else None),
     untrusted_configs (candidates timed but not believed, not stored), unsettled (configs timed in
     this run whose ratio spread stayed over SPREAD_GOAL), default, estimated, measured and
@@ -310,4 +311,5 @@ def _done_line(job: str, r: dict, seconds: float) -> str:
     """One shape's outcome, for the progress log."""
     what = f"{r['kind']} {r['winner']}" if r["winner"] else r["kind"]
     new = r["measured"] + r.get("estimated_now", 0)
-    return f"[{job}] {r['op']} {r['shape_key']}: {what} ({new} new, {r['reused']} reused) in {seconds:.1f} s"
+    alone = ", on one thread: other work held the cores" if r.get("busy") else ""
+    return f"[{job}] {r['op']} {r['shape_key']}: {what} ({new} new, {r['reused']} reused{alone}) in {seconds:.1f} s"

@@ -8,7 +8,9 @@ result per config in the decision store under `key` and lets the store pick the 
 candidate that would displace the baseline is timed against it once more first, and stored only
 if its gain shows again. A candidate whose timing stays implausible, or whose gain does not
 show again, is not stored: it is reported untrusted and measured again by the next run, as is a
-result stored before this way of timing. Where the target cannot
+result stored before this way of timing. When other work holds the cores as the tuner starts a
+key (timing.others_busy), all of that key's timing runs on one thread, the candidates and the
+reference alike: parallel runs would each wait their own scheduler slices. Where the target cannot
 run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and every
 result is labelled estimated. A config whose result the store already holds for this key is not
 measured again, so adding a candidate measures only it; `force=True` measures (or estimates)
@@ -17,13 +19,15 @@ every candidate again and replaces the stored results.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import time
 
 from ..cache.decisions import MIN_GAIN, DecisionStore, config_key, result, winner_of
 from ..errors import InternalError, TilejitError
-from .timing import MAX_SAMPLES, METHOD, SPREAD_GOAL, Timing, checked, measure_call, measure_pair, spread
+from .timing import (BUSY_CORES, MAX_SAMPLES, METHOD, SPREAD_GOAL, Timing, checked, measure_call, measure_pair,
+                     one_thread, others_busy, spread)
 
 __all__ = ["MEASURE_COUNT", "DecisionKey", "Tuned", "tune", "time_call", "measure_call", "Timing", "spread",
            "SPREAD_GOAL", "MAX_SAMPLES"]
@@ -54,6 +58,7 @@ class Tuned:
     rejected_now: list = dataclasses.field(default_factory=list)   # (config key, reason) found this run
     fresh: set = dataclasses.field(default_factory=set)            # config keys whose result is from this run
     untrusted_now: list = dataclasses.field(default_factory=list)  # (config key, why) timed but not believed
+    one_thread: bool = False  # timed on one thread: other work held the cores (timing.others_busy)
 
 
 def time_call(fn, repeat: int) -> float:
@@ -66,9 +71,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg.splitlines()[0] if msg else ''}".rstrip(": ")
 
 
-def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None) -> dict:
+def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None, alone: bool = False) -> dict:
     """Checks and times one candidate; `ref` = (config key, its function): the candidate is timed
-    in pairs with it (None: this is the reference, timed alone)."""
+    in pairs with it (None: this is the reference, timed alone); `alone`: the tuner runs it on one
+    thread (recorded with the result)."""
     MEASURE_COUNT["n"] += 1
     try:
         bad = check(run(eff))
@@ -84,7 +90,7 @@ def _measure(cfg: dict, eff: dict, run, check, repeat: int, ref=None) -> dict:
             t, pair = c.m.a, {"ratio": round(c.m.ratio_best, 5), "ratio_spread": round(c.m.best_spread, 4),
                               "ratio_median": round(c.m.ratio, 5), "ref": ref[0]}
         timed = dict(time_s=t.seconds, best_s=t.best, spread=round(t.spread, 4), samples=t.samples, **pair,
-                     method=METHOD, effective=eff, **({"one_thread": True} if c.one_thread else {}))
+                     method=METHOD, effective=eff, **({"one_thread": True} if c.one_thread or alone else {}))
         if c.why and ref is not None:   # the reference's ratio is 1 whatever its samples did
             return result(cfg, "untrusted", reason=c.why, **timed)
         return result(cfg, "ok", **timed)
@@ -154,43 +160,46 @@ def tune(space, run, check, key: DecisionKey, *, store: DecisionStore, estimate=
     def over():   # past the deadline, once the key has a result
         return deadline is not None and has_result and time.perf_counter() > deadline
 
-    b = 0
-    while b < len(todo) and not over():
-        # a spent budget measures only the first candidate: nothing else is built ahead for it
-        late = deadline is not None and time.perf_counter() > deadline
-        group = todo[b:b + (1 if late else batch)]
-        _build_ahead(build, [eff for *_, eff in group if config_key(eff) not in by_effect], workers)
-        for i, cfg, ck, eff in group:
-            if over():
-                break
-            b += 1
-            if progress is not None:
-                progress(i, len(space), ck)
-            ek = config_key(eff)
-            if ek in by_effect:   # the same launch as an earlier candidate
-                new[ck] = {**by_effect[ek], "config": dict(cfg), "effective": eff, "same_as": by_effect[ek]["key"]}
-                continue
-            if estimate is not None:
-                out.estimated += 1
-                r = _estimate(cfg, eff, estimate)
-            else:
-                out.measured += 1
-                r = _measure(cfg, eff, run, check, repeat, ref)
-                if ref is None and r["status"] == "ok":   # the reference: the rest are paired with it
-                    ref = (ck, lambda eff=eff: run(eff))
-            if r["status"] == "untrusted":   # not stored: measured again by the next run
-                out.untrusted_now.append((ck, r["reason"]))
-                continue
-            if r["status"] == "rejected":
-                out.rejected_now.append((ck, r["reason"]))
-            has_result = has_result or r["status"] == "ok"
-            by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
-            new[ck] = r
-    out.skipped += len(todo) - b
-    space_keys = {config_key(c) for c in space}
-    if estimate is None and ref is not None and ref[0] == baseline:
-        stored = store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
-        _confirm(new, stored, baseline, space_keys, effs, run, ref, repeat, out)
+    # other work holding the cores: every candidate and the reference on one thread, alike
+    out.one_thread = estimate is None and bool(todo) and others_busy() >= BUSY_CORES
+    with one_thread() if out.one_thread else contextlib.nullcontext():
+        b = 0
+        while b < len(todo) and not over():
+            # a spent budget measures only the first candidate: nothing else is built ahead for it
+            late = deadline is not None and time.perf_counter() > deadline
+            group = todo[b:b + (1 if late else batch)]
+            _build_ahead(build, [eff for *_, eff in group if config_key(eff) not in by_effect], workers)
+            for i, cfg, ck, eff in group:
+                if over():
+                    break
+                b += 1
+                if progress is not None:
+                    progress(i, len(space), ck)
+                ek = config_key(eff)
+                if ek in by_effect:   # the same launch as an earlier candidate
+                    new[ck] = {**by_effect[ek], "config": dict(cfg), "effective": eff, "same_as": by_effect[ek]["key"]}
+                    continue
+                if estimate is not None:
+                    out.estimated += 1
+                    r = _estimate(cfg, eff, estimate)
+                else:
+                    out.measured += 1
+                    r = _measure(cfg, eff, run, check, repeat, ref, out.one_thread)
+                    if ref is None and r["status"] == "ok":   # the reference: the rest are paired with it
+                        ref = (ck, lambda eff=eff: run(eff))
+                if r["status"] == "untrusted":   # not stored: measured again by the next run
+                    out.untrusted_now.append((ck, r["reason"]))
+                    continue
+                if r["status"] == "rejected":
+                    out.rejected_now.append((ck, r["reason"]))
+                has_result = has_result or r["status"] == "ok"
+                by_effect[ek] = {**{k: v for k, v in r.items() if k != "config"}, "key": ck}
+                new[ck] = r
+        out.skipped += len(todo) - b
+        space_keys = {config_key(c) for c in space}
+        if estimate is None and ref is not None and ref[0] == baseline:
+            stored = store.results(key.op, key.target, key.fingerprint, key.policy, key.shape_key)
+            _confirm(new, stored, baseline, space_keys, effs, run, ref, repeat, out)
     out.fresh = set(new)
     out.entry = store.record(key.op, key.target, key.fingerprint, key.policy, key.shape_key, key.dims, new,
                              space_keys, baseline=baseline)
