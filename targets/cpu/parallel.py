@@ -16,10 +16,14 @@ import os
 
 from compiler.errors import TargetError
 
-# A parallel region costs about 1-5 us on a quiet machine (a futex wake-up of the team);
-# below ~20 us of work the second core saves less than that, and the launch takes the risk of
-# waiting a scheduler slice on a busy machine.
-DEFAULT_GRAIN_US = 20.0
+# A parallel region costs about 0.5-5 us on a quiet machine (a futex wake-up of the team, less
+# while its threads still spin); below ~10 us of work the second core saves less than that. A busy
+# machine is left to the wake-up delay, which grows to a scheduler slice there. On a 2-core AVX-512
+# host, from 20 us: rms_norm and layer_norm [16, 4096] fp32 15.2 -> 10.2 us and 18.4 -> 12.3 us (the
+# rows of a decode step's norm), the Llama decode step (benchmarks.model_step) unchanged within its
+# noise; at 5 us, layer_norm [32, 1024] went parallel too (9.5 -> 8.0 us) but the bf16 decode step
+# lost ~4%.
+DEFAULT_GRAIN_US = 10.0
 # a launch kept serial only by the measured wake-up delay goes parallel, to measure it again, at
 # most once per this many delays of wall time: probing costs at most ~2% under load
 PROBE_SPACING = 50

@@ -294,7 +294,7 @@ struct tj_parallel {
     int64_t probe_ns;       // when a launch last went parallel to measure the delay
     int64_t parallel, serial, skipped;   // launches: parallel, serial, serial because of the delay
 };
-static const int64_t TJ_DEFAULT_GRAIN_NS = 20000;   // a launch without the launcher's settings
+static const int64_t TJ_DEFAULT_GRAIN_NS = 10000;   // a launch without the launcher's settings
 
 static inline int64_t tj_now_ns() {
     timespec t;
