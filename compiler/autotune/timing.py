@@ -2,7 +2,7 @@
 
 On a machine shared with other work, a parallel launch waits for its slowest thread, and a thread
 that waits for a core waits a scheduler slice (milliseconds): a 20 us kernel then "takes" 8 ms,
-every sample alike, so a small spread proves nothing. Three defences:
+every sample alike, so a small spread proves nothing. Four defences:
 
 - paired samples (`measure_pair`): a candidate and its baseline (the default config, or torch)
   are sampled in turn, in alternating order, so load that comes and goes meets both; they are
