@@ -161,28 +161,33 @@ def test_others_busy_counts_the_cores_other_work_used_while_it_slept(monkeypatch
 
 
 @pytest.mark.parametrize("others", [0.0, 1.5])
-def test_a_tuner_that_finds_the_cores_busy_times_every_candidate_on_one_thread(tmp_path, monkeypatch, others):
-    """Other work holding the cores as a key's tuning starts: the default and every candidate run
-    on one thread (the same share of a core each), and their results say so; a quiet start leaves
-    the thread count alone. The count is restored either way."""
+def test_candidates_are_ranked_on_one_thread_and_the_winner_checked_on_every_thread(tmp_path, monkeypatch, others):
+    """The default and every candidate are timed on one thread. A winner there that is slower
+    than the default on every thread (here 3x its one-thread time, the default unchanged) is not
+    stored; where other work holds the cores (others_busy at 1.5 cores), that check is skipped and
+    the one-thread winner stands. The thread count is restored either way."""
     from compiler.autotune import tuner
     from compiler.autotune.tuner import DecisionKey, tune
 
     threads = torch.get_num_threads()
     if threads < 2:
-        pytest.skip("one thread here: nothing to run on fewer")
+        pytest.skip("one thread here: nothing to rank on fewer")
     clock = Clock(monkeypatch)
-    seen = set()
+    seen: dict[int, set] = {1: set(), 2: set()}
 
     def run(cfg):
-        seen.add(torch.get_num_threads())
-        clock.now += 10e-6 * cfg["B"]
+        n = torch.get_num_threads()
+        seen[cfg["B"]].add(n)
+        clock.now += 20e-6 if cfg["B"] == 2 else 10e-6 * (3 if n > 1 else 1)
         return cfg["B"]
     monkeypatch.setattr(tuner, "others_busy", lambda: others)
     key = DecisionKey("demo", "cpu", "f" * 16, "fast", "N=1", {"N": 1})
     out = tune([{"B": 2}, {"B": 1}], run, lambda o: None, key, store=DecisionStore(tmp_path), baseline="B=2")
     busy = others >= timing.BUSY_CORES
-    # (a quiet key's timings run on every thread, beside the one-thread runs they are checked against)
-    assert out.one_thread == busy and (seen == {1} if busy else threads in seen)
-    assert all(bool(r.get("one_thread")) == busy for r in out.entry["results"].values())
-    assert out.entry["winner"] == "B=1" and torch.get_num_threads() == threads
+    assert out.busy == busy and torch.get_num_threads() == threads
+    if busy:
+        assert seen == {1: {1}, 2: {1}} and out.entry["winner"] == "B=1"
+    else:
+        assert seen[1] == {1, threads} and out.entry["winner"] == "B=2" and "B=1" not in out.entry["results"]
+        (ck, why), = out.untrusted_now
+        assert ck == "B=1" and f"1.50x its time on {threads} threads" in why

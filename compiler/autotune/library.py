@@ -16,7 +16,7 @@ import time
 
 from ..cache.decisions import DecisionStore, clear_memo, config_key, fingerprint_hash
 from ..opspec import OpSpec, library_ops
-from .timing import SPREAD_GOAL, checked, measure_call, measure_pair
+from .timing import SPREAD_GOAL, checked, measure_call, measure_pair, threads
 from .tuner import DecisionKey, tune
 
 __all__ = ["AutotuneError", "tune_ops", "load_shapes"]
@@ -126,7 +126,7 @@ def _tune_one(spec: OpSpec, shape: dict, tgt, ctx: dict) -> dict:
                winner_config=entry.get("winner_config"),
                time_s=entry.get("winner_time_s"), best_s=None, spread=won.get("spread"),
                vs_default=None, vs_torch=None, vs_torch_median=None, untrusted=None,
-               one_thread=bool(won.get("one_thread")), busy=tuned.one_thread,
+               one_thread=bool(won.get("one_thread")), busy=tuned.busy,
                untrusted_configs=len(tuned.untrusted_now), unsettled=0,
                default=dk, estimated=bool(entry.get("estimated")), measured=tuned.measured,
                estimated_now=tuned.estimated, reused=tuned.reused, skipped=tuned.skipped,
@@ -174,8 +174,10 @@ def _time_row(row: dict, prob, win_cfg: dict, default_cfg: dict, won: dict, repe
             row.update(time_s=c.m.seconds, best_s=c.m.best, spread=c.m.spread, vs_default=1.0, one_thread=c.one_thread)
     else:
         # a reused decision (its times may be another shape's with the same key dims), or one not
-        # paired with the default: timed on this shape against the default, unstored
-        c = _paired_here(win_fn, lambda: prob.run(default_cfg), repeat)
+        # paired with the default: timed on this shape against the default, unstored, on one thread as
+        # the tuner ranks
+        with threads(1):
+            c = _paired_here(win_fn, lambda: prob.run(default_cfg), repeat)
         if isinstance(c, str):
             row.update(time_s=None, untrusted=f"{winner} failed on this shape: {c}")
         else:
@@ -190,8 +192,9 @@ def _time_row(row: dict, prob, win_cfg: dict, default_cfg: dict, won: dict, repe
         if isinstance(c, str):
             row.update(untrusted=f"torch's eager call failed: {c}")
         else:
-            row.update(vs_torch=1.0 / c.m.ratio_best, vs_torch_median=1.0 / c.m.ratio,
-                       one_thread=row["one_thread"] or c.one_thread)
+            # the winner's time as the op runs it (on every thread), from the pairs with torch
+            row.update(vs_torch=1.0 / c.m.ratio_best, vs_torch_median=1.0 / c.m.ratio, time_s=c.m.a.seconds,
+                       best_s=c.m.a.best, one_thread=c.one_thread)
             if c.why:
                 row.update(untrusted=f"against torch: {c.why}")
 
@@ -204,8 +207,8 @@ def tune_ops(ops=None, shapes=None, *, target="cpu", cache_dir=None, budget=None
     time_s (the winner's median sample; an estimate when estimated), best_s (its fastest sample),
     spread, vs_default (t_default / t_winner: of the fastest of paired samples, or of estimates),
     vs_torch (t_eager / t_winner, the same way) and vs_torch_median (the median of the per-pair
-    ratios), busy (the candidates were timed on one thread: other work held the cores), one_thread
-    (the winner's figures are from one thread: the shape was busy, or the parallel runs waited
+    ratios), busy (other work held the cores: the winner was not checked on every thread),
+    one_thread (time_s, best_s and vs_torch are from one thread: the parallel runs waited
     for busy cores), untrusted (why the row's ratios are not believed, else None),
     untrusted_configs (candidates timed but not believed, not stored), unsettled (configs timed in
     this run whose ratio spread stayed over SPREAD_GOAL), default, estimated, measured and
@@ -311,5 +314,5 @@ def _done_line(job: str, r: dict, seconds: float) -> str:
     """One shape's outcome, for the progress log."""
     what = f"{r['kind']} {r['winner']}" if r["winner"] else r["kind"]
     new = r["measured"] + r.get("estimated_now", 0)
-    alone = ", on one thread: other work held the cores" if r.get("busy") else ""
+    alone = ", not checked on every thread: other work held the cores" if r.get("busy") else ""
     return f"[{job}] {r['op']} {r['shape_key']}: {what} ({new} new, {r['reused']} reused{alone}) in {seconds:.1f} s"

@@ -48,16 +48,17 @@ MEASURED = (("op", "shape", "shape key", "winner", "time ms", "best ms", "vs def
 ESTIMATED = (("op", "shape", "shape key", "winner", "est. ms", "est. vs default") + _COUNTS, _estimated_cells)
 
 MEASURED_LEGEND = (
-    "time ms = the winner's median sample, best ms = its fastest. vs default = t(default config) / t(winner) and "
-    "vs torch = t(torch eager) / t(winner), from samples of the two sides taken in turn (other load meets both): "
+    "time ms = the winner's median sample, best ms = its fastest. vs default = t(default config) / t(winner) on "
+    "one thread, where the candidates are ranked (a winner is also timed against the default on every thread, "
+    "and dropped if slower there, unless other work held the cores), and vs torch = t(torch eager) / t(winner) "
+    "on every thread, from samples of the two sides taken in turn (other load meets both): "
     "the ratio of their fastest samples, taken until the odd and the even pairs agree on it within "
     f"{SPREAD_GOAL:.0%} (up to {MAX_SAMPLES} pairs); (median) = the median of the per-pair ratios, ~ where it is "
     "over 2x off the fastest samples' (busy spells, not the kernels, set it). > 1x means the "
     "winner is faster. A candidate replaces the default only when faster by more than that agreement (at least "
     f"{MIN_GAIN:.0%}) and its median agrees. Every timing is checked against a run on one thread and re-timed when "
     "implausible; where the parallel runs kept waiting for busy cores, both sides were timed on one thread "
-    "(1t), and where other work held the cores as a shape began, all its candidates were (1t); a candidate whose "
-    f"odd and even pairs still disagree by more than {UNSETTLED:.0%} is not stored, and a row's "
+    f"(1t); a candidate whose odd and even pairs still disagree by more than {UNSETTLED:.0%} is not stored, and a row's "
     "ratio that does so is marked ?. "
     "kind: measured in this run, or reused: the decision of an earlier run or of an earlier shape with the same "
     "shape key (configs follow the key dims only), timed again on this shape; --force measures every candidate "

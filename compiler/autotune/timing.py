@@ -13,10 +13,10 @@ every sample alike, so a small spread proves nothing. Four defences:
   or whose median is far above its fastest sample, is re-measured (`checked`); parallel runs that
   keep waiting for busy cores are measured on one thread instead (both sides of a comparison
   alike), and what stays implausible is reported untrusted rather than believed;
-- a tuner that finds other work holding the cores when it starts a problem (`others_busy`) times
-  the whole problem on one thread: every candidate and the default then get the same share of a
-  core, where parallel runs would each wait their own scheduler slices (on 2 cores with two busy
-  processes, a 1.4x gain measured 1.45x, then 1.07x, on two threads).
+- the tuner ranks candidates on one thread (compiler/autotune/tuner.py): each side then gets the
+  same share of a core whatever else runs, where parallel runs each wait their own scheduler
+  slices and thread wake-ups; `others_busy` says whether the winner can also be checked on every
+  thread.
 
 A sample is a batch of back-to-back calls of at least MIN_SAMPLE_S, so timer resolution and one
 late call do not decide it; more samples are taken (up to MAX_SAMPLES) while they spread by more
@@ -44,7 +44,7 @@ LONG_S = 0.5         # calls this long are not compared with one thread (checked
 UNSETTLED = 0.25     # a pair whose halves still disagree by more than this is not believed (a smaller
                      # disagreement is kept: it widens the margin a candidate must win by)
 METHOD = 2           # stored with each measured result: results timed before it are measured again
-BUSY_CORES = 0.5     # other work using this many cores makes a tuner time on one thread (others_busy)
+BUSY_CORES = 0.5     # other work using this many cores: a tuner skips its all-thread check (others_busy)
 BUSY_WINDOW_S = 0.1  # how long others_busy watches the cores
 
 
@@ -161,17 +161,28 @@ def measure_pair(fn_a, fn_b, repeat: int) -> Paired:
                   _halves_disagree(sa, sb))
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Launches in the block run on the calling thread alone: torch's ops, and the cpu target's
-    kernels, which share torch's OpenMP runtime (the thread count is the calling thread's)."""
+def thread_count() -> int:
+    """The threads a launch of torch, or of the cpu target, runs on now."""
     import torch  # noqa: PLC0415
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Launches in the block run on `n` threads: torch's ops, and the cpu target's kernels, which
+    share torch's OpenMP runtime (the thread count is the calling thread's)."""
+    import torch  # noqa: PLC0415
+    was = torch.get_num_threads()
+    torch.set_num_threads(n)
     try:
         yield
     finally:
-        torch.set_num_threads(n)
+        torch.set_num_threads(was)
+
+
+def one_thread():
+    """Launches in the block run on the calling thread alone (`threads(1)`)."""
+    return threads(1)
 
 
 def _cpu_times() -> tuple[float, float] | None:
