@@ -250,7 +250,9 @@ def test_each_measured_result_keeps_its_spread_and_the_summary_warns_when_unsett
     res = results["BLOCK=16"]
     assert res["samples"] >= 4 and res["spread"] >= 0 and res["best_s"] <= res["time_s"]
     # paired with the default: the ratio of the fastest samples, how far the halves disagree, the median
-    assert res["ref"] == "BLOCK=64" and res["ratio"] > 0 and res["ratio_spread"] >= 0 and res["ratio_median"] > 0
+    # (not kept where other work held the cores: it would measure that work)
+    assert res["ref"] == "BLOCK=64" and res["ratio"] > 0 and res["ratio_spread"] >= 0
+    assert ("ratio_median" not in res) if rows[0]["busy"] else res["ratio_median"] > 0
     assert results["BLOCK=64"]["ratio"] == 1.0
     assert rows[0]["spread"] == results[rows[0]["winner"]]["spread"]
     text = format_summary([{**rows[0], "unsettled": 2}], "cpu")

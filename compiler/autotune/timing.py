@@ -43,7 +43,8 @@ LONG_S = 0.5         # calls this long are not compared with one thread (checked
                      # cores, a 70 ms torch op of three parallel regions still waited slices in each
 UNSETTLED = 0.25     # a pair whose halves still disagree by more than this is not believed (a smaller
                      # disagreement is kept: it widens the margin a candidate must win by)
-METHOD = 2           # stored with each measured result: results timed before it are measured again
+METHOD = 3           # stored with each measured result: results timed before it (3: ranked on one thread) are
+                     # measured again
 BUSY_CORES = 0.5     # other work using this many cores: a tuner skips its all-thread check (others_busy)
 BUSY_WINDOW_S = 0.1  # how long others_busy watches the cores
 
