@@ -10,19 +10,17 @@ if its gain shows again. A candidate whose timing stays implausible, or whose ga
 show again, is not stored: it is reported untrusted and measured again by the next run, as is a
 result stored before this way of timing.
 
-Candidates are timed on one thread (timing.threads). On all threads each side waits its own
-thread wake-ups and scheduler slices, and small ops cross the grain rule's threshold in one run
-and not the next: on a 2-core host, two runs of the same command agreed on 5 to 8 of 10 library
-shapes, quiet or with two busy loops beside it. Ranked on one thread, two quiet and two busy runs
-all agreed on 7 of 10, the rest near-ties within ~10% (docs/tuning.md). One thread is also what a
-launch of a few microseconds runs on. A winner that would displace the baseline is then timed
-against it on every thread and not stored if clearly slower there (fewer programs than threads);
-where other work holds the cores as the key starts (timing.others_busy), that check is skipped
-and the median per-pair ratio is not kept, since both would measure the other work. Where the
-target cannot run here, `estimate(config)` (seconds from a cost model) replaces running and timing, and every
-result is labelled estimated. A config whose result the store already holds for this key is not
-measured again, so adding a candidate measures only it; `force=True` measures (or estimates)
-every candidate again and replaces the stored results.
+Candidates are timed on one thread (timing.threads): on all threads each side waits its own thread
+wake-ups and scheduler slices, and small ops cross the grain rule's threshold in one run and not
+the next, so two runs decided differently far more often (figures: docs/tuning.md). One thread is
+also what a launch of a few microseconds runs on. A winner that would displace the baseline is then
+timed against it on every thread and not stored if clearly slower there (fewer programs than
+threads); where other work holds the cores as the key starts (timing.others_busy), that check is
+skipped and the median per-pair ratio is not kept, since both would measure the other work. Where
+the target cannot run here, `estimate(config)` (seconds from a cost model) replaces running and
+timing, and every result is labelled estimated. A config whose result the store already holds for
+this key is not measured again, so adding a candidate measures only it; `force=True` measures (or
+estimates) every candidate again and replaces the stored results.
 """
 from __future__ import annotations
 
