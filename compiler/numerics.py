@@ -64,7 +64,8 @@ def lower_numerics(fn: Function, policy: str, target=None) -> None:
     targets that ask for the software math sequences (`Target.fast_software_math`), and for the
     NaN rule of max/min reductions (compiler/value_rules.py) where the target's own reductions
     do not follow it (`Target.nan_ignoring_reductions`)."""
-    from .strict import lower_software_math, lower_strict  # noqa: PLC0415
+    from .fast_math import lower_software_math  # noqa: PLC0415
+    from .strict import lower_strict  # noqa: PLC0415
     from .value_rules import lower_nan_reductions  # noqa: PLC0415
     validate_policy(policy)
     if target is None or policy not in target.nan_ignoring_reductions:

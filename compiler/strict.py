@@ -137,14 +137,13 @@ REWRITES = ops_with("strict_sequence")
 
 
 def lower_strict(fn: Function) -> None:
-    _lower_block(fn, fn.body, math_only=False, only=None)
+    _lower_block(fn, fn.body, _StrictBuilder, math_only=False, only=None)
 
 
-def lower_software_math(fn: Function, only=None) -> None:
-    """Only the math sequences (all of them, or the ops in `only`), for targets whose fast policy
-    prefers them to their own library (on cpu they vectorise, the C library's expf does not; the
-    gpu interpreter has no tanh, pow, log1p, expm1 or rint of its own)."""
-    _lower_block(fn, fn.body, math_only=True, only=only)
+def lower_math_block(fn: Function, block: Block, builder, only=None) -> None:
+    """Only the math sequences of `builder` (a _StrictBuilder), for all of REWRITES or the ops in
+    `only`: the fast policy's software math (compiler/fast_math.py)."""
+    _lower_block(fn, block, builder, math_only=True, only=only)
 
 
 def _check_strict(fn: Function, op: Op) -> None:
@@ -162,11 +161,11 @@ def _check_strict(fn: Function, op: Op) -> None:
                                   "second kernel over per-program partial results)", kernel=fn.name)
 
 
-def _lower_block(fn: Function, block: Block, math_only: bool, only) -> None:
+def _lower_block(fn: Function, block: Block, builder, math_only: bool, only) -> None:
     out: list[Op] = []
     for op in block.ops:
         for sub in op.blocks:
-            _lower_block(fn, sub, math_only, only)
+            _lower_block(fn, sub, builder, math_only, only)
         if not math_only:
             _check_strict(fn, op)
         if op.name == REDUCE and not math_only:
@@ -182,7 +181,7 @@ def _lower_block(fn: Function, block: Block, math_only: bool, only) -> None:
         dt = xs[0].dtype
         if dt is not D.float32:
             xs = [b.cast(x, D.float32) for x in xs]
-        y = getattr(_StrictBuilder(b), op.name)(*xs)
+        y = getattr(builder(b), op.name)(*xs)
         if dt is not D.float32:
             y = b.cast(y, dt)
         out.extend(tmp.ops)

@@ -63,7 +63,8 @@ def test_window_masks_match_torch(start, lo, hi, step, target):
         ck = window_copy[(1,)](x, out, start, lo, hi, STEP=step, BLOCK=64)
     offs = _wrap32(start + torch.arange(64, dtype=torch.int64) * step)
     torch.testing.assert_close(out, _expected(x, (offs >= lo) & (offs < hi)), rtol=0, atol=0)
-    assert "tj_affine_cmp<int32_t>" in ck.source
+    # the cpu store loops over the box where the mask holds (tj_span), kunlun checks its corners
+    assert ("tj_span<int32_t>" if target == "cpu" else "tj_affine_cmp<int32_t>") in ck.source
 
 
 def test_a_wrapped_index_is_not_taken_as_all_true():
@@ -85,6 +86,33 @@ def test_two_dimensional_masks_with_a_uniform_term(r0, c0, R, C, skip):
     m = (r < R)[:, None] & (c >= C)[None, :] & (r != skip)[:, None]
     torch.testing.assert_close(out, _expected(x, m.reshape(-1)), rtol=0, atol=0)
     assert ck.source.count("tj_affine_cmp<int32_t>") == 3
+
+
+@kernel
+def box_scaled(x_ptr, out_ptr, r0, c0, R, C, on, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    r = r0 + tl.arange(0, BLOCK_R)
+    c = c0 - tl.arange(0, BLOCK_C)
+    m = (r < R)[:, None] & (c >= C)[None, :] & (on > 0)
+    i = tl.arange(0, BLOCK_R)[:, None] * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
+    tl.store(out_ptr + i, (tl.load(x_ptr + i, mask=m) * 3.0).to(out_ptr.dtype.element_ty), mask=m)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("r0, c0, R, C, on", [(0, 63, 8, 0, 1), (3, 63, 8, 0, 1), (0, 63, 8, 17, 1), (0, 63, 8, 31, 1),
+                                              (5, 20, 7, -100, 1), (0, 63, 8, 0, 0), (9, 63, 8, 0, 1),
+                                              (I32 - 4, 63, I32 - 1, 0, 1)])
+def test_a_store_loops_over_the_box_where_its_mask_holds(r0, c0, R, C, on, dtype):
+    """Rows below R and columns (counted down from c0) at or above C, and a uniform switch: the cpu
+    store runs the rows and columns inside alone, unmasked (a bf16 row's last chunk as long as the
+    box leaves it), and touches nothing outside; rows that wrap past INT32_MAX take the masked loop."""
+    x = torch.randn(8 * 64).to(dtype)
+    out = torch.full((8 * 64,), -7.0).to(dtype)
+    ck = box_scaled[(1,)](x, out, r0, c0, R, C, on, BLOCK_R=8, BLOCK_C=64)
+    r = _wrap32(r0 + torch.arange(8, dtype=torch.int64))
+    c = c0 - torch.arange(64, dtype=torch.int64)
+    m = ((r < R)[:, None] & (c >= C)[None, :] & (on > 0)).reshape(-1)
+    torch.testing.assert_close(out, _expected((x.float() * 3.0).to(dtype), m), rtol=0, atol=0)
+    assert "tj_span<int32_t>" in ck.source and "tj_affine_cmp" not in ck.source
 
 
 @kernel

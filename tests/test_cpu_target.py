@@ -33,8 +33,8 @@ def test_elementwise_chain_is_one_loop_nest_with_a_fast_path():
     body = ck.source.split("_program(")[1].split('extern "C"')[0]
     # no buffer at all: the load, mul/add/sigmoid/mul are all fused into the store's loop nest
     assert body.count("alignas(64)") == 0
-    assert body.count("floorf(") == 2         # exp's sequence once in the fast path, once in the masked path
-    assert "if (inb" in body                  # unmasked fast path guarded by an in-bounds check
+    assert body.count("12582912.0f") == 4     # exp's rounding (two uses) in the box's loop and in the masked one
+    assert "if (tj_span<int32_t>(" in body    # an unmasked loop over the elements the mask keeps
     assert body.count("#pragma omp simd") >= 2
 
 
@@ -47,17 +47,42 @@ def test_the_fast_path_loop_vectorises(tmp_path):
     ck = rows_scaled[(8, 3)](x, y, 64, 300, x.stride(0), BLOCK_R=8, BLOCK_C=128)
     torch.testing.assert_close(y, x * 3.0)
     assert "(int64_t)" in ck.source.split("_program(")[1] and "i1))" in ck.source
+    lines = ck.source.split("\n")
+    fast = next(i for i, ln in enumerate(lines) if "if (tj_span" in ln) + 1          # 1-based line numbers
+    slow = next(i for i, ln in enumerate(lines) if i >= fast and "} else {" in ln) + 1
+    assert any(fast < n < slow for n in _vectorised_lines(ck.source, tmp_path))   # the loop that loads and stores
+
+
+@kernel
+def scaled_to_bf16(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, (tl.load(x_ptr + offs, mask=m) * 3.0).to(tl.bfloat16), mask=m)
+
+
+def test_the_whole_chunks_of_a_bf16_store_in_its_box_vectorise(tmp_path):
+    """A bf16 store over the box of its mask rounds whole chunks of the row in the header's helper,
+    then what is left: the chunks' loop must vectorise (a loop over the chunks that was not a
+    counted one kept the host compiler from it, and ran 6x slower)."""
+    x = torch.randn(1000)
+    y = torch.empty(1000, dtype=torch.bfloat16)
+    ck = scaled_to_bf16[(4,)](x, y, 1000, BLOCK=256)
+    torch.testing.assert_close(y, (x * 3.0).to(torch.bfloat16), rtol=0, atol=0)
+    lines = ck.source.split("\n")
+    box = next(i for i, ln in enumerate(lines) if "if (tj_span" in ln) + 1              # 1-based line numbers
+    tail = next(i for i, ln in enumerate(lines) if i >= box and ln.strip().startswith("if (hi")) + 1
+    assert any(box < n < tail for n in _vectorised_lines(ck.source, tmp_path)), ck.source
+
+
+def _vectorised_lines(source: str, tmp_path) -> list[int]:
+    """The lines of `source` whose loops the host compiler reports vectorised, built as tilejit builds it."""
     src = tmp_path / "k.cpp"
-    src.write_text(ck.source)
+    src.write_text(source)
     flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
     rep = subprocess.run([toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src), "-o",
                           str(tmp_path / "k.o"), "-fopt-info-vec-optimized"], capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
-    lines = ck.source.split("\n")
-    fast = next(i for i, ln in enumerate(lines) if "if (inb" in ln) + 1              # 1-based line numbers
-    slow = next(i for i, ln in enumerate(lines) if i >= fast and "} else {" in ln) + 1
-    vectorised = [int(n) for n in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", rep.stderr)]
-    assert any(fast < n < slow for n in vectorised), rep.stderr   # the loop that loads and stores
+    return [int(n) for n in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", rep.stderr)]
 
 
 @kernel
@@ -194,7 +219,7 @@ def test_a_contiguous_row_read_by_several_nests_is_read_again_not_copied(dtype):
     """layer_norm's shape: a row loaded once, summed, then used for the output. Each nest reads it
     from memory: no local copy of what was loaded. A bf16 row is widened once, into an fp32 array
     the nests read (widening again in each cost more); a row that is not whole takes the masked
-    nests, a whole one the unmasked ones."""
+    nests, a whole one the unmasked ones (the store: over the elements its mask keeps)."""
     for n in (256, 200):
         x = torch.randn(256).to(dtype)
         y = torch.empty_like(x)
@@ -204,7 +229,8 @@ def test_a_contiguous_row_read_by_several_nests_is_read_again_not_copied(dtype):
     body = ck.source.split("_program(")[1].split('extern "C"')[0]
     rows = re.findall(r"(\w+) \w+\[256\];", body)   # the 256-element local arrays
     assert rows == ([] if dtype == torch.float32 else ["float"])
-    assert len(re.findall(r"if \(inb\d+\) \{", body)) == 2   # two nests read the row: an in-bounds path each
+    assert len(re.findall(r"if \(inb\d+\) \{", body)) == 1   # the sum's nest: an in-bounds path
+    assert len(re.findall(r"if \(tj_span<int32_t>\(", body)) == 1   # the store's: the box of its mask
 
 
 @kernel

@@ -118,13 +118,15 @@ class ReduceDotLowering:
             self.emit(st)
         return e
 
-    def _fill_chunk(self, x: Value, outer: tuple[str, ...], width: int, chunk: str, start: str = "") -> None:
-        """Inside a loop over `c`, a vectorised loop that puts `width` elements of x's last axis (at
-        index `outer` of the others) from `start` on (default c * width) into the float array `chunk`."""
+    def _fill_chunk(self, x: Value, outer: tuple[str, ...], width: int, chunk: str, start: str = "",
+                    count: str = "") -> None:
+        """Inside a loop over `c`, a vectorised loop that puts `width` (or `count`) elements of x's last
+        axis (at index `outer` of the others) from `start` on (default c * width) into the float
+        array `chunk`."""
         it, j = self.index_type, f"i{len(x.shape) - 1}"
         self.emit(f"{self.d.local_buffer_decl('float', chunk, width)};")
         self.emit(self.d.simd_pragma)
-        self.emit(f"for ({it} l = 0; l < {width}; ++l) {{")
+        self.emit(f"for ({it} l = 0; l < {count or width}; ++l) {{")
         self.indent += 1
         self.emit(f"const {it} {j} = {start or f'c * {width}'} + l;")
         self.emit(f"{chunk}[l] = {self._emit_at(x, outer + (j,))};")

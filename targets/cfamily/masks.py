@@ -13,7 +13,7 @@ from __future__ import annotations
 from compiler import dtypes as D
 from compiler.ir import Value
 from compiler.ir.analysis import index_step
-from compiler.ir.ops import AND, ARANGE, CAST, EQ, GE, GT, LE, LT, NE, OPS
+from compiler.ir.ops import AND, ARANGE, BROADCAST, CAST, CONST, EQ, EXPAND_DIMS, GE, GT, LE, LT, NE, OPS, TRANS
 
 # the comparison's spelling for tj_affine_cmp(..., op): a OP b at every index
 CMP_CODES = {LT: 0, LE: 1, GT: 2, GE: 3, EQ: 4, NE: 5}
@@ -61,9 +61,9 @@ def mask_terms(mask: Value, held, dtypes) -> list[tuple] | None:
     constants (aLo, aHi, bLo, bHi, dLo, dHi) over the compared tiles' box, or ("scalar", m) for a
     uniform bool; None when some part of the mask is not of that form. `dtypes`: the integer types
     the target's tj_affine_cmp takes."""
-    if mask.type.is_scalar:
-        return [("scalar", mask)]
     op = mask.owner
+    if mask.type.is_scalar or (op is not None and op.name == CONST):   # a constant tile: its one value
+        return [("scalar", mask)]
     if op is None:
         return None
     if OPS[op.name].has("axis_view"):
@@ -86,4 +86,53 @@ def mask_terms(mask: Value, held, dtypes) -> list[tuple] | None:
     return [("cmp", a, b, CMP_CODES[op.name], consts)]
 
 
-__all__ = ["mask_terms", "CMP_CODES"]
+def mask_box(mask: Value, held, dtypes) -> list[tuple] | None:
+    """`mask` as the box of tile indices where it holds, when it is one: each comparison in it
+    varies along at most one axis of the tile (`cols < N`, `rows[:, None] >= lo`), so it holds on
+    an interval of that axis, and their conjunction on the product of the intervals. The terms are
+    ("scalar", m) or ("span", axis, a, b, code, step_a, step_b), axis None for a comparison that
+    is the same everywhere; None when the mask is not a box (`rows[:, None] >= cols[None, :]`,
+    `i != k` along an axis) or not of mask_terms' form."""
+    return _box(mask, list(range(len(mask.shape))), held, dtypes)
+
+
+def _box(v: Value, axes: list, held, dtypes) -> list[tuple] | None:
+    """The box terms of bool tile `v`, whose axis k is axis axes[k] of the store's tile (None: an
+    axis `v` does not vary along)."""
+    op = v.owner
+    if v.type.is_scalar or (op is not None and op.name == CONST):
+        return [("scalar", v)]
+    if op is None:
+        return None
+    if op.name == EXPAND_DIMS:
+        return _box(op.operands[0], axes[:op.attrs["axis"]] + axes[op.attrs["axis"] + 1:], held, dtypes)
+    if op.name == BROADCAST:
+        src = op.operands[0]
+        return _box(src, [None if src.type.is_scalar or src.shape[k] == 1 else ax for k, ax in enumerate(axes)],
+                    held, dtypes)
+    if op.name == TRANS:
+        src_axes = [None] * len(axes)
+        for k, p in enumerate(op.attrs["perm"]):
+            src_axes[p] = axes[k]
+        return _box(op.operands[0], src_axes, held, dtypes)
+    if op.name == AND and v.dtype == D.int1:
+        a, b = (_box(o, axes, held, dtypes) for o in op.operands)
+        return None if a is None or b is None else a + b
+    terms = mask_terms(v, held, dtypes) if op.name in CMP_CODES else None
+    if not terms:
+        return None
+    _, a, b, code, _ = terms[0]
+    zero = [0] * len(v.shape)
+    sa, sb = (zero if x.type.is_scalar else _steps(x) for x in (a, b))
+    varying = {k for k in range(len(zero)) if sa[k] or sb[k]}
+    if len({axes[k] for k in varying}) > 1 or any(axes[k] is None for k in varying):
+        return None
+    if not varying:
+        return [("span", None, a, b, code, 0, 0)]
+    k = varying.pop()
+    if code >= CMP_CODES[EQ] and sa[k] != sb[k]:
+        return None
+    return [("span", axes[k], a, b, code, sa[k], sb[k])]
+
+
+__all__ = ["mask_terms", "mask_box", "CMP_CODES"]

@@ -172,6 +172,38 @@ template <class T> static inline int tj_affine_cmp(T a0, T b0, int op, T aLo, T 
     }
 }
 static inline int tj_tri_and(int a, int b) { return (a == 0 || b == 0) ? 0 : (a < 0 || b < 0) ? -1 : 1; }
+// Narrows [*lo, *hi), indices of a tile axis of extent n, to those where (a0 + sa i) OP (b0 + sb i)
+// holds (OP as tj_affine_cmp's; == and != only with sa == sb): the difference is monotone in i, so
+// they form one interval (targets/cfamily/masks.py: mask_box). False when an element could wrap
+// around T; the caller then checks element by element. W holds every value T's sums can reach.
+template <class W> static inline W tj_floor_div(W x, W y) {   // y > 0; no division for the usual step 1
+    if (y == 1) return x;
+    const W q = x / y;
+    return q * y > x ? q - 1 : q;
+}
+template <class T> static inline bool tj_span(T a0, T b0, int op, T sa, T sb, int n, int* lo, int* hi) {
+    typedef typename std::conditional<(sizeof(T) < 8), int64_t, __int128>::type W;
+    const W last_a = (W)a0 + (W)sa * (n - 1), last_b = (W)b0 + (W)sb * (n - 1);
+    if (last_a < (W)tj_lowest<T>() || last_a > (W)tj_highest<T>() || last_b < (W)tj_lowest<T>()
+        || last_b > (W)tj_highest<T>()) return false;
+    W e = (W)a0 - (W)b0, s = (W)sa - (W)sb;   // a - b = e + s i, the term as e + s i < 0:
+    if (op == 1) e -= 1;                       // <=: a - b - 1 < 0
+    if (op == 2 || op == 3) { e = (op == 2 ? -e : -e - 1); s = -s; }   // >, >=
+    W first = 0, end = n;
+    if (op >= 4) {                             // a uniform ==, !=: everywhere or nowhere
+        if ((e == 0) != (op == 4)) end = 0;
+    } else if (s == 0) {
+        if (e >= 0) end = 0;
+    } else if (s > 0) {
+        end = tj_floor_div<W>(-e + s - 1, s);  // i < -e / s
+    } else {
+        first = tj_floor_div<W>(e, -s) + 1;    // i > e / -s
+    }
+    if (first > *lo) *lo = (int)(first < n ? first : n);
+    if (end < *hi) *hi = (int)(end > 0 ? end : 0);
+    if (*hi < *lo) *hi = *lo;
+    return true;
+}
 // trip count of `for (i = lb; i < ub (or > for negative steps); i += st)`. Computed in the unsigned
 // type, so a span wider than T (an int32 range from -2**31 to 2**31-1) neither overflows nor wraps;
 // 0 for a step of 0 (the loop reports that step before it would run).

@@ -18,39 +18,30 @@ static inline void add_kernel_program(int32_t pid0, int32_t pid1, int32_t pid2,
     (void)pid0; (void)pid1; (void)pid2; (void)npg0; (void)npg1; (void)npg2; (void)tj_st;
     int32_t const v1 = pid0;
     int32_t const v2 = (v1 * 1024);
-    int inb3 = tj_affine_cmp<int32_t>((v2 + 0), n, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-    if (inb3 < 0) {
-        inb3 = 1;
-        #pragma omp simd reduction(&:inb3)
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            int32_t const t4 = (v2 + i0);
-            bool const t5 = (t4 < n);
-            inb3 &= (int)(t5);
-        }
-    }
-    if (inb3) {
+    int lo3 = 0, hi4 = 1024;
+    if (tj_span<int32_t>((v2 + 0), n, 0, (int32_t)1, (int32_t)0, 1024, &lo3, &hi4)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t6 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-            float* const t7 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
-            float const t8 = (true ? *(t7) : 0.0f);
-            float* const t9 = (y_ptr + ((int64_t)v2 + (int64_t)i0));
-            float const t10 = (true ? *(t9) : 0.0f);
-            float const t11 = (t8 + t10);
-            *(t6) = t11;
+        for (int i0 = lo3; i0 < hi4; ++i0) {
+            float* const t5 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+            float* const t6 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
+            float const t7 = (true ? *(t6) : 0.0f);
+            float* const t8 = (y_ptr + ((int64_t)v2 + (int64_t)i0));
+            float const t9 = (true ? *(t8) : 0.0f);
+            float const t10 = (t7 + t9);
+            *(t5) = t10;
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t12 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-            float* const t13 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t14 = (v2 + i0);
-            bool const t15 = (t14 < n);
-            float const t16 = (t15 ? *(t13) : 0.0f);
-            float* const t17 = (y_ptr + ((int64_t)v2 + (int64_t)i0));
-            float const t18 = (t15 ? *(t17) : 0.0f);
-            float const t19 = (t16 + t18);
-            if (t15) *(t12) = t19;
+            float* const t11 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+            float* const t12 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
+            int32_t const t13 = (v2 + i0);
+            bool const t14 = (t13 < n);
+            float const t15 = (t14 ? *(t12) : 0.0f);
+            float* const t16 = (y_ptr + ((int64_t)v2 + (int64_t)i0));
+            float const t17 = (t14 ? *(t16) : 0.0f);
+            float const t18 = (t15 + t17);
+            if (t14) *(t11) = t18;
         }
     }
 }

@@ -28,33 +28,24 @@ static inline void embedding_kernel_program(int32_t pid0, int32_t pid1, int32_t 
         float* const v9 = (table_ptr + v8);
         int32_t const v10 = (v1 * D);
         float* const v11 = (out_ptr + v10);
-        int inb12 = tj_affine_cmp<int32_t>((v6 + 0), D, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127);
-        if (inb12 < 0) {
-            inb12 = 1;
-            #pragma omp simd reduction(&:inb12)
-            for (int i0 = 0; i0 < 128; ++i0) {
-                int32_t const t13 = (v6 + i0);
-                bool const t14 = (t13 < D);
-                inb12 &= (int)(t14);
-            }
-        }
-        if (inb12) {
+        int lo12 = 0, hi13 = 128;
+        if (tj_span<int32_t>((v6 + 0), D, 0, (int32_t)1, (int32_t)0, 128, &lo12, &hi13)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 128; ++i0) {
-                float* const t15 = (v11 + ((int64_t)v6 + (int64_t)i0));
-                float* const t16 = (v9 + ((int64_t)v6 + (int64_t)i0));
-                float const t17 = (true ? *(t16) : 0.0f);
-                *(t15) = t17;
+            for (int i0 = lo12; i0 < hi13; ++i0) {
+                float* const t14 = (v11 + ((int64_t)v6 + (int64_t)i0));
+                float* const t15 = (v9 + ((int64_t)v6 + (int64_t)i0));
+                float const t16 = (true ? *(t15) : 0.0f);
+                *(t14) = t16;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 128; ++i0) {
-                float* const t18 = (v11 + ((int64_t)v6 + (int64_t)i0));
-                float* const t19 = (v9 + ((int64_t)v6 + (int64_t)i0));
-                int32_t const t20 = (v6 + i0);
-                bool const t21 = (t20 < D);
-                float const t22 = (t21 ? *(t19) : 0.0f);
-                if (t21) *(t18) = t22;
+                float* const t17 = (v11 + ((int64_t)v6 + (int64_t)i0));
+                float* const t18 = (v9 + ((int64_t)v6 + (int64_t)i0));
+                int32_t const t19 = (v6 + i0);
+                bool const t20 = (t19 < D);
+                float const t21 = (t20 ? *(t18) : 0.0f);
+                if (t20) *(t17) = t21;
             }
         }
     }

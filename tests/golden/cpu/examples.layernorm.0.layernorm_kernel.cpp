@@ -142,49 +142,40 @@ static inline void layernorm_kernel_program(int32_t pid0, int32_t pid1, int32_t 
     const uint64_t n55 = tj_trip_count<int32_t>(0, N, 128);
     for (uint64_t k56 = 0; k56 < n55; ++k56) {
         const int32_t v57 = (int32_t)(0 + (int32_t)k56 * 128);
-        int inb58 = tj_affine_cmp<int32_t>((v57 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127);
-        if (inb58 < 0) {
-            inb58 = 1;
-            #pragma omp simd reduction(&:inb58)
-            for (int i0 = 0; i0 < 128; ++i0) {
-                int32_t const t59 = (v57 + i0);
-                bool const t60 = (t59 < N);
-                inb58 &= (int)(t60);
-            }
-        }
-        if (inb58) {
+        int lo58 = 0, hi59 = 128;
+        if (tj_span<int32_t>((v57 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo58, &hi59)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 128; ++i0) {
-                float* const t61 = (v4 + ((int64_t)v57 + (int64_t)i0));
-                float* const t62 = (v3 + ((int64_t)v57 + (int64_t)i0));
-                float const t63 = (true ? *(t62) : 0.0f);
-                float const t64 = (t63 - v25);
-                float const t65 = (t64 * v54);
-                float* const t66 = (w_ptr + ((int64_t)v57 + (int64_t)i0));
-                float const t67 = (true ? *(t66) : 0.0f);
-                float const t68 = (t65 * t67);
-                float* const t69 = (b_ptr + ((int64_t)v57 + (int64_t)i0));
-                float const t70 = (true ? *(t69) : 0.0f);
-                float const t71 = (t68 + t70);
-                *(t61) = t71;
+            for (int i0 = lo58; i0 < hi59; ++i0) {
+                float* const t60 = (v4 + ((int64_t)v57 + (int64_t)i0));
+                float* const t61 = (v3 + ((int64_t)v57 + (int64_t)i0));
+                float const t62 = (true ? *(t61) : 0.0f);
+                float const t63 = (t62 - v25);
+                float const t64 = (t63 * v54);
+                float* const t65 = (w_ptr + ((int64_t)v57 + (int64_t)i0));
+                float const t66 = (true ? *(t65) : 0.0f);
+                float const t67 = (t64 * t66);
+                float* const t68 = (b_ptr + ((int64_t)v57 + (int64_t)i0));
+                float const t69 = (true ? *(t68) : 0.0f);
+                float const t70 = (t67 + t69);
+                *(t60) = t70;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 128; ++i0) {
-                float* const t72 = (v4 + ((int64_t)v57 + (int64_t)i0));
-                float* const t73 = (v3 + ((int64_t)v57 + (int64_t)i0));
-                int32_t const t74 = (v57 + i0);
-                bool const t75 = (t74 < N);
-                float const t76 = (t75 ? *(t73) : 0.0f);
-                float const t77 = (t76 - v25);
-                float const t78 = (t77 * v54);
-                float* const t79 = (w_ptr + ((int64_t)v57 + (int64_t)i0));
-                float const t80 = (t75 ? *(t79) : 0.0f);
-                float const t81 = (t78 * t80);
-                float* const t82 = (b_ptr + ((int64_t)v57 + (int64_t)i0));
-                float const t83 = (t75 ? *(t82) : 0.0f);
-                float const t84 = (t81 + t83);
-                if (t75) *(t72) = t84;
+                float* const t71 = (v4 + ((int64_t)v57 + (int64_t)i0));
+                float* const t72 = (v3 + ((int64_t)v57 + (int64_t)i0));
+                int32_t const t73 = (v57 + i0);
+                bool const t74 = (t73 < N);
+                float const t75 = (t74 ? *(t72) : 0.0f);
+                float const t76 = (t75 - v25);
+                float const t77 = (t76 * v54);
+                float* const t78 = (w_ptr + ((int64_t)v57 + (int64_t)i0));
+                float const t79 = (t74 ? *(t78) : 0.0f);
+                float const t80 = (t77 * t79);
+                float* const t81 = (b_ptr + ((int64_t)v57 + (int64_t)i0));
+                float const t82 = (t74 ? *(t81) : 0.0f);
+                float const t83 = (t80 + t82);
+                if (t74) *(t71) = t83;
             }
         }
     }

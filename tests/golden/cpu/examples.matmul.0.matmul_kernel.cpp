@@ -127,42 +127,29 @@ static inline void matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                 }
         }
     }
-    int inb41 = tj_tri_and(tj_affine_cmp<int32_t>((v3 + 0), M, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v4 + 0), N, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb41 < 0) {
-        inb41 = 1;
-        for (int i0 = 0; i0 < 32; ++i0) {
-            #pragma omp simd reduction(&:inb41)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t42 = (v3 + i0);
-                bool const t43 = (t42 < M);
-                int32_t const t44 = (v4 + i1);
-                bool const t45 = (t44 < N);
-                bool const t46 = (bool)(t43 & t45);
-                inb41 &= (int)(t46);
-            }
-        }
-    }
-    if (inb41) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    int lo41 = 0, hi42 = 32;
+    int lo43 = 0, hi44 = 32;
+    if (tj_span<int32_t>((v3 + 0), M, 0, (int32_t)1, (int32_t)0, 32, &lo41, &hi42) && tj_span<int32_t>((v4 + 0), N, 0, (int32_t)1, (int32_t)0, 32, &lo43, &hi44)) {
+        for (int i0 = lo41; i0 < hi42; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t47 = (c_ptr + (((int64_t)v3 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t48 = (t47 + ((int64_t)v4 + (int64_t)i1));
-                *(t48) = c5[i0 * 32 + i1];
+            for (int i1 = lo43; i1 < hi44; ++i1) {
+                float* const t45 = (c_ptr + (((int64_t)v3 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t46 = (t45 + ((int64_t)v4 + (int64_t)i1));
+                *(t46) = c5[i0 * 32 + i1];
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t49 = (c_ptr + (((int64_t)v3 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t50 = (t49 + ((int64_t)v4 + (int64_t)i1));
-                int32_t const t51 = (v3 + i0);
-                bool const t52 = (t51 < M);
-                int32_t const t53 = (v4 + i1);
-                bool const t54 = (t53 < N);
-                bool const t55 = (bool)(t52 & t54);
-                if (t55) *(t50) = c5[i0 * 32 + i1];
+                float* const t47 = (c_ptr + (((int64_t)v3 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t48 = (t47 + ((int64_t)v4 + (int64_t)i1));
+                int32_t const t49 = (v3 + i0);
+                bool const t50 = (t49 < M);
+                int32_t const t51 = (v4 + i1);
+                bool const t52 = (t51 < N);
+                bool const t53 = (bool)(t50 & t52);
+                if (t53) *(t48) = c5[i0 * 32 + i1];
             }
         }
     }

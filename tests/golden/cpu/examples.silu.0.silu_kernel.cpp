@@ -17,29 +17,21 @@ static inline void silu_kernel_program(int32_t pid0, int32_t pid1, int32_t pid2,
     (void)pid0; (void)pid1; (void)pid2; (void)npg0; (void)npg1; (void)npg2; (void)tj_st;
     int32_t const v1 = pid0;
     int32_t const v2 = (v1 * 1024);
-    int inb3 = tj_affine_cmp<int32_t>((v2 + 0), n, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-    if (inb3 < 0) {
-        inb3 = 1;
-        #pragma omp simd reduction(&:inb3)
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            int32_t const t4 = (v2 + i0);
-            bool const t5 = (t4 < n);
-            inb3 &= (int)(t5);
-        }
-    }
-    if (inb3) {
+    int lo3 = 0, hi4 = 1024;
+    if (tj_span<int32_t>((v2 + 0), n, 0, (int32_t)1, (int32_t)0, 1024, &lo3, &hi4)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t6 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-            float* const t7 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
-            float const t8 = (true ? *(t7) : 0.0f);
-            float const t9 = (-t8);
-            bool const t10 = (t9 != t9);
-            bool const t11 = (t9 < -103.97207641601562f);
-            bool const t12 = (t9 > 88.72283935546875f);
-            float const t13 = fmaf(t9, 1.4426950408889634f, 0.5f);
-            float const t14 = floorf(t13);
-            float const t15 = fmaf(t14, -0.693145751953125f, t9);
+        for (int i0 = lo3; i0 < hi4; ++i0) {
+            float* const t5 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+            float* const t6 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
+            float const t7 = (true ? *(t6) : 0.0f);
+            float const t8 = (-t7);
+            bool const t9 = (t8 < -104.0f);
+            float const t10 = (t9 ? -104.0f : t8);
+            bool const t11 = (t10 > 89.0f);
+            float const t12 = (t11 ? 89.0f : t10);
+            float const t13 = fmaf(t12, 1.4426950408889634f, 12582912.0f);
+            float const t14 = (t13 - 12582912.0f);
+            float const t15 = fmaf(t14, -0.693145751953125f, t12);
             float const t16 = fmaf(t14, -1.428606765330187e-06f, t15);
             float const t17 = fmaf(0.0001984126984126984f, t16, 0.001388888888888889f);
             float const t18 = fmaf(t17, t16, 0.008333333333333333f);
@@ -48,70 +40,63 @@ static inline void silu_kernel_program(int32_t pid0, int32_t pid1, int32_t pid2,
             float const t21 = fmaf(t20, t16, 0.5f);
             float const t22 = fmaf(t21, t16, 1.0f);
             float const t23 = fmaf(t22, t16, 1.0f);
-            float const t24 = tj_max(t14, -252.0f);
-            float const t25 = tj_min(t24, 254.0f);
-            int32_t const t26 = tj_f2i<int32_t>(t25);
-            int32_t const t27 = tj_shr(t26, 1);
-            int32_t const t28 = (t27 + 127);
-            int32_t const t29 = tj_shl(t28, 23);
-            float const t30 = tj_bitcast<float>(t29);
-            float const t31 = (t23 * t30);
-            int32_t const t32 = (t26 - t27);
-            int32_t const t33 = (t32 + 127);
-            int32_t const t34 = tj_shl(t33, 23);
-            float const t35 = tj_bitcast<float>(t34);
-            float const t36 = (t31 * t35);
-            float const t37 = (t12 ? INFINITY : t36);
-            float const t38 = (t11 ? 0.0f : t37);
-            float const t39 = (t10 ? t9 : t38);
-            float const t40 = (1.0f + t39);
-            float const t41 = (1.0f / t40);
-            float const t42 = (t8 * t41);
-            *(t6) = t42;
+            int32_t const t24 = tj_bitcast<int32_t>(t13);
+            int32_t const t25 = (t24 - 1262485504);
+            int32_t const t26 = tj_shr(t25, 1);
+            int32_t const t27 = (t26 + 127);
+            int32_t const t28 = tj_shl(t27, 23);
+            float const t29 = tj_bitcast<float>(t28);
+            float const t30 = (t23 * t29);
+            int32_t const t31 = (t25 - t26);
+            int32_t const t32 = (t31 + 127);
+            int32_t const t33 = tj_shl(t32, 23);
+            float const t34 = tj_bitcast<float>(t33);
+            float const t35 = (t30 * t34);
+            float const t36 = (1.0f + t35);
+            float const t37 = (1.0f / t36);
+            float const t38 = (t7 * t37);
+            *(t5) = t38;
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t43 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-            float* const t44 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t45 = (v2 + i0);
-            bool const t46 = (t45 < n);
-            float const t47 = (t46 ? *(t44) : 0.0f);
-            float const t48 = (-t47);
-            bool const t49 = (t48 != t48);
-            bool const t50 = (t48 < -103.97207641601562f);
-            bool const t51 = (t48 > 88.72283935546875f);
-            float const t52 = fmaf(t48, 1.4426950408889634f, 0.5f);
-            float const t53 = floorf(t52);
-            float const t54 = fmaf(t53, -0.693145751953125f, t48);
-            float const t55 = fmaf(t53, -1.428606765330187e-06f, t54);
-            float const t56 = fmaf(0.0001984126984126984f, t55, 0.001388888888888889f);
-            float const t57 = fmaf(t56, t55, 0.008333333333333333f);
-            float const t58 = fmaf(t57, t55, 0.041666666666666664f);
-            float const t59 = fmaf(t58, t55, 0.16666666666666666f);
-            float const t60 = fmaf(t59, t55, 0.5f);
-            float const t61 = fmaf(t60, t55, 1.0f);
-            float const t62 = fmaf(t61, t55, 1.0f);
-            float const t63 = tj_max(t53, -252.0f);
-            float const t64 = tj_min(t63, 254.0f);
-            int32_t const t65 = tj_f2i<int32_t>(t64);
-            int32_t const t66 = tj_shr(t65, 1);
-            int32_t const t67 = (t66 + 127);
-            int32_t const t68 = tj_shl(t67, 23);
-            float const t69 = tj_bitcast<float>(t68);
-            float const t70 = (t62 * t69);
-            int32_t const t71 = (t65 - t66);
-            int32_t const t72 = (t71 + 127);
-            int32_t const t73 = tj_shl(t72, 23);
-            float const t74 = tj_bitcast<float>(t73);
-            float const t75 = (t70 * t74);
-            float const t76 = (t51 ? INFINITY : t75);
-            float const t77 = (t50 ? 0.0f : t76);
-            float const t78 = (t49 ? t48 : t77);
-            float const t79 = (1.0f + t78);
-            float const t80 = (1.0f / t79);
-            float const t81 = (t47 * t80);
-            if (t46) *(t43) = t81;
+            float* const t39 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+            float* const t40 = (x_ptr + ((int64_t)v2 + (int64_t)i0));
+            int32_t const t41 = (v2 + i0);
+            bool const t42 = (t41 < n);
+            float const t43 = (t42 ? *(t40) : 0.0f);
+            float const t44 = (-t43);
+            bool const t45 = (t44 < -104.0f);
+            float const t46 = (t45 ? -104.0f : t44);
+            bool const t47 = (t46 > 89.0f);
+            float const t48 = (t47 ? 89.0f : t46);
+            float const t49 = fmaf(t48, 1.4426950408889634f, 12582912.0f);
+            float const t50 = (t49 - 12582912.0f);
+            float const t51 = fmaf(t50, -0.693145751953125f, t48);
+            float const t52 = fmaf(t50, -1.428606765330187e-06f, t51);
+            float const t53 = fmaf(0.0001984126984126984f, t52, 0.001388888888888889f);
+            float const t54 = fmaf(t53, t52, 0.008333333333333333f);
+            float const t55 = fmaf(t54, t52, 0.041666666666666664f);
+            float const t56 = fmaf(t55, t52, 0.16666666666666666f);
+            float const t57 = fmaf(t56, t52, 0.5f);
+            float const t58 = fmaf(t57, t52, 1.0f);
+            float const t59 = fmaf(t58, t52, 1.0f);
+            int32_t const t60 = tj_bitcast<int32_t>(t49);
+            int32_t const t61 = (t60 - 1262485504);
+            int32_t const t62 = tj_shr(t61, 1);
+            int32_t const t63 = (t62 + 127);
+            int32_t const t64 = tj_shl(t63, 23);
+            float const t65 = tj_bitcast<float>(t64);
+            float const t66 = (t59 * t65);
+            int32_t const t67 = (t61 - t62);
+            int32_t const t68 = (t67 + 127);
+            int32_t const t69 = tj_shl(t68, 23);
+            float const t70 = tj_bitcast<float>(t69);
+            float const t71 = (t66 * t70);
+            float const t72 = (1.0f + t71);
+            float const t73 = (1.0f / t72);
+            float const t74 = (t43 * t73);
+            if (t42) *(t39) = t74;
         }
     }
 }

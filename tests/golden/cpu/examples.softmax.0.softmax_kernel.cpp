@@ -68,220 +68,132 @@ static inline void softmax_kernel_program(int32_t pid0, int32_t pid1, int32_t pi
     bool const v26 = (v16 != 0);
     float const v27 = (v26 ? v4 : NAN);
     alignas(64) float v28[128];
-    float v29;
     if (inb5) {
-        {
-            tj_f32x64 part30 = {};
-            for (int c = 0; c < 2; ++c) {
-                alignas(64) float chunk31_0[32];
-                #pragma omp simd
-                for (int l = 0; l < 32; ++l) {
-                    const int i0 = c * 64 + l;
-                    float* const t33 = (v3 + i0);
-                    float const t34 = (true ? *(t33) : (-INFINITY));
-                    float const t35 = (t34 - v27);
-                    bool const t36 = (t35 != t35);
-                    bool const t37 = (t35 < -103.97207641601562f);
-                    bool const t38 = (t35 > 88.72283935546875f);
-                    float const t39 = fmaf(t35, 1.4426950408889634f, 0.5f);
-                    float const t40 = floorf(t39);
-                    float const t41 = fmaf(t40, -0.693145751953125f, t35);
-                    float const t42 = fmaf(t40, -1.428606765330187e-06f, t41);
-                    float const t43 = fmaf(0.0001984126984126984f, t42, 0.001388888888888889f);
-                    float const t44 = fmaf(t43, t42, 0.008333333333333333f);
-                    float const t45 = fmaf(t44, t42, 0.041666666666666664f);
-                    float const t46 = fmaf(t45, t42, 0.16666666666666666f);
-                    float const t47 = fmaf(t46, t42, 0.5f);
-                    float const t48 = fmaf(t47, t42, 1.0f);
-                    float const t49 = fmaf(t48, t42, 1.0f);
-                    float const t50 = tj_max(t40, -252.0f);
-                    float const t51 = tj_min(t50, 254.0f);
-                    int32_t const t52 = tj_f2i<int32_t>(t51);
-                    int32_t const t53 = tj_shr(t52, 1);
-                    int32_t const t54 = (t53 + 127);
-                    int32_t const t55 = tj_shl(t54, 23);
-                    float const t56 = tj_bitcast<float>(t55);
-                    float const t57 = (t49 * t56);
-                    int32_t const t58 = (t52 - t53);
-                    int32_t const t59 = (t58 + 127);
-                    int32_t const t60 = tj_shl(t59, 23);
-                    float const t61 = tj_bitcast<float>(t60);
-                    float const t62 = (t57 * t61);
-                    float const t63 = (t38 ? INFINITY : t62);
-                    float const t64 = (t37 ? 0.0f : t63);
-                    float const t65 = (t36 ? t35 : t64);
-                    v28[i0] = t65;
-                    chunk31_0[l] = t65;
-                }
-                tj_f32x64_add_half(part30, chunk31_0, 0);
-                alignas(64) float chunk31_1[32];
-                #pragma omp simd
-                for (int l = 0; l < 32; ++l) {
-                    const int i0 = c * 64 + 32 + l;
-                    float* const t66 = (v3 + i0);
-                    float const t67 = (true ? *(t66) : (-INFINITY));
-                    float const t68 = (t67 - v27);
-                    bool const t69 = (t68 != t68);
-                    bool const t70 = (t68 < -103.97207641601562f);
-                    bool const t71 = (t68 > 88.72283935546875f);
-                    float const t72 = fmaf(t68, 1.4426950408889634f, 0.5f);
-                    float const t73 = floorf(t72);
-                    float const t74 = fmaf(t73, -0.693145751953125f, t68);
-                    float const t75 = fmaf(t73, -1.428606765330187e-06f, t74);
-                    float const t76 = fmaf(0.0001984126984126984f, t75, 0.001388888888888889f);
-                    float const t77 = fmaf(t76, t75, 0.008333333333333333f);
-                    float const t78 = fmaf(t77, t75, 0.041666666666666664f);
-                    float const t79 = fmaf(t78, t75, 0.16666666666666666f);
-                    float const t80 = fmaf(t79, t75, 0.5f);
-                    float const t81 = fmaf(t80, t75, 1.0f);
-                    float const t82 = fmaf(t81, t75, 1.0f);
-                    float const t83 = tj_max(t73, -252.0f);
-                    float const t84 = tj_min(t83, 254.0f);
-                    int32_t const t85 = tj_f2i<int32_t>(t84);
-                    int32_t const t86 = tj_shr(t85, 1);
-                    int32_t const t87 = (t86 + 127);
-                    int32_t const t88 = tj_shl(t87, 23);
-                    float const t89 = tj_bitcast<float>(t88);
-                    float const t90 = (t82 * t89);
-                    int32_t const t91 = (t85 - t86);
-                    int32_t const t92 = (t91 + 127);
-                    int32_t const t93 = tj_shl(t92, 23);
-                    float const t94 = tj_bitcast<float>(t93);
-                    float const t95 = (t90 * t94);
-                    float const t96 = (t71 ? INFINITY : t95);
-                    float const t97 = (t70 ? 0.0f : t96);
-                    float const t98 = (t69 ? t68 : t97);
-                    v28[i0] = t98;
-                    chunk31_1[l] = t98;
-                }
-                tj_f32x64_add_half(part30, chunk31_1, 1);
-            }
-            alignas(64) float fold32[64];
-            tj_f32x64_store(fold32, part30);
-            for (int l = 0; l < 32; ++l) fold32[l] += fold32[l + 32];
-            for (int l = 0; l < 16; ++l) fold32[l] += fold32[l + 16];
-            for (int l = 0; l < 8; ++l) fold32[l] += fold32[l + 8];
-            for (int l = 0; l < 4; ++l) fold32[l] += fold32[l + 4];
-            for (int l = 0; l < 2; ++l) fold32[l] += fold32[l + 2];
-            for (int l = 0; l < 1; ++l) fold32[l] += fold32[l + 1];
-            v29 = fold32[0];
+        #pragma omp simd
+        for (int i0 = 0; i0 < 128; ++i0) {
+            float* const t29 = (v3 + i0);
+            float const t30 = (true ? *(t29) : (-INFINITY));
+            float const t31 = (t30 - v27);
+            bool const t32 = (t31 < -104.0f);
+            float const t33 = (t32 ? -104.0f : t31);
+            bool const t34 = (t33 > 89.0f);
+            v28[i0] = (t34 ? 89.0f : t33);
         }
     } else {
-        {
-            tj_f32x64 part99 = {};
-            for (int c = 0; c < 2; ++c) {
-                alignas(64) float chunk100_0[32];
-                #pragma omp simd
-                for (int l = 0; l < 32; ++l) {
-                    const int i0 = c * 64 + l;
-                    float* const t102 = (v3 + i0);
-                    bool const t103 = (i0 < n_cols);
-                    float const t104 = (t103 ? *(t102) : (-INFINITY));
-                    float const t105 = (t104 - v27);
-                    bool const t106 = (t105 != t105);
-                    bool const t107 = (t105 < -103.97207641601562f);
-                    bool const t108 = (t105 > 88.72283935546875f);
-                    float const t109 = fmaf(t105, 1.4426950408889634f, 0.5f);
-                    float const t110 = floorf(t109);
-                    float const t111 = fmaf(t110, -0.693145751953125f, t105);
-                    float const t112 = fmaf(t110, -1.428606765330187e-06f, t111);
-                    float const t113 = fmaf(0.0001984126984126984f, t112, 0.001388888888888889f);
-                    float const t114 = fmaf(t113, t112, 0.008333333333333333f);
-                    float const t115 = fmaf(t114, t112, 0.041666666666666664f);
-                    float const t116 = fmaf(t115, t112, 0.16666666666666666f);
-                    float const t117 = fmaf(t116, t112, 0.5f);
-                    float const t118 = fmaf(t117, t112, 1.0f);
-                    float const t119 = fmaf(t118, t112, 1.0f);
-                    float const t120 = tj_max(t110, -252.0f);
-                    float const t121 = tj_min(t120, 254.0f);
-                    int32_t const t122 = tj_f2i<int32_t>(t121);
-                    int32_t const t123 = tj_shr(t122, 1);
-                    int32_t const t124 = (t123 + 127);
-                    int32_t const t125 = tj_shl(t124, 23);
-                    float const t126 = tj_bitcast<float>(t125);
-                    float const t127 = (t119 * t126);
-                    int32_t const t128 = (t122 - t123);
-                    int32_t const t129 = (t128 + 127);
-                    int32_t const t130 = tj_shl(t129, 23);
-                    float const t131 = tj_bitcast<float>(t130);
-                    float const t132 = (t127 * t131);
-                    float const t133 = (t108 ? INFINITY : t132);
-                    float const t134 = (t107 ? 0.0f : t133);
-                    float const t135 = (t106 ? t105 : t134);
-                    v28[i0] = t135;
-                    chunk100_0[l] = t135;
-                }
-                tj_f32x64_add_half(part99, chunk100_0, 0);
-                alignas(64) float chunk100_1[32];
-                #pragma omp simd
-                for (int l = 0; l < 32; ++l) {
-                    const int i0 = c * 64 + 32 + l;
-                    float* const t136 = (v3 + i0);
-                    bool const t137 = (i0 < n_cols);
-                    float const t138 = (t137 ? *(t136) : (-INFINITY));
-                    float const t139 = (t138 - v27);
-                    bool const t140 = (t139 != t139);
-                    bool const t141 = (t139 < -103.97207641601562f);
-                    bool const t142 = (t139 > 88.72283935546875f);
-                    float const t143 = fmaf(t139, 1.4426950408889634f, 0.5f);
-                    float const t144 = floorf(t143);
-                    float const t145 = fmaf(t144, -0.693145751953125f, t139);
-                    float const t146 = fmaf(t144, -1.428606765330187e-06f, t145);
-                    float const t147 = fmaf(0.0001984126984126984f, t146, 0.001388888888888889f);
-                    float const t148 = fmaf(t147, t146, 0.008333333333333333f);
-                    float const t149 = fmaf(t148, t146, 0.041666666666666664f);
-                    float const t150 = fmaf(t149, t146, 0.16666666666666666f);
-                    float const t151 = fmaf(t150, t146, 0.5f);
-                    float const t152 = fmaf(t151, t146, 1.0f);
-                    float const t153 = fmaf(t152, t146, 1.0f);
-                    float const t154 = tj_max(t144, -252.0f);
-                    float const t155 = tj_min(t154, 254.0f);
-                    int32_t const t156 = tj_f2i<int32_t>(t155);
-                    int32_t const t157 = tj_shr(t156, 1);
-                    int32_t const t158 = (t157 + 127);
-                    int32_t const t159 = tj_shl(t158, 23);
-                    float const t160 = tj_bitcast<float>(t159);
-                    float const t161 = (t153 * t160);
-                    int32_t const t162 = (t156 - t157);
-                    int32_t const t163 = (t162 + 127);
-                    int32_t const t164 = tj_shl(t163, 23);
-                    float const t165 = tj_bitcast<float>(t164);
-                    float const t166 = (t161 * t165);
-                    float const t167 = (t142 ? INFINITY : t166);
-                    float const t168 = (t141 ? 0.0f : t167);
-                    float const t169 = (t140 ? t139 : t168);
-                    v28[i0] = t169;
-                    chunk100_1[l] = t169;
-                }
-                tj_f32x64_add_half(part99, chunk100_1, 1);
-            }
-            alignas(64) float fold101[64];
-            tj_f32x64_store(fold101, part99);
-            for (int l = 0; l < 32; ++l) fold101[l] += fold101[l + 32];
-            for (int l = 0; l < 16; ++l) fold101[l] += fold101[l + 16];
-            for (int l = 0; l < 8; ++l) fold101[l] += fold101[l + 8];
-            for (int l = 0; l < 4; ++l) fold101[l] += fold101[l + 4];
-            for (int l = 0; l < 2; ++l) fold101[l] += fold101[l + 2];
-            for (int l = 0; l < 1; ++l) fold101[l] += fold101[l + 1];
-            v29 = fold101[0];
+        #pragma omp simd
+        for (int i0 = 0; i0 < 128; ++i0) {
+            float* const t35 = (v3 + i0);
+            bool const t36 = (i0 < n_cols);
+            float const t37 = (t36 ? *(t35) : (-INFINITY));
+            float const t38 = (t37 - v27);
+            bool const t39 = (t38 < -104.0f);
+            float const t40 = (t39 ? -104.0f : t38);
+            bool const t41 = (t40 > 89.0f);
+            v28[i0] = (t41 ? 89.0f : t40);
         }
     }
-    int32_t const v170 = (v1 * out_stride);
-    float* const v171 = (out_ptr + v170);
-    if (inb5) {
+    alignas(64) float v42[128];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 128; ++i0) {
+        v42[i0] = fmaf(v28[i0], 1.4426950408889634f, 12582912.0f);
+    }
+    alignas(64) float v43[128];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 128; ++i0) {
+        float const t44 = (v42[i0] - 12582912.0f);
+        float const t45 = fmaf(t44, -0.693145751953125f, v28[i0]);
+        float const t46 = fmaf(t44, -1.428606765330187e-06f, t45);
+        float const t47 = fmaf(0.0001984126984126984f, t46, 0.001388888888888889f);
+        float const t48 = fmaf(t47, t46, 0.008333333333333333f);
+        float const t49 = fmaf(t48, t46, 0.041666666666666664f);
+        float const t50 = fmaf(t49, t46, 0.16666666666666666f);
+        float const t51 = fmaf(t50, t46, 0.5f);
+        float const t52 = fmaf(t51, t46, 1.0f);
+        v43[i0] = fmaf(t52, t46, 1.0f);
+    }
+    alignas(64) int32_t v53[128];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 128; ++i0) {
+        v53[i0] = tj_bitcast<int32_t>(v42[i0]);
+    }
+    alignas(64) float v54[128];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 128; ++i0) {
+        int32_t const t55 = (v53[i0] - 1262485504);
+        int32_t const t56 = tj_shr(t55, 1);
+        int32_t const t57 = (t56 + 127);
+        int32_t const t58 = tj_shl(t57, 23);
+        v54[i0] = tj_bitcast<float>(t58);
+    }
+    alignas(64) float v59[128];
+    float v60;
+    {
+        tj_f32x64 part61 = {};
+        for (int c = 0; c < 2; ++c) {
+            alignas(64) float chunk62_0[32];
+            #pragma omp simd
+            for (int l = 0; l < 32; ++l) {
+                const int i0 = c * 64 + l;
+                float const t64 = (v43[i0] * v54[i0]);
+                int32_t const t65 = (v53[i0] - 1262485504);
+                int32_t const t66 = tj_shr(t65, 1);
+                int32_t const t67 = (t65 - t66);
+                int32_t const t68 = (t67 + 127);
+                int32_t const t69 = tj_shl(t68, 23);
+                float const t70 = tj_bitcast<float>(t69);
+                v59[i0] = t70;
+                float const t71 = (t64 * t70);
+                chunk62_0[l] = t71;
+            }
+            tj_f32x64_add_half(part61, chunk62_0, 0);
+            alignas(64) float chunk62_1[32];
+            #pragma omp simd
+            for (int l = 0; l < 32; ++l) {
+                const int i0 = c * 64 + 32 + l;
+                float const t72 = (v43[i0] * v54[i0]);
+                int32_t const t73 = (v53[i0] - 1262485504);
+                int32_t const t74 = tj_shr(t73, 1);
+                int32_t const t75 = (t73 - t74);
+                int32_t const t76 = (t75 + 127);
+                int32_t const t77 = tj_shl(t76, 23);
+                float const t78 = tj_bitcast<float>(t77);
+                v59[i0] = t78;
+                float const t79 = (t72 * t78);
+                chunk62_1[l] = t79;
+            }
+            tj_f32x64_add_half(part61, chunk62_1, 1);
+        }
+        alignas(64) float fold63[64];
+        tj_f32x64_store(fold63, part61);
+        for (int l = 0; l < 32; ++l) fold63[l] += fold63[l + 32];
+        for (int l = 0; l < 16; ++l) fold63[l] += fold63[l + 16];
+        for (int l = 0; l < 8; ++l) fold63[l] += fold63[l + 8];
+        for (int l = 0; l < 4; ++l) fold63[l] += fold63[l + 4];
+        for (int l = 0; l < 2; ++l) fold63[l] += fold63[l + 2];
+        for (int l = 0; l < 1; ++l) fold63[l] += fold63[l + 1];
+        v60 = fold63[0];
+    }
+    int32_t const v80 = (v1 * out_stride);
+    float* const v81 = (out_ptr + v80);
+    int lo82 = 0, hi83 = 128;
+    if (tj_span<int32_t>(0, n_cols, 0, (int32_t)1, (int32_t)0, 128, &lo82, &hi83)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t172 = (v171 + i0);
-            float const t173 = (v28[i0] / v29);
-            *(t172) = t173;
+        for (int i0 = lo82; i0 < hi83; ++i0) {
+            float* const t84 = (v81 + i0);
+            float const t85 = (v43[i0] * v54[i0]);
+            float const t86 = (t85 * v59[i0]);
+            float const t87 = (t86 / v60);
+            *(t84) = t87;
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t174 = (v171 + i0);
-            float const t175 = (v28[i0] / v29);
-            bool const t176 = (i0 < n_cols);
-            if (t176) *(t174) = t175;
+            float* const t88 = (v81 + i0);
+            float const t89 = (v43[i0] * v54[i0]);
+            float const t90 = (t89 * v59[i0]);
+            float const t91 = (t90 / v60);
+            bool const t92 = (i0 < n_cols);
+            if (t92) *(t88) = t91;
         }
     }
 }

@@ -22,48 +22,35 @@ static inline void copy2d_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
     int32_t const v2 = (v1 * 32);
     int32_t const v3 = pid1;
     int32_t const v4 = (v3 * 32);
-    int inb5 = tj_tri_and(tj_affine_cmp<int32_t>((v2 + 0), M, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v4 + 0), N, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb5 < 0) {
-        inb5 = 1;
-        for (int i0 = 0; i0 < 32; ++i0) {
-            #pragma omp simd reduction(&:inb5)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t6 = (v2 + i0);
-                bool const t7 = (t6 < M);
-                int32_t const t8 = (v4 + i1);
-                bool const t9 = (t8 < N);
-                bool const t10 = (bool)(t7 & t9);
-                inb5 &= (int)(t10);
-            }
-        }
-    }
-    if (inb5) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    int lo5 = 0, hi6 = 32;
+    int lo7 = 0, hi8 = 32;
+    if (tj_span<int32_t>((v2 + 0), M, 0, (int32_t)1, (int32_t)0, 32, &lo5, &hi6) && tj_span<int32_t>((v4 + 0), N, 0, (int32_t)1, (int32_t)0, 32, &lo7, &hi8)) {
+        for (int i0 = lo5; i0 < hi6; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t11 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-                float* const t12 = (t11 + (((int64_t)v4 + (int64_t)i1) * (int64_t)son));
-                float* const t13 = (x_ptr + (((int64_t)v2 + (int64_t)i0) * (int64_t)sxm));
-                float* const t14 = (t13 + ((int64_t)v4 + (int64_t)i1));
-                float const t15 = (true ? *(t14) : 0.0f);
-                *(t12) = t15;
+            for (int i1 = lo7; i1 < hi8; ++i1) {
+                float* const t9 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+                float* const t10 = (t9 + (((int64_t)v4 + (int64_t)i1) * (int64_t)son));
+                float* const t11 = (x_ptr + (((int64_t)v2 + (int64_t)i0) * (int64_t)sxm));
+                float* const t12 = (t11 + ((int64_t)v4 + (int64_t)i1));
+                float const t13 = (true ? *(t12) : 0.0f);
+                *(t10) = t13;
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t16 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
-                float* const t17 = (t16 + (((int64_t)v4 + (int64_t)i1) * (int64_t)son));
-                float* const t18 = (x_ptr + (((int64_t)v2 + (int64_t)i0) * (int64_t)sxm));
-                float* const t19 = (t18 + ((int64_t)v4 + (int64_t)i1));
-                int32_t const t20 = (v2 + i0);
-                bool const t21 = (t20 < M);
-                int32_t const t22 = (v4 + i1);
-                bool const t23 = (t22 < N);
-                bool const t24 = (bool)(t21 & t23);
-                float const t25 = (t24 ? *(t19) : 0.0f);
-                if (t24) *(t17) = t25;
+                float* const t14 = (out_ptr + ((int64_t)v2 + (int64_t)i0));
+                float* const t15 = (t14 + (((int64_t)v4 + (int64_t)i1) * (int64_t)son));
+                float* const t16 = (x_ptr + (((int64_t)v2 + (int64_t)i0) * (int64_t)sxm));
+                float* const t17 = (t16 + ((int64_t)v4 + (int64_t)i1));
+                int32_t const t18 = (v2 + i0);
+                bool const t19 = (t18 < M);
+                int32_t const t20 = (v4 + i1);
+                bool const t21 = (t20 < N);
+                bool const t22 = (bool)(t19 & t21);
+                float const t23 = (t22 ? *(t17) : 0.0f);
+                if (t22) *(t15) = t23;
             }
         }
     }

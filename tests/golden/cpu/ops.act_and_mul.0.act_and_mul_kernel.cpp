@@ -28,29 +28,21 @@ static inline void act_and_mul_kernel_program(int32_t pid0, int32_t pid1, int32_
     int64_t const v9 = (int64_t)sy;
     int64_t const v10 = (v2 * v9);
     float* const v11 = (y_ptr + v10);
-    int inb12 = tj_affine_cmp<int32_t>((v4 + 0), d, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-    if (inb12 < 0) {
-        inb12 = 1;
-        #pragma omp simd reduction(&:inb12)
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            int32_t const t13 = (v4 + i0);
-            bool const t14 = (t13 < d);
-            inb12 &= (int)(t14);
-        }
-    }
-    if (inb12) {
+    int lo12 = 0, hi13 = 1024;
+    if (tj_span<int32_t>((v4 + 0), d, 0, (int32_t)1, (int32_t)0, 1024, &lo12, &hi13)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t15 = (v11 + ((int64_t)v4 + (int64_t)i0));
-            float* const t16 = (v7 + ((int64_t)v4 + (int64_t)i0));
-            float const t17 = (true ? *(t16) : 0.0f);
-            float const t18 = (-t17);
-            bool const t19 = (t18 != t18);
-            bool const t20 = (t18 < -103.97207641601562f);
-            bool const t21 = (t18 > 88.72283935546875f);
-            float const t22 = fmaf(t18, 1.4426950408889634f, 0.5f);
-            float const t23 = floorf(t22);
-            float const t24 = fmaf(t23, -0.693145751953125f, t18);
+        for (int i0 = lo12; i0 < hi13; ++i0) {
+            float* const t14 = (v11 + ((int64_t)v4 + (int64_t)i0));
+            float* const t15 = (v7 + ((int64_t)v4 + (int64_t)i0));
+            float const t16 = (true ? *(t15) : 0.0f);
+            float const t17 = (-t16);
+            bool const t18 = (t17 < -104.0f);
+            float const t19 = (t18 ? -104.0f : t17);
+            bool const t20 = (t19 > 89.0f);
+            float const t21 = (t20 ? 89.0f : t19);
+            float const t22 = fmaf(t21, 1.4426950408889634f, 12582912.0f);
+            float const t23 = (t22 - 12582912.0f);
+            float const t24 = fmaf(t23, -0.693145751953125f, t21);
             float const t25 = fmaf(t23, -1.428606765330187e-06f, t24);
             float const t26 = fmaf(0.0001984126984126984f, t25, 0.001388888888888889f);
             float const t27 = fmaf(t26, t25, 0.008333333333333333f);
@@ -59,76 +51,69 @@ static inline void act_and_mul_kernel_program(int32_t pid0, int32_t pid1, int32_
             float const t30 = fmaf(t29, t25, 0.5f);
             float const t31 = fmaf(t30, t25, 1.0f);
             float const t32 = fmaf(t31, t25, 1.0f);
-            float const t33 = tj_max(t23, -252.0f);
-            float const t34 = tj_min(t33, 254.0f);
-            int32_t const t35 = tj_f2i<int32_t>(t34);
-            int32_t const t36 = tj_shr(t35, 1);
-            int32_t const t37 = (t36 + 127);
-            int32_t const t38 = tj_shl(t37, 23);
-            float const t39 = tj_bitcast<float>(t38);
-            float const t40 = (t32 * t39);
-            int32_t const t41 = (t35 - t36);
-            int32_t const t42 = (t41 + 127);
-            int32_t const t43 = tj_shl(t42, 23);
-            float const t44 = tj_bitcast<float>(t43);
-            float const t45 = (t40 * t44);
-            float const t46 = (t21 ? INFINITY : t45);
-            float const t47 = (t20 ? 0.0f : t46);
-            float const t48 = (t19 ? t18 : t47);
-            float const t49 = (1.0f + t48);
-            float const t50 = (1.0f / t49);
-            float const t51 = (t17 * t50);
-            float* const t52 = (v8 + ((int64_t)v4 + (int64_t)i0));
-            float const t53 = (true ? *(t52) : 0.0f);
-            float const t54 = (t51 * t53);
-            *(t15) = t54;
+            int32_t const t33 = tj_bitcast<int32_t>(t22);
+            int32_t const t34 = (t33 - 1262485504);
+            int32_t const t35 = tj_shr(t34, 1);
+            int32_t const t36 = (t35 + 127);
+            int32_t const t37 = tj_shl(t36, 23);
+            float const t38 = tj_bitcast<float>(t37);
+            float const t39 = (t32 * t38);
+            int32_t const t40 = (t34 - t35);
+            int32_t const t41 = (t40 + 127);
+            int32_t const t42 = tj_shl(t41, 23);
+            float const t43 = tj_bitcast<float>(t42);
+            float const t44 = (t39 * t43);
+            float const t45 = (1.0f + t44);
+            float const t46 = (1.0f / t45);
+            float const t47 = (t16 * t46);
+            float* const t48 = (v8 + ((int64_t)v4 + (int64_t)i0));
+            float const t49 = (true ? *(t48) : 0.0f);
+            float const t50 = (t47 * t49);
+            *(t14) = t50;
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 1024; ++i0) {
-            float* const t55 = (v11 + ((int64_t)v4 + (int64_t)i0));
-            float* const t56 = (v7 + ((int64_t)v4 + (int64_t)i0));
-            int32_t const t57 = (v4 + i0);
-            bool const t58 = (t57 < d);
-            float const t59 = (t58 ? *(t56) : 0.0f);
-            float const t60 = (-t59);
-            bool const t61 = (t60 != t60);
-            bool const t62 = (t60 < -103.97207641601562f);
-            bool const t63 = (t60 > 88.72283935546875f);
-            float const t64 = fmaf(t60, 1.4426950408889634f, 0.5f);
-            float const t65 = floorf(t64);
-            float const t66 = fmaf(t65, -0.693145751953125f, t60);
-            float const t67 = fmaf(t65, -1.428606765330187e-06f, t66);
-            float const t68 = fmaf(0.0001984126984126984f, t67, 0.001388888888888889f);
-            float const t69 = fmaf(t68, t67, 0.008333333333333333f);
-            float const t70 = fmaf(t69, t67, 0.041666666666666664f);
-            float const t71 = fmaf(t70, t67, 0.16666666666666666f);
-            float const t72 = fmaf(t71, t67, 0.5f);
-            float const t73 = fmaf(t72, t67, 1.0f);
-            float const t74 = fmaf(t73, t67, 1.0f);
-            float const t75 = tj_max(t65, -252.0f);
-            float const t76 = tj_min(t75, 254.0f);
-            int32_t const t77 = tj_f2i<int32_t>(t76);
-            int32_t const t78 = tj_shr(t77, 1);
-            int32_t const t79 = (t78 + 127);
-            int32_t const t80 = tj_shl(t79, 23);
-            float const t81 = tj_bitcast<float>(t80);
-            float const t82 = (t74 * t81);
-            int32_t const t83 = (t77 - t78);
-            int32_t const t84 = (t83 + 127);
-            int32_t const t85 = tj_shl(t84, 23);
-            float const t86 = tj_bitcast<float>(t85);
-            float const t87 = (t82 * t86);
-            float const t88 = (t63 ? INFINITY : t87);
-            float const t89 = (t62 ? 0.0f : t88);
-            float const t90 = (t61 ? t60 : t89);
-            float const t91 = (1.0f + t90);
-            float const t92 = (1.0f / t91);
-            float const t93 = (t59 * t92);
-            float* const t94 = (v8 + ((int64_t)v4 + (int64_t)i0));
-            float const t95 = (t58 ? *(t94) : 0.0f);
-            float const t96 = (t93 * t95);
-            if (t58) *(t55) = t96;
+            float* const t51 = (v11 + ((int64_t)v4 + (int64_t)i0));
+            float* const t52 = (v7 + ((int64_t)v4 + (int64_t)i0));
+            int32_t const t53 = (v4 + i0);
+            bool const t54 = (t53 < d);
+            float const t55 = (t54 ? *(t52) : 0.0f);
+            float const t56 = (-t55);
+            bool const t57 = (t56 < -104.0f);
+            float const t58 = (t57 ? -104.0f : t56);
+            bool const t59 = (t58 > 89.0f);
+            float const t60 = (t59 ? 89.0f : t58);
+            float const t61 = fmaf(t60, 1.4426950408889634f, 12582912.0f);
+            float const t62 = (t61 - 12582912.0f);
+            float const t63 = fmaf(t62, -0.693145751953125f, t60);
+            float const t64 = fmaf(t62, -1.428606765330187e-06f, t63);
+            float const t65 = fmaf(0.0001984126984126984f, t64, 0.001388888888888889f);
+            float const t66 = fmaf(t65, t64, 0.008333333333333333f);
+            float const t67 = fmaf(t66, t64, 0.041666666666666664f);
+            float const t68 = fmaf(t67, t64, 0.16666666666666666f);
+            float const t69 = fmaf(t68, t64, 0.5f);
+            float const t70 = fmaf(t69, t64, 1.0f);
+            float const t71 = fmaf(t70, t64, 1.0f);
+            int32_t const t72 = tj_bitcast<int32_t>(t61);
+            int32_t const t73 = (t72 - 1262485504);
+            int32_t const t74 = tj_shr(t73, 1);
+            int32_t const t75 = (t74 + 127);
+            int32_t const t76 = tj_shl(t75, 23);
+            float const t77 = tj_bitcast<float>(t76);
+            float const t78 = (t71 * t77);
+            int32_t const t79 = (t73 - t74);
+            int32_t const t80 = (t79 + 127);
+            int32_t const t81 = tj_shl(t80, 23);
+            float const t82 = tj_bitcast<float>(t81);
+            float const t83 = (t78 * t82);
+            float const t84 = (1.0f + t83);
+            float const t85 = (1.0f / t84);
+            float const t86 = (t55 * t85);
+            float* const t87 = (v8 + ((int64_t)v4 + (int64_t)i0));
+            float const t88 = (t54 ? *(t87) : 0.0f);
+            float const t89 = (t86 * t88);
+            if (t54) *(t51) = t89;
         }
     }
 }

@@ -207,55 +207,57 @@ static inline void add_layer_norm_kernel_program(int32_t pid0, int32_t pid1, int
         int64_t const v87 = (int64_t)sy;
         int64_t const v88 = (v2 * v87);
         float* const v89 = (res_ptr + v88);
-        if (inb75) {
+        int lo90 = 0, hi91 = 1024;
+        if (tj_span<int32_t>((v73 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo90, &hi91)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t90 = (v89 + ((int64_t)v73 + (int64_t)i0));
-                float const t91 = (v74[i0] + v82[i0]);
-                *(t90) = t91;
-            }
-        } else {
-            #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
+            for (int i0 = lo90; i0 < hi91; ++i0) {
                 float* const t92 = (v89 + ((int64_t)v73 + (int64_t)i0));
                 float const t93 = (v74[i0] + v82[i0]);
-                int32_t const t94 = (v73 + i0);
-                bool const t95 = (t94 < N);
-                if (t95) *(t92) = t93;
-            }
-        }
-        float* const v96 = (y_ptr + v88);
-        if (inb75) {
-            #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t97 = (v96 + ((int64_t)v73 + (int64_t)i0));
-                float const t98 = (v74[i0] + v82[i0]);
-                float const t99 = (t98 - v35);
-                float const t100 = (t99 * v70);
-                float* const t101 = (w_ptr + ((int64_t)v73 + (int64_t)i0));
-                float const t102 = (true ? *(t101) : 0.0f);
-                float const t103 = (t100 * t102);
-                float* const t104 = (b_ptr + ((int64_t)v73 + (int64_t)i0));
-                float const t105 = (true ? *(t104) : 0.0f);
-                float const t106 = (t103 + t105);
-                *(t97) = t106;
+                *(t92) = t93;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t107 = (v96 + ((int64_t)v73 + (int64_t)i0));
-                float const t108 = (v74[i0] + v82[i0]);
-                float const t109 = (t108 - v35);
-                float const t110 = (t109 * v70);
-                float* const t111 = (w_ptr + ((int64_t)v73 + (int64_t)i0));
-                int32_t const t112 = (v73 + i0);
-                bool const t113 = (t112 < N);
-                float const t114 = (t113 ? *(t111) : 0.0f);
-                float const t115 = (t110 * t114);
-                float* const t116 = (b_ptr + ((int64_t)v73 + (int64_t)i0));
-                float const t117 = (t113 ? *(t116) : 0.0f);
-                float const t118 = (t115 + t117);
-                if (t113) *(t107) = t118;
+                float* const t94 = (v89 + ((int64_t)v73 + (int64_t)i0));
+                float const t95 = (v74[i0] + v82[i0]);
+                int32_t const t96 = (v73 + i0);
+                bool const t97 = (t96 < N);
+                if (t97) *(t94) = t95;
+            }
+        }
+        float* const v98 = (y_ptr + v88);
+        int lo99 = 0, hi100 = 1024;
+        if (tj_span<int32_t>((v73 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo99, &hi100)) {
+            #pragma omp simd
+            for (int i0 = lo99; i0 < hi100; ++i0) {
+                float* const t101 = (v98 + ((int64_t)v73 + (int64_t)i0));
+                float const t102 = (v74[i0] + v82[i0]);
+                float const t103 = (t102 - v35);
+                float const t104 = (t103 * v70);
+                float* const t105 = (w_ptr + ((int64_t)v73 + (int64_t)i0));
+                float const t106 = (true ? *(t105) : 0.0f);
+                float const t107 = (t104 * t106);
+                float* const t108 = (b_ptr + ((int64_t)v73 + (int64_t)i0));
+                float const t109 = (true ? *(t108) : 0.0f);
+                float const t110 = (t107 + t109);
+                *(t101) = t110;
+            }
+        } else {
+            #pragma omp simd
+            for (int i0 = 0; i0 < 1024; ++i0) {
+                float* const t111 = (v98 + ((int64_t)v73 + (int64_t)i0));
+                float const t112 = (v74[i0] + v82[i0]);
+                float const t113 = (t112 - v35);
+                float const t114 = (t113 * v70);
+                float* const t115 = (w_ptr + ((int64_t)v73 + (int64_t)i0));
+                int32_t const t116 = (v73 + i0);
+                bool const t117 = (t116 < N);
+                float const t118 = (t117 ? *(t115) : 0.0f);
+                float const t119 = (t114 * t118);
+                float* const t120 = (b_ptr + ((int64_t)v73 + (int64_t)i0));
+                float const t121 = (t117 ? *(t120) : 0.0f);
+                float const t122 = (t119 + t121);
+                if (t117) *(t111) = t122;
             }
         }
     }

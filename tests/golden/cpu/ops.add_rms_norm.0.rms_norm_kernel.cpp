@@ -78,100 +78,92 @@ static inline void rms_norm_kernel_program(int32_t pid0, int32_t pid1, int32_t p
             }
         }
         float* const v29 = (res_ptr + v7);
-        if (inb17) {
+        int lo30 = 0, hi31 = 1024;
+        if (tj_span<int32_t>((v12 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo30, &hi31)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t30 = (v29 + ((int64_t)v12 + (int64_t)i0));
-                float const t31 = (v16[i0] + v24[i0]);
-                *(t30) = t31;
+            for (int i0 = lo30; i0 < hi31; ++i0) {
+                float* const t32 = (v29 + ((int64_t)v12 + (int64_t)i0));
+                float const t33 = (v16[i0] + v24[i0]);
+                *(t32) = t33;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t32 = (v29 + ((int64_t)v12 + (int64_t)i0));
-                float const t33 = (v16[i0] + v24[i0]);
-                int32_t const t34 = (v12 + i0);
-                bool const t35 = (t34 < N);
-                if (t35) *(t32) = t33;
+                float* const t34 = (v29 + ((int64_t)v12 + (int64_t)i0));
+                float const t35 = (v16[i0] + v24[i0]);
+                int32_t const t36 = (v12 + i0);
+                bool const t37 = (t36 < N);
+                if (t37) *(t34) = t35;
             }
         }
         #pragma omp simd
         for (int i0 = 0; i0 < 1024; ++i0) {
-            float const t36 = (v16[i0] + v24[i0]);
-            float const t37 = (t36 * t36);
-            float const t38 = (c9[i0] + t37);
-            c9[i0] = t38;
+            float const t38 = (v16[i0] + v24[i0]);
+            float const t39 = (t38 * t38);
+            float const t40 = (c9[i0] + t39);
+            c9[i0] = t40;
         }
     }
-    float v39;
+    float v41;
     {
-        tj_f32x64 part40 = {};
+        tj_f32x64 part42 = {};
         for (int c = 0; c < 16; ++c) {
-            tj_f32x64_add_half(part40, (c9 + c * 64), 0);
-            tj_f32x64_add_half(part40, (c9 + c * 64 + 32), 1);
+            tj_f32x64_add_half(part42, (c9 + c * 64), 0);
+            tj_f32x64_add_half(part42, (c9 + c * 64 + 32), 1);
         }
-        alignas(64) float fold42[64];
-        tj_f32x64_store(fold42, part40);
-        for (int l = 0; l < 32; ++l) fold42[l] += fold42[l + 32];
-        for (int l = 0; l < 16; ++l) fold42[l] += fold42[l + 16];
-        for (int l = 0; l < 8; ++l) fold42[l] += fold42[l + 8];
-        for (int l = 0; l < 4; ++l) fold42[l] += fold42[l + 4];
-        for (int l = 0; l < 2; ++l) fold42[l] += fold42[l + 2];
-        for (int l = 0; l < 1; ++l) fold42[l] += fold42[l + 1];
-        v39 = fold42[0];
+        alignas(64) float fold44[64];
+        tj_f32x64_store(fold44, part42);
+        for (int l = 0; l < 32; ++l) fold44[l] += fold44[l + 32];
+        for (int l = 0; l < 16; ++l) fold44[l] += fold44[l + 16];
+        for (int l = 0; l < 8; ++l) fold44[l] += fold44[l + 8];
+        for (int l = 0; l < 4; ++l) fold44[l] += fold44[l + 4];
+        for (int l = 0; l < 2; ++l) fold44[l] += fold44[l + 2];
+        for (int l = 0; l < 1; ++l) fold44[l] += fold44[l + 1];
+        v41 = fold44[0];
     }
-    float const v43 = (float)N;
-    float const v44 = (v39 / v43);
-    float const v45 = (v44 + eps);
-    float const v46 = sqrtf(v45);
-    float const v47 = (1.0f / v46);
-    const uint64_t n48 = tj_trip_count<int32_t>(0, N, 1024);
-    for (uint64_t k49 = 0; k49 < n48; ++k49) {
-        const int32_t v50 = (int32_t)(0 + (int32_t)k49 * 1024);
-        int64_t const v51 = (int64_t)stride_r;
-        int64_t const v52 = (v2 * v51);
-        float* const v53 = (r_ptr + v52);
-        int inb54 = tj_affine_cmp<int32_t>((v50 + 0), N, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb54 < 0) {
-            inb54 = 1;
-            #pragma omp simd reduction(&:inb54)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t55 = (v50 + i0);
-                bool const t56 = (t55 < N);
-                inb54 &= (int)(t56);
-            }
-        }
-        if (inb54) {
+    float const v45 = (float)N;
+    float const v46 = (v41 / v45);
+    float const v47 = (v46 + eps);
+    float const v48 = sqrtf(v47);
+    float const v49 = (1.0f / v48);
+    const uint64_t n50 = tj_trip_count<int32_t>(0, N, 1024);
+    for (uint64_t k51 = 0; k51 < n50; ++k51) {
+        const int32_t v52 = (int32_t)(0 + (int32_t)k51 * 1024);
+        int64_t const v53 = (int64_t)stride_r;
+        int64_t const v54 = (v2 * v53);
+        float* const v55 = (r_ptr + v54);
+        int lo56 = 0, hi57 = 1024;
+        if (tj_span<int32_t>((v52 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo56, &hi57)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t57 = (v8 + ((int64_t)v50 + (int64_t)i0));
-                float* const t58 = (v5 + ((int64_t)v50 + (int64_t)i0));
-                float const t59 = (true ? *(t58) : 0.0f);
-                float* const t60 = (v53 + ((int64_t)v50 + (int64_t)i0));
-                float const t61 = (true ? *(t60) : 0.0f);
-                float const t62 = (t59 + t61);
-                float const t63 = (t62 * v47);
-                float* const t64 = (w_ptr + ((int64_t)v50 + (int64_t)i0));
-                float const t65 = (true ? *(t64) : 0.0f);
-                float const t66 = (t63 * t65);
-                *(t57) = t66;
+            for (int i0 = lo56; i0 < hi57; ++i0) {
+                float* const t58 = (v8 + ((int64_t)v52 + (int64_t)i0));
+                float* const t59 = (v5 + ((int64_t)v52 + (int64_t)i0));
+                float const t60 = (true ? *(t59) : 0.0f);
+                float* const t61 = (v55 + ((int64_t)v52 + (int64_t)i0));
+                float const t62 = (true ? *(t61) : 0.0f);
+                float const t63 = (t60 + t62);
+                float const t64 = (t63 * v49);
+                float* const t65 = (w_ptr + ((int64_t)v52 + (int64_t)i0));
+                float const t66 = (true ? *(t65) : 0.0f);
+                float const t67 = (t64 * t66);
+                *(t58) = t67;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t67 = (v8 + ((int64_t)v50 + (int64_t)i0));
-                float* const t68 = (v5 + ((int64_t)v50 + (int64_t)i0));
-                int32_t const t69 = (v50 + i0);
-                bool const t70 = (t69 < N);
-                float const t71 = (t70 ? *(t68) : 0.0f);
-                float* const t72 = (v53 + ((int64_t)v50 + (int64_t)i0));
-                float const t73 = (t70 ? *(t72) : 0.0f);
-                float const t74 = (t71 + t73);
-                float const t75 = (t74 * v47);
-                float* const t76 = (w_ptr + ((int64_t)v50 + (int64_t)i0));
-                float const t77 = (t70 ? *(t76) : 0.0f);
-                float const t78 = (t75 * t77);
-                if (t70) *(t67) = t78;
+                float* const t68 = (v8 + ((int64_t)v52 + (int64_t)i0));
+                float* const t69 = (v5 + ((int64_t)v52 + (int64_t)i0));
+                int32_t const t70 = (v52 + i0);
+                bool const t71 = (t70 < N);
+                float const t72 = (t71 ? *(t69) : 0.0f);
+                float* const t73 = (v55 + ((int64_t)v52 + (int64_t)i0));
+                float const t74 = (t71 ? *(t73) : 0.0f);
+                float const t75 = (t72 + t74);
+                float const t76 = (t75 * v49);
+                float* const t77 = (w_ptr + ((int64_t)v52 + (int64_t)i0));
+                float const t78 = (t71 ? *(t77) : 0.0f);
+                float const t79 = (t76 * t78);
+                if (t71) *(t68) = t79;
             }
         }
     }

@@ -240,223 +240,204 @@ static inline void attention_kernel_program(int32_t pid0, int32_t pid1, int32_t 
             #pragma omp simd
             for (int i1 = 0; i1 < 64; ++i1) {
                 float const t93 = (v74[i0 * 64 + i1] - v90[i0]);
-                bool const t94 = (t93 != t93);
-                bool const t95 = (t93 < -103.97207641601562f);
-                bool const t96 = (t93 > 88.72283935546875f);
-                float const t97 = fmaf(t93, 1.4426950408889634f, 0.5f);
-                float const t98 = floorf(t97);
-                float const t99 = fmaf(t98, -0.693145751953125f, t93);
-                float const t100 = fmaf(t98, -1.428606765330187e-06f, t99);
-                float const t101 = fmaf(0.0001984126984126984f, t100, 0.001388888888888889f);
-                float const t102 = fmaf(t101, t100, 0.008333333333333333f);
-                float const t103 = fmaf(t102, t100, 0.041666666666666664f);
-                float const t104 = fmaf(t103, t100, 0.16666666666666666f);
-                float const t105 = fmaf(t104, t100, 0.5f);
-                float const t106 = fmaf(t105, t100, 1.0f);
-                float const t107 = fmaf(t106, t100, 1.0f);
-                float const t108 = tj_max(t98, -252.0f);
-                float const t109 = tj_min(t108, 254.0f);
-                int32_t const t110 = tj_f2i<int32_t>(t109);
+                bool const t94 = (t93 < -104.0f);
+                float const t95 = (t94 ? -104.0f : t93);
+                bool const t96 = (t95 > 89.0f);
+                float const t97 = (t96 ? 89.0f : t95);
+                float const t98 = fmaf(t97, 1.4426950408889634f, 12582912.0f);
+                float const t99 = (t98 - 12582912.0f);
+                float const t100 = fmaf(t99, -0.693145751953125f, t97);
+                float const t101 = fmaf(t99, -1.428606765330187e-06f, t100);
+                float const t102 = fmaf(0.0001984126984126984f, t101, 0.001388888888888889f);
+                float const t103 = fmaf(t102, t101, 0.008333333333333333f);
+                float const t104 = fmaf(t103, t101, 0.041666666666666664f);
+                float const t105 = fmaf(t104, t101, 0.16666666666666666f);
+                float const t106 = fmaf(t105, t101, 0.5f);
+                float const t107 = fmaf(t106, t101, 1.0f);
+                float const t108 = fmaf(t107, t101, 1.0f);
+                int32_t const t109 = tj_bitcast<int32_t>(t98);
+                int32_t const t110 = (t109 - 1262485504);
                 int32_t const t111 = tj_shr(t110, 1);
                 int32_t const t112 = (t111 + 127);
                 int32_t const t113 = tj_shl(t112, 23);
                 float const t114 = tj_bitcast<float>(t113);
-                float const t115 = (t107 * t114);
+                float const t115 = (t108 * t114);
                 int32_t const t116 = (t110 - t111);
                 int32_t const t117 = (t116 + 127);
                 int32_t const t118 = tj_shl(t117, 23);
                 float const t119 = tj_bitcast<float>(t118);
-                float const t120 = (t115 * t119);
-                float const t121 = (t96 ? INFINITY : t120);
-                float const t122 = (t95 ? 0.0f : t121);
-                v92[i0 * 64 + i1] = (t94 ? t93 : t122);
+                v92[i0 * 64 + i1] = (t115 * t119);
             }
         }
-        alignas(64) float v123[32];
+        alignas(64) float v120[32];
         #pragma omp simd
         for (int i0 = 0; i0 < 32; ++i0) {
-            float const t124 = (c52[i0] - v90[i0]);
-            bool const t125 = (t124 != t124);
-            bool const t126 = (t124 < -103.97207641601562f);
-            bool const t127 = (t124 > 88.72283935546875f);
-            float const t128 = fmaf(t124, 1.4426950408889634f, 0.5f);
-            float const t129 = floorf(t128);
-            float const t130 = fmaf(t129, -0.693145751953125f, t124);
-            float const t131 = fmaf(t129, -1.428606765330187e-06f, t130);
-            float const t132 = fmaf(0.0001984126984126984f, t131, 0.001388888888888889f);
-            float const t133 = fmaf(t132, t131, 0.008333333333333333f);
-            float const t134 = fmaf(t133, t131, 0.041666666666666664f);
-            float const t135 = fmaf(t134, t131, 0.16666666666666666f);
-            float const t136 = fmaf(t135, t131, 0.5f);
-            float const t137 = fmaf(t136, t131, 1.0f);
-            float const t138 = fmaf(t137, t131, 1.0f);
-            float const t139 = tj_max(t129, -252.0f);
-            float const t140 = tj_min(t139, 254.0f);
-            int32_t const t141 = tj_f2i<int32_t>(t140);
-            int32_t const t142 = tj_shr(t141, 1);
-            int32_t const t143 = (t142 + 127);
-            int32_t const t144 = tj_shl(t143, 23);
-            float const t145 = tj_bitcast<float>(t144);
-            float const t146 = (t138 * t145);
-            int32_t const t147 = (t141 - t142);
-            int32_t const t148 = (t147 + 127);
-            int32_t const t149 = tj_shl(t148, 23);
-            float const t150 = tj_bitcast<float>(t149);
-            float const t151 = (t146 * t150);
-            float const t152 = (t127 ? INFINITY : t151);
-            float const t153 = (t126 ? 0.0f : t152);
-            v123[i0] = (t125 ? t124 : t153);
+            float const t121 = (c52[i0] - v90[i0]);
+            bool const t122 = (t121 < -104.0f);
+            float const t123 = (t122 ? -104.0f : t121);
+            bool const t124 = (t123 > 89.0f);
+            float const t125 = (t124 ? 89.0f : t123);
+            float const t126 = fmaf(t125, 1.4426950408889634f, 12582912.0f);
+            float const t127 = (t126 - 12582912.0f);
+            float const t128 = fmaf(t127, -0.693145751953125f, t125);
+            float const t129 = fmaf(t127, -1.428606765330187e-06f, t128);
+            float const t130 = fmaf(0.0001984126984126984f, t129, 0.001388888888888889f);
+            float const t131 = fmaf(t130, t129, 0.008333333333333333f);
+            float const t132 = fmaf(t131, t129, 0.041666666666666664f);
+            float const t133 = fmaf(t132, t129, 0.16666666666666666f);
+            float const t134 = fmaf(t133, t129, 0.5f);
+            float const t135 = fmaf(t134, t129, 1.0f);
+            float const t136 = fmaf(t135, t129, 1.0f);
+            int32_t const t137 = tj_bitcast<int32_t>(t126);
+            int32_t const t138 = (t137 - 1262485504);
+            int32_t const t139 = tj_shr(t138, 1);
+            int32_t const t140 = (t139 + 127);
+            int32_t const t141 = tj_shl(t140, 23);
+            float const t142 = tj_bitcast<float>(t141);
+            float const t143 = (t136 * t142);
+            int32_t const t144 = (t138 - t139);
+            int32_t const t145 = (t144 + 127);
+            int32_t const t146 = tj_shl(t145, 23);
+            float const t147 = tj_bitcast<float>(t146);
+            v120[i0] = (t143 * t147);
         }
-        alignas(64) float v154[32];
+        alignas(64) float v148[32];
         for (int i0 = 0; i0 < 32; ++i0) {
             float acc;
             {
-                tj_f32x64 part155 = {};
+                tj_f32x64 part149 = {};
                 for (int c = 0; c < 1; ++c) {
-                    tj_f32x64_add_half(part155, (v92 + i0 * 64 + c * 64), 0);
-                    tj_f32x64_add_half(part155, (v92 + i0 * 64 + c * 64 + 32), 1);
+                    tj_f32x64_add_half(part149, (v92 + i0 * 64 + c * 64), 0);
+                    tj_f32x64_add_half(part149, (v92 + i0 * 64 + c * 64 + 32), 1);
                 }
-                alignas(64) float fold157[64];
-                tj_f32x64_store(fold157, part155);
-                for (int l = 0; l < 32; ++l) fold157[l] += fold157[l + 32];
-                for (int l = 0; l < 16; ++l) fold157[l] += fold157[l + 16];
-                for (int l = 0; l < 8; ++l) fold157[l] += fold157[l + 8];
-                for (int l = 0; l < 4; ++l) fold157[l] += fold157[l + 4];
-                for (int l = 0; l < 2; ++l) fold157[l] += fold157[l + 2];
-                for (int l = 0; l < 1; ++l) fold157[l] += fold157[l + 1];
-                acc = fold157[0];
+                alignas(64) float fold151[64];
+                tj_f32x64_store(fold151, part149);
+                for (int l = 0; l < 32; ++l) fold151[l] += fold151[l + 32];
+                for (int l = 0; l < 16; ++l) fold151[l] += fold151[l + 16];
+                for (int l = 0; l < 8; ++l) fold151[l] += fold151[l + 8];
+                for (int l = 0; l < 4; ++l) fold151[l] += fold151[l + 4];
+                for (int l = 0; l < 2; ++l) fold151[l] += fold151[l + 2];
+                for (int l = 0; l < 1; ++l) fold151[l] += fold151[l + 1];
+                acc = fold151[0];
             }
-            v154[i0] = acc;
+            v148[i0] = acc;
         }
-        alignas(64) float v158[2048];
-        int inb159 = tj_tri_and(tj_affine_cmp<int32_t>((v55 + 0), Sk, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-        if (inb159 < 0) {
-            inb159 = 1;
+        alignas(64) float v152[2048];
+        int inb153 = tj_tri_and(tj_affine_cmp<int32_t>((v55 + 0), Sk, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
+        if (inb153 < 0) {
+            inb153 = 1;
             for (int i0 = 0; i0 < 64; ++i0) {
-                #pragma omp simd reduction(&:inb159)
+                #pragma omp simd reduction(&:inb153)
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    int32_t const t160 = (v55 + i0);
-                    bool const t161 = (t160 < Sk);
-                    int32_t const t162 = (v35 + i1);
-                    bool const t163 = (t162 < D);
-                    bool const t164 = (bool)(t161 & t163);
-                    inb159 &= (int)(t164);
+                    int32_t const t154 = (v55 + i0);
+                    bool const t155 = (t154 < Sk);
+                    int32_t const t156 = (v35 + i1);
+                    bool const t157 = (t156 < D);
+                    bool const t158 = (bool)(t155 & t157);
+                    inb153 &= (int)(t158);
                 }
             }
         }
-        if (inb159) {
+        if (inb153) {
             for (int i0 = 0; i0 < 64; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float* const t165 = (v34 + (((int64_t)v55 + (int64_t)i0) * (int64_t)svn));
-                    float* const t166 = (t165 + ((int64_t)v35 + (int64_t)i1));
-                    v158[i0 * 32 + i1] = *(t166);
+                    float* const t159 = (v34 + (((int64_t)v55 + (int64_t)i0) * (int64_t)svn));
+                    float* const t160 = (t159 + ((int64_t)v35 + (int64_t)i1));
+                    v152[i0 * 32 + i1] = *(t160);
                 }
             }
         } else {
             for (int i0 = 0; i0 < 64; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float* const t167 = (v34 + (((int64_t)v55 + (int64_t)i0) * (int64_t)svn));
-                    float* const t168 = (t167 + ((int64_t)v35 + (int64_t)i1));
-                    int32_t const t169 = (v55 + i0);
-                    bool const t170 = (t169 < Sk);
-                    int32_t const t171 = (v35 + i1);
-                    bool const t172 = (t171 < D);
-                    bool const t173 = (bool)(t170 & t172);
-                    v158[i0 * 32 + i1] = (t173 ? *(t168) : 0.0f);
+                    float* const t161 = (v34 + (((int64_t)v55 + (int64_t)i0) * (int64_t)svn));
+                    float* const t162 = (t161 + ((int64_t)v35 + (int64_t)i1));
+                    int32_t const t163 = (v55 + i0);
+                    bool const t164 = (t163 < Sk);
+                    int32_t const t165 = (v35 + i1);
+                    bool const t166 = (t165 < D);
+                    bool const t167 = (bool)(t164 & t166);
+                    v152[i0 * 32 + i1] = (t167 ? *(t162) : 0.0f);
                 }
             }
         }
-        alignas(64) float v174[1024];
+        alignas(64) float v168[1024];
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                v174[i0 * 32 + i1] = (c50[i0 * 32 + i1] * v123[i0]);
+                v168[i0 * 32 + i1] = (c50[i0 * 32 + i1] * v120[i0]);
             }
         }
-        alignas(64) float v175[1024];
+        alignas(64) float v169[1024];
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                v175[i0 * 32 + i1] = v174[i0 * 32 + i1];
+                v169[i0 * 32 + i1] = v168[i0 * 32 + i1];
             }
         }
         {
             constexpr int NR = tj_dot_nr(32, 32), MR = tj_dot_mr(NR), Mb = (32 / MR) * MR, Nb = (32 / NR) * NR, MT = 32 - Mb;
             for (int m0 = 0; m0 < Mb; m0 += MR)
                 for (int n0 = 0; n0 < Nb; n0 += NR)
-                    tj_dot_block<MR, NR>(v92 + m0 * 64, 64, v158 + n0, 32, v175 + m0 * 32 + n0, 32, 64);
+                    tj_dot_block<MR, NR>(v92 + m0 * 64, 64, v152 + n0, 32, v169 + m0 * 32 + n0, 32, 64);
             if (MT > 0)
                 for (int n0 = 0; n0 < Nb; n0 += NR)
-                    tj_dot_block<(MT > 0 ? MT : 1), NR>(v92 + Mb * 64, 64, v158 + n0, 32, v175 + Mb * 32 + n0, 32, 64);
+                    tj_dot_block<(MT > 0 ? MT : 1), NR>(v92 + Mb * 64, 64, v152 + n0, 32, v169 + Mb * 32 + n0, 32, 64);
             for (int m = 0; m < 32; ++m)
                 for (int k = 0; k < 64; ++k) {
                     float const a_mk = v92[m * 64 + k];
                     #pragma omp simd
                     for (int n = Nb; n < 32; ++n)
-                        v175[m * 32 + n] = fmaf(a_mk, v158[k * 32 + n], v175[m * 32 + n]);
+                        v169[m * 32 + n] = fmaf(a_mk, v152[k * 32 + n], v169[m * 32 + n]);
                 }
         }
         #pragma omp simd
         for (int i0 = 0; i0 < 32; ++i0) {
-            float const t176 = (c51[i0] * v123[i0]);
-            float const t177 = (t176 + v154[i0]);
-            c51[i0] = t177;
+            float const t170 = (c51[i0] * v120[i0]);
+            float const t171 = (t170 + v148[i0]);
+            c51[i0] = t171;
         }
-        memcpy(c50, v175, sizeof(float) * 1024);
+        memcpy(c50, v169, sizeof(float) * 1024);
         memcpy(c52, v87, sizeof(float) * 32);
     }
-    alignas(64) bool v178[32];
+    alignas(64) bool v172[32];
     #pragma omp simd
     for (int i0 = 0; i0 < 32; ++i0) {
-        v178[i0] = (c51[i0] != 0.0f);
+        v172[i0] = (c51[i0] != 0.0f);
     }
-    alignas(64) float v179[32];
+    alignas(64) float v173[32];
     #pragma omp simd
     for (int i0 = 0; i0 < 32; ++i0) {
-        v179[i0] = (v178[i0] ? c51[i0] : 1.0f);
+        v173[i0] = (v172[i0] ? c51[i0] : 1.0f);
     }
-    int inb180 = tj_tri_and(tj_affine_cmp<int32_t>((v7 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb180 < 0) {
-        inb180 = 1;
-        for (int i0 = 0; i0 < 32; ++i0) {
-            #pragma omp simd reduction(&:inb180)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t181 = (v7 + i0);
-                bool const t182 = (t181 < Sq);
-                int32_t const t183 = (v35 + i1);
-                bool const t184 = (t183 < D);
-                bool const t185 = (bool)(t182 & t184);
-                inb180 &= (int)(t185);
-            }
-        }
-    }
-    if (inb180) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    int lo174 = 0, hi175 = 32;
+    int lo176 = 0, hi177 = 32;
+    if (tj_span<int32_t>((v7 + 0), Sq, 0, (int32_t)1, (int32_t)0, 32, &lo174, &hi175) && tj_span<int32_t>((v35 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo176, &hi177)) {
+        for (int i0 = lo174; i0 < hi175; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t186 = (v21 + (((int64_t)v7 + (int64_t)i0) * (int64_t)som));
-                float* const t187 = (t186 + ((int64_t)v35 + (int64_t)i1));
-                float const t188 = (c50[i0 * 32 + i1] / v179[i0]);
-                float const t189 = (v178[i0] ? t188 : 0.0f);
-                *(t187) = t189;
+            for (int i1 = lo176; i1 < hi177; ++i1) {
+                float* const t178 = (v21 + (((int64_t)v7 + (int64_t)i0) * (int64_t)som));
+                float* const t179 = (t178 + ((int64_t)v35 + (int64_t)i1));
+                float const t180 = (c50[i0 * 32 + i1] / v173[i0]);
+                float const t181 = (v172[i0] ? t180 : 0.0f);
+                *(t179) = t181;
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t190 = (v21 + (((int64_t)v7 + (int64_t)i0) * (int64_t)som));
-                float* const t191 = (t190 + ((int64_t)v35 + (int64_t)i1));
-                float const t192 = (c50[i0 * 32 + i1] / v179[i0]);
-                float const t193 = (v178[i0] ? t192 : 0.0f);
-                int32_t const t194 = (v7 + i0);
-                bool const t195 = (t194 < Sq);
-                int32_t const t196 = (v35 + i1);
-                bool const t197 = (t196 < D);
-                bool const t198 = (bool)(t195 & t197);
-                if (t198) *(t191) = t193;
+                float* const t182 = (v21 + (((int64_t)v7 + (int64_t)i0) * (int64_t)som));
+                float* const t183 = (t182 + ((int64_t)v35 + (int64_t)i1));
+                float const t184 = (c50[i0 * 32 + i1] / v173[i0]);
+                float const t185 = (v172[i0] ? t184 : 0.0f);
+                int32_t const t186 = (v7 + i0);
+                bool const t187 = (t186 < Sq);
+                int32_t const t188 = (v35 + i1);
+                bool const t189 = (t188 < D);
+                bool const t190 = (bool)(t187 & t189);
+                if (t190) *(t183) = t185;
             }
         }
     }

@@ -92,29 +92,20 @@ static inline void attention_bwd_delta_kernel_program(int32_t pid0, int32_t pid1
     int64_t const v45 = (int64_t)Sq;
     int64_t const v46 = (v44 * v45);
     float* const v47 = (delta_ptr + v46);
-    int inb48 = tj_affine_cmp<int32_t>((v5 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
-    if (inb48 < 0) {
-        inb48 = 1;
-        #pragma omp simd reduction(&:inb48)
-        for (int i0 = 0; i0 < 32; ++i0) {
-            int32_t const t49 = (v5 + i0);
-            bool const t50 = (t49 < Sq);
-            inb48 &= (int)(t50);
-        }
-    }
-    if (inb48) {
+    int lo48 = 0, hi49 = 32;
+    if (tj_span<int32_t>((v5 + 0), Sq, 0, (int32_t)1, (int32_t)0, 32, &lo48, &hi49)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 32; ++i0) {
-            float* const t51 = (v47 + ((int64_t)v5 + (int64_t)i0));
-            *(t51) = v20[i0];
+        for (int i0 = lo48; i0 < hi49; ++i0) {
+            float* const t50 = (v47 + ((int64_t)v5 + (int64_t)i0));
+            *(t50) = v20[i0];
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 32; ++i0) {
-            float* const t52 = (v47 + ((int64_t)v5 + (int64_t)i0));
-            int32_t const t53 = (v5 + i0);
-            bool const t54 = (t53 < Sq);
-            if (t54) *(t52) = v20[i0];
+            float* const t51 = (v47 + ((int64_t)v5 + (int64_t)i0));
+            int32_t const t52 = (v5 + i0);
+            bool const t53 = (t52 < Sq);
+            if (t53) *(t51) = v20[i0];
         }
     }
 }

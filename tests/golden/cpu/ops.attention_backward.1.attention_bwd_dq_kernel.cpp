@@ -367,78 +367,75 @@ static inline void attention_bwd_dq_kernel_program(int32_t pid0, int32_t pid1, i
                 bool const t153 = (bool)(t150 & t152);
                 float const t154 = (c67[i0 * 32 + i1] * scale);
                 float const t155 = (t154 - v40[i0]);
-                bool const t156 = (t155 != t155);
-                bool const t157 = (t155 < -103.97207641601562f);
-                bool const t158 = (t155 > 88.72283935546875f);
-                float const t159 = fmaf(t155, 1.4426950408889634f, 0.5f);
-                float const t160 = floorf(t159);
-                float const t161 = fmaf(t160, -0.693145751953125f, t155);
-                float const t162 = fmaf(t160, -1.428606765330187e-06f, t161);
-                float const t163 = fmaf(0.0001984126984126984f, t162, 0.001388888888888889f);
-                float const t164 = fmaf(t163, t162, 0.008333333333333333f);
-                float const t165 = fmaf(t164, t162, 0.041666666666666664f);
-                float const t166 = fmaf(t165, t162, 0.16666666666666666f);
-                float const t167 = fmaf(t166, t162, 0.5f);
-                float const t168 = fmaf(t167, t162, 1.0f);
-                float const t169 = fmaf(t168, t162, 1.0f);
-                float const t170 = tj_max(t160, -252.0f);
-                float const t171 = tj_min(t170, 254.0f);
-                int32_t const t172 = tj_f2i<int32_t>(t171);
+                bool const t156 = (t155 < -104.0f);
+                float const t157 = (t156 ? -104.0f : t155);
+                bool const t158 = (t157 > 89.0f);
+                float const t159 = (t158 ? 89.0f : t157);
+                float const t160 = fmaf(t159, 1.4426950408889634f, 12582912.0f);
+                float const t161 = (t160 - 12582912.0f);
+                float const t162 = fmaf(t161, -0.693145751953125f, t159);
+                float const t163 = fmaf(t161, -1.428606765330187e-06f, t162);
+                float const t164 = fmaf(0.0001984126984126984f, t163, 0.001388888888888889f);
+                float const t165 = fmaf(t164, t163, 0.008333333333333333f);
+                float const t166 = fmaf(t165, t163, 0.041666666666666664f);
+                float const t167 = fmaf(t166, t163, 0.16666666666666666f);
+                float const t168 = fmaf(t167, t163, 0.5f);
+                float const t169 = fmaf(t168, t163, 1.0f);
+                float const t170 = fmaf(t169, t163, 1.0f);
+                int32_t const t171 = tj_bitcast<int32_t>(t160);
+                int32_t const t172 = (t171 - 1262485504);
                 int32_t const t173 = tj_shr(t172, 1);
                 int32_t const t174 = (t173 + 127);
                 int32_t const t175 = tj_shl(t174, 23);
                 float const t176 = tj_bitcast<float>(t175);
-                float const t177 = (t169 * t176);
+                float const t177 = (t170 * t176);
                 int32_t const t178 = (t172 - t173);
                 int32_t const t179 = (t178 + 127);
                 int32_t const t180 = tj_shl(t179, 23);
                 float const t181 = tj_bitcast<float>(t180);
                 float const t182 = (t177 * t181);
-                float const t183 = (t158 ? INFINITY : t182);
-                float const t184 = (t157 ? 0.0f : t183);
-                float const t185 = (t156 ? t155 : t184);
-                float const t186 = (t153 ? t185 : 0.0f);
-                float const t187 = (c106[i0 * 32 + i1] - v53[i0]);
-                v145[i0 * 32 + i1] = (t186 * t187);
+                float const t183 = (t153 ? t182 : 0.0f);
+                float const t184 = (c106[i0 * 32 + i1] - v53[i0]);
+                v145[i0 * 32 + i1] = (t183 * t184);
             }
         }
-        alignas(64) float v188[1024];
-        int inb189 = tj_tri_and(tj_affine_cmp<int32_t>((v66 + 0), Sk, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-        if (inb189 < 0) {
-            inb189 = 1;
+        alignas(64) float v185[1024];
+        int inb186 = tj_tri_and(tj_affine_cmp<int32_t>((v66 + 0), Sk, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
+        if (inb186 < 0) {
+            inb186 = 1;
             for (int i0 = 0; i0 < 32; ++i0) {
-                #pragma omp simd reduction(&:inb189)
+                #pragma omp simd reduction(&:inb186)
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    int32_t const t190 = (v66 + i0);
-                    bool const t191 = (t190 < Sk);
-                    int32_t const t192 = (v35 + i1);
-                    bool const t193 = (t192 < D);
-                    bool const t194 = (bool)(t191 & t193);
-                    inb189 &= (int)(t194);
+                    int32_t const t187 = (v66 + i0);
+                    bool const t188 = (t187 < Sk);
+                    int32_t const t189 = (v35 + i1);
+                    bool const t190 = (t189 < D);
+                    bool const t191 = (bool)(t188 & t190);
+                    inb186 &= (int)(t191);
                 }
             }
         }
-        if (inb189) {
+        if (inb186) {
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float* const t195 = (v20 + (((int64_t)v66 + (int64_t)i0) * (int64_t)skn));
-                    float* const t196 = (t195 + ((int64_t)v35 + (int64_t)i1));
-                    v188[i0 * 32 + i1] = *(t196);
+                    float* const t192 = (v20 + (((int64_t)v66 + (int64_t)i0) * (int64_t)skn));
+                    float* const t193 = (t192 + ((int64_t)v35 + (int64_t)i1));
+                    v185[i0 * 32 + i1] = *(t193);
                 }
             }
         } else {
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float* const t197 = (v20 + (((int64_t)v66 + (int64_t)i0) * (int64_t)skn));
-                    float* const t198 = (t197 + ((int64_t)v35 + (int64_t)i1));
-                    int32_t const t199 = (v66 + i0);
-                    bool const t200 = (t199 < Sk);
-                    int32_t const t201 = (v35 + i1);
-                    bool const t202 = (t201 < D);
-                    bool const t203 = (bool)(t200 & t202);
-                    v188[i0 * 32 + i1] = (t203 ? *(t198) : 0.0f);
+                    float* const t194 = (v20 + (((int64_t)v66 + (int64_t)i0) * (int64_t)skn));
+                    float* const t195 = (t194 + ((int64_t)v35 + (int64_t)i1));
+                    int32_t const t196 = (v66 + i0);
+                    bool const t197 = (t196 < Sk);
+                    int32_t const t198 = (v35 + i1);
+                    bool const t199 = (t198 < D);
+                    bool const t200 = (bool)(t197 & t199);
+                    v185[i0 * 32 + i1] = (t200 ? *(t195) : 0.0f);
                 }
             }
         }
@@ -446,59 +443,46 @@ static inline void attention_bwd_dq_kernel_program(int32_t pid0, int32_t pid1, i
             constexpr int NR = tj_dot_nr(32, 32), MR = tj_dot_mr(NR), Mb = (32 / MR) * MR, Nb = (32 / NR) * NR, MT = 32 - Mb;
             for (int m0 = 0; m0 < Mb; m0 += MR)
                 for (int n0 = 0; n0 < Nb; n0 += NR)
-                    tj_dot_block<MR, NR>(v145 + m0 * 32, 32, v188 + n0, 32, c63 + m0 * 32 + n0, 32, 32);
+                    tj_dot_block<MR, NR>(v145 + m0 * 32, 32, v185 + n0, 32, c63 + m0 * 32 + n0, 32, 32);
             if (MT > 0)
                 for (int n0 = 0; n0 < Nb; n0 += NR)
-                    tj_dot_block<(MT > 0 ? MT : 1), NR>(v145 + Mb * 32, 32, v188 + n0, 32, c63 + Mb * 32 + n0, 32, 32);
+                    tj_dot_block<(MT > 0 ? MT : 1), NR>(v145 + Mb * 32, 32, v185 + n0, 32, c63 + Mb * 32 + n0, 32, 32);
             for (int m = 0; m < 32; ++m)
                 for (int k = 0; k < 32; ++k) {
                     float const a_mk = v145[m * 32 + k];
                     #pragma omp simd
                     for (int n = Nb; n < 32; ++n)
-                        c63[m * 32 + n] = fmaf(a_mk, v188[k * 32 + n], c63[m * 32 + n]);
+                        c63[m * 32 + n] = fmaf(a_mk, v185[k * 32 + n], c63[m * 32 + n]);
                 }
         }
     }
-    float* const v204 = (dq_ptr + v8);
-    float* const v205 = (v204 + v12);
-    int inb206 = tj_tri_and(tj_affine_cmp<int32_t>((v33 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v35 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb206 < 0) {
-        inb206 = 1;
-        for (int i0 = 0; i0 < 32; ++i0) {
-            #pragma omp simd reduction(&:inb206)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t207 = (v33 + i0);
-                bool const t208 = (t207 < Sq);
-                int32_t const t209 = (v35 + i1);
-                bool const t210 = (t209 < D);
-                bool const t211 = (bool)(t208 & t210);
-                inb206 &= (int)(t211);
-            }
-        }
-    }
-    if (inb206) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    float* const v201 = (dq_ptr + v8);
+    float* const v202 = (v201 + v12);
+    int lo203 = 0, hi204 = 32;
+    int lo205 = 0, hi206 = 32;
+    if (tj_span<int32_t>((v33 + 0), Sq, 0, (int32_t)1, (int32_t)0, 32, &lo203, &hi204) && tj_span<int32_t>((v35 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo205, &hi206)) {
+        for (int i0 = lo203; i0 < hi204; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t212 = (v205 + (((int64_t)v33 + (int64_t)i0) * (int64_t)sqm));
-                float* const t213 = (t212 + ((int64_t)v35 + (int64_t)i1));
-                float const t214 = (c63[i0 * 32 + i1] * scale);
-                *(t213) = t214;
+            for (int i1 = lo205; i1 < hi206; ++i1) {
+                float* const t207 = (v202 + (((int64_t)v33 + (int64_t)i0) * (int64_t)sqm));
+                float* const t208 = (t207 + ((int64_t)v35 + (int64_t)i1));
+                float const t209 = (c63[i0 * 32 + i1] * scale);
+                *(t208) = t209;
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t215 = (v205 + (((int64_t)v33 + (int64_t)i0) * (int64_t)sqm));
-                float* const t216 = (t215 + ((int64_t)v35 + (int64_t)i1));
-                float const t217 = (c63[i0 * 32 + i1] * scale);
-                int32_t const t218 = (v33 + i0);
-                bool const t219 = (t218 < Sq);
-                int32_t const t220 = (v35 + i1);
-                bool const t221 = (t220 < D);
-                bool const t222 = (bool)(t219 & t221);
-                if (t222) *(t216) = t217;
+                float* const t210 = (v202 + (((int64_t)v33 + (int64_t)i0) * (int64_t)sqm));
+                float* const t211 = (t210 + ((int64_t)v35 + (int64_t)i1));
+                float const t212 = (c63[i0 * 32 + i1] * scale);
+                int32_t const t213 = (v33 + i0);
+                bool const t214 = (t213 < Sq);
+                int32_t const t215 = (v35 + i1);
+                bool const t216 = (t215 < D);
+                bool const t217 = (bool)(t214 & t216);
+                if (t217) *(t211) = t212;
             }
         }
     }

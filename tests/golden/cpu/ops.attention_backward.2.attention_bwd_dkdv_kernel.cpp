@@ -268,128 +268,125 @@ static inline void attention_bwd_dkdv_kernel_program(int32_t pid0, int32_t pid1,
                     bool const t116 = (bool)(t113 & t115);
                     float const t117 = (c69[i0 * 32 + i1] * scale);
                     float const t118 = (t117 - v56[i0]);
-                    bool const t119 = (t118 != t118);
-                    bool const t120 = (t118 < -103.97207641601562f);
-                    bool const t121 = (t118 > 88.72283935546875f);
-                    float const t122 = fmaf(t118, 1.4426950408889634f, 0.5f);
-                    float const t123 = floorf(t122);
-                    float const t124 = fmaf(t123, -0.693145751953125f, t118);
-                    float const t125 = fmaf(t123, -1.428606765330187e-06f, t124);
-                    float const t126 = fmaf(0.0001984126984126984f, t125, 0.001388888888888889f);
-                    float const t127 = fmaf(t126, t125, 0.008333333333333333f);
-                    float const t128 = fmaf(t127, t125, 0.041666666666666664f);
-                    float const t129 = fmaf(t128, t125, 0.16666666666666666f);
-                    float const t130 = fmaf(t129, t125, 0.5f);
-                    float const t131 = fmaf(t130, t125, 1.0f);
-                    float const t132 = fmaf(t131, t125, 1.0f);
-                    float const t133 = tj_max(t123, -252.0f);
-                    float const t134 = tj_min(t133, 254.0f);
-                    int32_t const t135 = tj_f2i<int32_t>(t134);
+                    bool const t119 = (t118 < -104.0f);
+                    float const t120 = (t119 ? -104.0f : t118);
+                    bool const t121 = (t120 > 89.0f);
+                    float const t122 = (t121 ? 89.0f : t120);
+                    float const t123 = fmaf(t122, 1.4426950408889634f, 12582912.0f);
+                    float const t124 = (t123 - 12582912.0f);
+                    float const t125 = fmaf(t124, -0.693145751953125f, t122);
+                    float const t126 = fmaf(t124, -1.428606765330187e-06f, t125);
+                    float const t127 = fmaf(0.0001984126984126984f, t126, 0.001388888888888889f);
+                    float const t128 = fmaf(t127, t126, 0.008333333333333333f);
+                    float const t129 = fmaf(t128, t126, 0.041666666666666664f);
+                    float const t130 = fmaf(t129, t126, 0.16666666666666666f);
+                    float const t131 = fmaf(t130, t126, 0.5f);
+                    float const t132 = fmaf(t131, t126, 1.0f);
+                    float const t133 = fmaf(t132, t126, 1.0f);
+                    int32_t const t134 = tj_bitcast<int32_t>(t123);
+                    int32_t const t135 = (t134 - 1262485504);
                     int32_t const t136 = tj_shr(t135, 1);
                     int32_t const t137 = (t136 + 127);
                     int32_t const t138 = tj_shl(t137, 23);
                     float const t139 = tj_bitcast<float>(t138);
-                    float const t140 = (t132 * t139);
+                    float const t140 = (t133 * t139);
                     int32_t const t141 = (t135 - t136);
                     int32_t const t142 = (t141 + 127);
                     int32_t const t143 = tj_shl(t142, 23);
                     float const t144 = tj_bitcast<float>(t143);
                     float const t145 = (t140 * t144);
-                    float const t146 = (t121 ? INFINITY : t145);
-                    float const t147 = (t120 ? 0.0f : t146);
-                    float const t148 = (t119 ? t118 : t147);
-                    v108[i0 * 32 + i1] = (t116 ? t148 : 0.0f);
+                    v108[i0 * 32 + i1] = (t116 ? t145 : 0.0f);
                 }
             }
-            alignas(64) float c149[1024];
+            alignas(64) float c146[1024];
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    c149[i0 * 32 + i1] = 0.0f;
+                    c146[i0 * 32 + i1] = 0.0f;
                 }
             }
-            const void* last179 = nullptr;
-            const uint64_t n150 = tj_trip_count<int32_t>(0, 32, 32);
-            for (uint64_t k151 = 0; k151 < n150; ++k151) {
-                const int32_t v152 = (int32_t)(0 + (int32_t)k151 * 32);
-                alignas(64) float v153[1024];
-                int inb154 = tj_tri_and(tj_affine_cmp<int32_t>((v54 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v152 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-                if (inb154 < 0) {
-                    inb154 = 1;
+            const void* last176 = nullptr;
+            const uint64_t n147 = tj_trip_count<int32_t>(0, 32, 32);
+            for (uint64_t k148 = 0; k148 < n147; ++k148) {
+                const int32_t v149 = (int32_t)(0 + (int32_t)k148 * 32);
+                alignas(64) float v150[1024];
+                int inb151 = tj_tri_and(tj_affine_cmp<int32_t>((v54 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v149 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
+                if (inb151 < 0) {
+                    inb151 = 1;
                     for (int i0 = 0; i0 < 32; ++i0) {
-                        #pragma omp simd reduction(&:inb154)
+                        #pragma omp simd reduction(&:inb151)
                         for (int i1 = 0; i1 < 32; ++i1) {
-                            int32_t const t155 = (v54 + i0);
-                            bool const t156 = (t155 < Sq);
-                            int32_t const t157 = (v152 + i1);
-                            bool const t158 = (t157 < D);
-                            bool const t159 = (bool)(t156 & t158);
-                            inb154 &= (int)(t159);
+                            int32_t const t152 = (v54 + i0);
+                            bool const t153 = (t152 < Sq);
+                            int32_t const t154 = (v149 + i1);
+                            bool const t155 = (t154 < D);
+                            bool const t156 = (bool)(t153 & t155);
+                            inb151 &= (int)(t156);
                         }
                     }
                 }
-                if (inb154) {
+                if (inb151) {
                     for (int i0 = 0; i0 < 32; ++i0) {
                         #pragma omp simd
                         for (int i1 = 0; i1 < 32; ++i1) {
-                            float* const t160 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
-                            float* const t161 = (t160 + ((int64_t)v152 + (int64_t)i1));
-                            v153[i0 * 32 + i1] = *(t161);
+                            float* const t157 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
+                            float* const t158 = (t157 + ((int64_t)v149 + (int64_t)i1));
+                            v150[i0 * 32 + i1] = *(t158);
                         }
                     }
                 } else {
                     for (int i0 = 0; i0 < 32; ++i0) {
                         #pragma omp simd
                         for (int i1 = 0; i1 < 32; ++i1) {
-                            float* const t162 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
-                            float* const t163 = (t162 + ((int64_t)v152 + (int64_t)i1));
-                            int32_t const t164 = (v54 + i0);
-                            bool const t165 = (t164 < Sq);
-                            int32_t const t166 = (v152 + i1);
-                            bool const t167 = (t166 < D);
-                            bool const t168 = (bool)(t165 & t167);
-                            v153[i0 * 32 + i1] = (t168 ? *(t163) : 0.0f);
+                            float* const t159 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
+                            float* const t160 = (t159 + ((int64_t)v149 + (int64_t)i1));
+                            int32_t const t161 = (v54 + i0);
+                            bool const t162 = (t161 < Sq);
+                            int32_t const t163 = (v149 + i1);
+                            bool const t164 = (t163 < D);
+                            bool const t165 = (bool)(t162 & t164);
+                            v150[i0 * 32 + i1] = (t165 ? *(t160) : 0.0f);
                         }
                     }
                 }
-                alignas(64) float v169[1024];
-                int inb170 = tj_tri_and(tj_affine_cmp<int32_t>((v152 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v19 + 0), Sk, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-                if (inb170 < 0) {
-                    inb170 = 1;
+                alignas(64) float v166[1024];
+                int inb167 = tj_tri_and(tj_affine_cmp<int32_t>((v149 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v19 + 0), Sk, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
+                if (inb167 < 0) {
+                    inb167 = 1;
                     for (int i0 = 0; i0 < 32; ++i0) {
-                        #pragma omp simd reduction(&:inb170)
+                        #pragma omp simd reduction(&:inb167)
                         for (int i1 = 0; i1 < 32; ++i1) {
-                            int32_t const t171 = (v152 + i0);
-                            bool const t172 = (t171 < D);
-                            int32_t const t173 = (v19 + i1);
-                            bool const t174 = (t173 < Sk);
-                            bool const t175 = (bool)(t172 & t174);
-                            inb170 &= (int)(t175);
+                            int32_t const t168 = (v149 + i0);
+                            bool const t169 = (t168 < D);
+                            int32_t const t170 = (v19 + i1);
+                            bool const t171 = (t170 < Sk);
+                            bool const t172 = (bool)(t169 & t171);
+                            inb167 &= (int)(t172);
                         }
                     }
                 }
-                if (inb170) {
-                    const float* cols176[32];
+                if (inb167) {
+                    const float* cols173[32];
                     #pragma omp simd
                     for (int i0 = 0; i0 < 32; ++i0) {
-                        float* const t177 = (v18 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
-                        float* const t178 = (t177 + ((int64_t)v152 + (int64_t)0));
-                        cols176[i0] = t178;
+                        float* const t174 = (v18 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
+                        float* const t175 = (t174 + ((int64_t)v149 + (int64_t)0));
+                        cols173[i0] = t175;
                     }
-                    const ptrdiff_t ahead180 = tj_ahead(&last179, cols176[0]);
-                    tj_fill_transposed<0>(v169, cols176, 32, 32, ahead180);
+                    const ptrdiff_t ahead177 = tj_ahead(&last176, cols173[0]);
+                    tj_fill_transposed<0>(v166, cols173, 32, 32, ahead177);
                 } else {
                     for (int i0 = 0; i0 < 32; ++i0) {
                         #pragma omp simd
                         for (int i1 = 0; i1 < 32; ++i1) {
-                            float* const t181 = (v18 + (((int64_t)v19 + (int64_t)i1) * (int64_t)svn));
-                            float* const t182 = (t181 + ((int64_t)v152 + (int64_t)i0));
-                            int32_t const t183 = (v152 + i0);
-                            bool const t184 = (t183 < D);
-                            int32_t const t185 = (v19 + i1);
-                            bool const t186 = (t185 < Sk);
-                            bool const t187 = (bool)(t184 & t186);
-                            v169[i0 * 32 + i1] = (t187 ? *(t182) : 0.0f);
+                            float* const t178 = (v18 + (((int64_t)v19 + (int64_t)i1) * (int64_t)svn));
+                            float* const t179 = (t178 + ((int64_t)v149 + (int64_t)i0));
+                            int32_t const t180 = (v149 + i0);
+                            bool const t181 = (t180 < D);
+                            int32_t const t182 = (v19 + i1);
+                            bool const t183 = (t182 < Sk);
+                            bool const t184 = (bool)(t181 & t183);
+                            v166[i0 * 32 + i1] = (t184 ? *(t179) : 0.0f);
                         }
                     }
                 }
@@ -397,212 +394,201 @@ static inline void attention_bwd_dkdv_kernel_program(int32_t pid0, int32_t pid1,
                     constexpr int NR = tj_dot_nr(32, 32), MR = tj_dot_mr(NR), Mb = (32 / MR) * MR, Nb = (32 / NR) * NR, MT = 32 - Mb;
                     for (int m0 = 0; m0 < Mb; m0 += MR)
                         for (int n0 = 0; n0 < Nb; n0 += NR)
-                            tj_dot_block<MR, NR>(v153 + m0 * 32, 32, v169 + n0, 32, c149 + m0 * 32 + n0, 32, 32);
+                            tj_dot_block<MR, NR>(v150 + m0 * 32, 32, v166 + n0, 32, c146 + m0 * 32 + n0, 32, 32);
                     if (MT > 0)
                         for (int n0 = 0; n0 < Nb; n0 += NR)
-                            tj_dot_block<(MT > 0 ? MT : 1), NR>(v153 + Mb * 32, 32, v169 + n0, 32, c149 + Mb * 32 + n0, 32, 32);
+                            tj_dot_block<(MT > 0 ? MT : 1), NR>(v150 + Mb * 32, 32, v166 + n0, 32, c146 + Mb * 32 + n0, 32, 32);
                     for (int m = 0; m < 32; ++m)
                         for (int k = 0; k < 32; ++k) {
-                            float const a_mk = v153[m * 32 + k];
+                            float const a_mk = v150[m * 32 + k];
                             #pragma omp simd
                             for (int n = Nb; n < 32; ++n)
-                                c149[m * 32 + n] = fmaf(a_mk, v169[k * 32 + n], c149[m * 32 + n]);
+                                c146[m * 32 + n] = fmaf(a_mk, v166[k * 32 + n], c146[m * 32 + n]);
                         }
                 }
             }
-            alignas(64) float v188[1024];
+            alignas(64) float v185[1024];
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float* const t189 = (v68 + ((int64_t)v54 + (int64_t)i0));
-                    int32_t const t190 = (v54 + i0);
-                    bool const t191 = (t190 < Sq);
-                    float const t192 = (t191 ? *(t189) : 0.0f);
-                    float const t193 = (c149[i0 * 32 + i1] - t192);
-                    v188[i0 * 32 + i1] = (v108[i0 * 32 + i1] * t193);
+                    float* const t186 = (v68 + ((int64_t)v54 + (int64_t)i0));
+                    int32_t const t187 = (v54 + i0);
+                    bool const t188 = (t187 < Sq);
+                    float const t189 = (t188 ? *(t186) : 0.0f);
+                    float const t190 = (c146[i0 * 32 + i1] - t189);
+                    v185[i0 * 32 + i1] = (v108[i0 * 32 + i1] * t190);
                 }
             }
-            alignas(64) float v194[1024];
-            int inb195 = tj_tri_and(tj_affine_cmp<int32_t>((v54 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v21 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-            if (inb195 < 0) {
-                inb195 = 1;
+            alignas(64) float v191[1024];
+            int inb192 = tj_tri_and(tj_affine_cmp<int32_t>((v54 + 0), Sq, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v21 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
+            if (inb192 < 0) {
+                inb192 = 1;
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    #pragma omp simd reduction(&:inb195)
+                    #pragma omp simd reduction(&:inb192)
                     for (int i1 = 0; i1 < 32; ++i1) {
-                        int32_t const t196 = (v54 + i0);
-                        bool const t197 = (t196 < Sq);
-                        int32_t const t198 = (v21 + i1);
-                        bool const t199 = (t198 < D);
-                        bool const t200 = (bool)(t197 & t199);
-                        inb195 &= (int)(t200);
+                        int32_t const t193 = (v54 + i0);
+                        bool const t194 = (t193 < Sq);
+                        int32_t const t195 = (v21 + i1);
+                        bool const t196 = (t195 < D);
+                        bool const t197 = (bool)(t194 & t196);
+                        inb192 &= (int)(t197);
                     }
                 }
             }
-            if (inb195) {
+            if (inb192) {
                 for (int i0 = 0; i0 < 32; ++i0) {
                     #pragma omp simd
                     for (int i1 = 0; i1 < 32; ++i1) {
-                        float* const t201 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
-                        float* const t202 = (t201 + ((int64_t)v21 + (int64_t)i1));
-                        v194[i0 * 32 + i1] = *(t202);
+                        float* const t198 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
+                        float* const t199 = (t198 + ((int64_t)v21 + (int64_t)i1));
+                        v191[i0 * 32 + i1] = *(t199);
                     }
                 }
             } else {
                 for (int i0 = 0; i0 < 32; ++i0) {
                     #pragma omp simd
                     for (int i1 = 0; i1 < 32; ++i1) {
-                        float* const t203 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
-                        float* const t204 = (t203 + ((int64_t)v21 + (int64_t)i1));
-                        int32_t const t205 = (v54 + i0);
-                        bool const t206 = (t205 < Sq);
-                        int32_t const t207 = (v21 + i1);
-                        bool const t208 = (t207 < D);
-                        bool const t209 = (bool)(t206 & t208);
-                        v194[i0 * 32 + i1] = (t209 ? *(t204) : 0.0f);
+                        float* const t200 = (v45 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sdm));
+                        float* const t201 = (t200 + ((int64_t)v21 + (int64_t)i1));
+                        int32_t const t202 = (v54 + i0);
+                        bool const t203 = (t202 < Sq);
+                        int32_t const t204 = (v21 + i1);
+                        bool const t205 = (t204 < D);
+                        bool const t206 = (bool)(t203 & t205);
+                        v191[i0 * 32 + i1] = (t206 ? *(t201) : 0.0f);
                     }
                 }
             }
-            alignas(64) float m210[1024];
+            alignas(64) float m207[1024];
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    m210[i0 * 32 + i1] = v108[i1 * 32 + i0];
+                    m207[i0 * 32 + i1] = v108[i1 * 32 + i0];
                 }
             }
             {
                 constexpr int NR = tj_dot_nr(32, 32), MR = tj_dot_mr(NR), Mb = (32 / MR) * MR, Nb = (32 / NR) * NR, MT = 32 - Mb;
                 for (int m0 = 0; m0 < Mb; m0 += MR)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<MR, NR>(m210 + m0 * 32, 32, v194 + n0, 32, c51 + m0 * 32 + n0, 32, 32);
+                        tj_dot_block<MR, NR>(m207 + m0 * 32, 32, v191 + n0, 32, c51 + m0 * 32 + n0, 32, 32);
                 if (MT > 0)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<(MT > 0 ? MT : 1), NR>(m210 + Mb * 32, 32, v194 + n0, 32, c51 + Mb * 32 + n0, 32, 32);
+                        tj_dot_block<(MT > 0 ? MT : 1), NR>(m207 + Mb * 32, 32, v191 + n0, 32, c51 + Mb * 32 + n0, 32, 32);
                 for (int m = 0; m < 32; ++m)
                     for (int k = 0; k < 32; ++k) {
-                        float const a_mk = m210[m * 32 + k];
+                        float const a_mk = m207[m * 32 + k];
                         #pragma omp simd
                         for (int n = Nb; n < 32; ++n)
-                            c51[m * 32 + n] = fmaf(a_mk, v194[k * 32 + n], c51[m * 32 + n]);
+                            c51[m * 32 + n] = fmaf(a_mk, v191[k * 32 + n], c51[m * 32 + n]);
                     }
             }
-            alignas(64) float v211[1024];
-            if (inb195) {
+            alignas(64) float v208[1024];
+            if (inb192) {
                 for (int i0 = 0; i0 < 32; ++i0) {
                     #pragma omp simd
                     for (int i1 = 0; i1 < 32; ++i1) {
-                        float* const t212 = (v39 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sqm));
-                        float* const t213 = (t212 + ((int64_t)v21 + (int64_t)i1));
-                        v211[i0 * 32 + i1] = *(t213);
+                        float* const t209 = (v39 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sqm));
+                        float* const t210 = (t209 + ((int64_t)v21 + (int64_t)i1));
+                        v208[i0 * 32 + i1] = *(t210);
                     }
                 }
             } else {
                 for (int i0 = 0; i0 < 32; ++i0) {
                     #pragma omp simd
                     for (int i1 = 0; i1 < 32; ++i1) {
-                        float* const t214 = (v39 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sqm));
-                        float* const t215 = (t214 + ((int64_t)v21 + (int64_t)i1));
-                        int32_t const t216 = (v54 + i0);
-                        bool const t217 = (t216 < Sq);
-                        int32_t const t218 = (v21 + i1);
-                        bool const t219 = (t218 < D);
-                        bool const t220 = (bool)(t217 & t219);
-                        v211[i0 * 32 + i1] = (t220 ? *(t215) : 0.0f);
+                        float* const t211 = (v39 + (((int64_t)v54 + (int64_t)i0) * (int64_t)sqm));
+                        float* const t212 = (t211 + ((int64_t)v21 + (int64_t)i1));
+                        int32_t const t213 = (v54 + i0);
+                        bool const t214 = (t213 < Sq);
+                        int32_t const t215 = (v21 + i1);
+                        bool const t216 = (t215 < D);
+                        bool const t217 = (bool)(t214 & t216);
+                        v208[i0 * 32 + i1] = (t217 ? *(t212) : 0.0f);
                     }
                 }
             }
-            alignas(64) float m221[1024];
+            alignas(64) float m218[1024];
             for (int i0 = 0; i0 < 32; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    m221[i0 * 32 + i1] = v188[i1 * 32 + i0];
+                    m218[i0 * 32 + i1] = v185[i1 * 32 + i0];
                 }
             }
             {
                 constexpr int NR = tj_dot_nr(32, 32), MR = tj_dot_mr(NR), Mb = (32 / MR) * MR, Nb = (32 / NR) * NR, MT = 32 - Mb;
                 for (int m0 = 0; m0 < Mb; m0 += MR)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<MR, NR>(m221 + m0 * 32, 32, v211 + n0, 32, c50 + m0 * 32 + n0, 32, 32);
+                        tj_dot_block<MR, NR>(m218 + m0 * 32, 32, v208 + n0, 32, c50 + m0 * 32 + n0, 32, 32);
                 if (MT > 0)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<(MT > 0 ? MT : 1), NR>(m221 + Mb * 32, 32, v211 + n0, 32, c50 + Mb * 32 + n0, 32, 32);
+                        tj_dot_block<(MT > 0 ? MT : 1), NR>(m218 + Mb * 32, 32, v208 + n0, 32, c50 + Mb * 32 + n0, 32, 32);
                 for (int m = 0; m < 32; ++m)
                     for (int k = 0; k < 32; ++k) {
-                        float const a_mk = m221[m * 32 + k];
+                        float const a_mk = m218[m * 32 + k];
                         #pragma omp simd
                         for (int n = Nb; n < 32; ++n)
-                            c50[m * 32 + n] = fmaf(a_mk, v211[k * 32 + n], c50[m * 32 + n]);
+                            c50[m * 32 + n] = fmaf(a_mk, v208[k * 32 + n], c50[m * 32 + n]);
                     }
             }
         }
         memcpy(c27, c50, sizeof(float) * 1024);
         memcpy(c28, c51, sizeof(float) * 1024);
     }
-    float* const v222 = (dk_ptr + v7);
-    float* const v223 = (v222 + v11);
-    int inb224 = tj_tri_and(tj_affine_cmp<int32_t>((v19 + 0), Sk, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31), tj_affine_cmp<int32_t>((v21 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb224 < 0) {
-        inb224 = 1;
-        for (int i0 = 0; i0 < 32; ++i0) {
-            #pragma omp simd reduction(&:inb224)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t225 = (v19 + i0);
-                bool const t226 = (t225 < Sk);
-                int32_t const t227 = (v21 + i1);
-                bool const t228 = (t227 < D);
-                bool const t229 = (bool)(t226 & t228);
-                inb224 &= (int)(t229);
-            }
-        }
-    }
-    if (inb224) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    float* const v219 = (dk_ptr + v7);
+    float* const v220 = (v219 + v11);
+    int lo221 = 0, hi222 = 32;
+    int lo223 = 0, hi224 = 32;
+    if (tj_span<int32_t>((v19 + 0), Sk, 0, (int32_t)1, (int32_t)0, 32, &lo221, &hi222) && tj_span<int32_t>((v21 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo223, &hi224)) {
+        for (int i0 = lo221; i0 < hi222; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t230 = (v223 + (((int64_t)v19 + (int64_t)i0) * (int64_t)skn));
-                float* const t231 = (t230 + ((int64_t)v21 + (int64_t)i1));
-                float const t232 = (c27[i0 * 32 + i1] * scale);
-                *(t231) = t232;
+            for (int i1 = lo223; i1 < hi224; ++i1) {
+                float* const t225 = (v220 + (((int64_t)v19 + (int64_t)i0) * (int64_t)skn));
+                float* const t226 = (t225 + ((int64_t)v21 + (int64_t)i1));
+                float const t227 = (c27[i0 * 32 + i1] * scale);
+                *(t226) = t227;
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t233 = (v223 + (((int64_t)v19 + (int64_t)i0) * (int64_t)skn));
-                float* const t234 = (t233 + ((int64_t)v21 + (int64_t)i1));
-                float const t235 = (c27[i0 * 32 + i1] * scale);
-                int32_t const t236 = (v19 + i0);
-                bool const t237 = (t236 < Sk);
-                int32_t const t238 = (v21 + i1);
-                bool const t239 = (t238 < D);
-                bool const t240 = (bool)(t237 & t239);
-                if (t240) *(t234) = t235;
+                float* const t228 = (v220 + (((int64_t)v19 + (int64_t)i0) * (int64_t)skn));
+                float* const t229 = (t228 + ((int64_t)v21 + (int64_t)i1));
+                float const t230 = (c27[i0 * 32 + i1] * scale);
+                int32_t const t231 = (v19 + i0);
+                bool const t232 = (t231 < Sk);
+                int32_t const t233 = (v21 + i1);
+                bool const t234 = (t233 < D);
+                bool const t235 = (bool)(t232 & t234);
+                if (t235) *(t229) = t230;
             }
         }
     }
-    float* const v241 = (dv_ptr + v14);
-    float* const v242 = (v241 + v17);
-    if (inb224) {
-        for (int i0 = 0; i0 < 32; ++i0) {
+    float* const v236 = (dv_ptr + v14);
+    float* const v237 = (v236 + v17);
+    int lo238 = 0, hi239 = 32;
+    int lo240 = 0, hi241 = 32;
+    if (tj_span<int32_t>((v19 + 0), Sk, 0, (int32_t)1, (int32_t)0, 32, &lo238, &hi239) && tj_span<int32_t>((v21 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo240, &hi241)) {
+        for (int i0 = lo238; i0 < hi239; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t243 = (v242 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
-                float* const t244 = (t243 + ((int64_t)v21 + (int64_t)i1));
-                *(t244) = c28[i0 * 32 + i1];
+            for (int i1 = lo240; i1 < hi241; ++i1) {
+                float* const t242 = (v237 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
+                float* const t243 = (t242 + ((int64_t)v21 + (int64_t)i1));
+                *(t243) = c28[i0 * 32 + i1];
             }
         }
     } else {
         for (int i0 = 0; i0 < 32; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float* const t245 = (v242 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
-                float* const t246 = (t245 + ((int64_t)v21 + (int64_t)i1));
-                int32_t const t247 = (v19 + i0);
-                bool const t248 = (t247 < Sk);
-                int32_t const t249 = (v21 + i1);
-                bool const t250 = (t249 < D);
-                bool const t251 = (bool)(t248 & t250);
-                if (t251) *(t246) = c28[i0 * 32 + i1];
+                float* const t244 = (v237 + (((int64_t)v19 + (int64_t)i0) * (int64_t)svn));
+                float* const t245 = (t244 + ((int64_t)v21 + (int64_t)i1));
+                int32_t const t246 = (v19 + i0);
+                bool const t247 = (t246 < Sk);
+                int32_t const t248 = (v21 + i1);
+                bool const t249 = (t248 < D);
+                bool const t250 = (bool)(t247 & t249);
+                if (t250) *(t245) = c28[i0 * 32 + i1];
             }
         }
     }

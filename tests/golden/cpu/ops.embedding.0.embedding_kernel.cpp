@@ -31,33 +31,24 @@ static inline void embedding_kernel_program(int32_t pid0, int32_t pid1, int32_t 
         int64_t const v12 = (int64_t)s_table;
         int64_t const v13 = (v5 * v12);
         float* const v14 = (table_ptr + v13);
-        int inb15 = tj_affine_cmp<int32_t>((v8 + 0), D, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb15 < 0) {
-            inb15 = 1;
-            #pragma omp simd reduction(&:inb15)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t16 = (v8 + i0);
-                bool const t17 = (t16 < D);
-                inb15 &= (int)(t17);
-            }
-        }
-        if (inb15) {
+        int lo15 = 0, hi16 = 1024;
+        if (tj_span<int32_t>((v8 + 0), D, 0, (int32_t)1, (int32_t)0, 1024, &lo15, &hi16)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t18 = (v11 + ((int64_t)v8 + (int64_t)i0));
-                float* const t19 = (v14 + ((int64_t)v8 + (int64_t)i0));
-                float const t20 = (true ? *(t19) : 0.0f);
-                *(t18) = t20;
+            for (int i0 = lo15; i0 < hi16; ++i0) {
+                float* const t17 = (v11 + ((int64_t)v8 + (int64_t)i0));
+                float* const t18 = (v14 + ((int64_t)v8 + (int64_t)i0));
+                float const t19 = (true ? *(t18) : 0.0f);
+                *(t17) = t19;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t21 = (v11 + ((int64_t)v8 + (int64_t)i0));
-                float* const t22 = (v14 + ((int64_t)v8 + (int64_t)i0));
-                int32_t const t23 = (v8 + i0);
-                bool const t24 = (t23 < D);
-                float const t25 = (t24 ? *(t22) : 0.0f);
-                if (t24) *(t21) = t25;
+                float* const t20 = (v11 + ((int64_t)v8 + (int64_t)i0));
+                float* const t21 = (v14 + ((int64_t)v8 + (int64_t)i0));
+                int32_t const t22 = (v8 + i0);
+                bool const t23 = (t22 < D);
+                float const t24 = (t23 ? *(t21) : 0.0f);
+                if (t23) *(t20) = t24;
             }
         }
     }

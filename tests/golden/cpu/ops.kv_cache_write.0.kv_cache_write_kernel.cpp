@@ -36,56 +36,48 @@ static inline void kv_cache_write_kernel_program(int32_t pid0, int32_t pid1, int
         int64_t const v14 = (int64_t)skt;
         int64_t const v15 = (v2 * v14);
         float* const v16 = (k_ptr + v15);
-        int inb17 = tj_affine_cmp<int32_t>((v12 + 0), v6, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb17 < 0) {
-            inb17 = 1;
-            #pragma omp simd reduction(&:inb17)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t18 = (v12 + i0);
-                bool const t19 = (t18 < v6);
-                inb17 &= (int)(t19);
-            }
-        }
-        if (inb17) {
+        int lo17 = 0, hi18 = 1024;
+        if (tj_span<int32_t>((v12 + 0), v6, 0, (int32_t)1, (int32_t)0, 1024, &lo17, &hi18)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t20 = (v13 + ((int64_t)v12 + (int64_t)i0));
-                float* const t21 = (v16 + ((int64_t)v12 + (int64_t)i0));
-                float const t22 = (true ? *(t21) : 0.0f);
-                *(t20) = t22;
+            for (int i0 = lo17; i0 < hi18; ++i0) {
+                float* const t19 = (v13 + ((int64_t)v12 + (int64_t)i0));
+                float* const t20 = (v16 + ((int64_t)v12 + (int64_t)i0));
+                float const t21 = (true ? *(t20) : 0.0f);
+                *(t19) = t21;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t23 = (v13 + ((int64_t)v12 + (int64_t)i0));
-                float* const t24 = (v16 + ((int64_t)v12 + (int64_t)i0));
-                int32_t const t25 = (v12 + i0);
-                bool const t26 = (t25 < v6);
-                float const t27 = (t26 ? *(t24) : 0.0f);
-                if (t26) *(t23) = t27;
+                float* const t22 = (v13 + ((int64_t)v12 + (int64_t)i0));
+                float* const t23 = (v16 + ((int64_t)v12 + (int64_t)i0));
+                int32_t const t24 = (v12 + i0);
+                bool const t25 = (t24 < v6);
+                float const t26 = (t25 ? *(t23) : 0.0f);
+                if (t25) *(t22) = t26;
             }
         }
-        float* const v28 = (vc_ptr + v9);
-        int64_t const v29 = (int64_t)svt;
-        int64_t const v30 = (v2 * v29);
-        float* const v31 = (v_ptr + v30);
-        if (inb17) {
+        float* const v27 = (vc_ptr + v9);
+        int64_t const v28 = (int64_t)svt;
+        int64_t const v29 = (v2 * v28);
+        float* const v30 = (v_ptr + v29);
+        int lo31 = 0, hi32 = 1024;
+        if (tj_span<int32_t>((v12 + 0), v6, 0, (int32_t)1, (int32_t)0, 1024, &lo31, &hi32)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t32 = (v28 + ((int64_t)v12 + (int64_t)i0));
-                float* const t33 = (v31 + ((int64_t)v12 + (int64_t)i0));
-                float const t34 = (true ? *(t33) : 0.0f);
-                *(t32) = t34;
+            for (int i0 = lo31; i0 < hi32; ++i0) {
+                float* const t33 = (v27 + ((int64_t)v12 + (int64_t)i0));
+                float* const t34 = (v30 + ((int64_t)v12 + (int64_t)i0));
+                float const t35 = (true ? *(t34) : 0.0f);
+                *(t33) = t35;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t35 = (v28 + ((int64_t)v12 + (int64_t)i0));
-                float* const t36 = (v31 + ((int64_t)v12 + (int64_t)i0));
-                int32_t const t37 = (v12 + i0);
-                bool const t38 = (t37 < v6);
-                float const t39 = (t38 ? *(t36) : 0.0f);
-                if (t38) *(t35) = t39;
+                float* const t36 = (v27 + ((int64_t)v12 + (int64_t)i0));
+                float* const t37 = (v30 + ((int64_t)v12 + (int64_t)i0));
+                int32_t const t38 = (v12 + i0);
+                bool const t39 = (t38 < v6);
+                float const t40 = (t39 ? *(t37) : 0.0f);
+                if (t39) *(t36) = t40;
             }
         }
     }

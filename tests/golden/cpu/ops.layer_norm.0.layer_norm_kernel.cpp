@@ -147,49 +147,40 @@ static inline void layer_norm_kernel_program(int32_t pid0, int32_t pid1, int32_t
     const uint64_t n59 = tj_trip_count<int32_t>(0, N, 1024);
     for (uint64_t k60 = 0; k60 < n59; ++k60) {
         const int32_t v61 = (int32_t)(0 + (int32_t)k60 * 1024);
-        int inb62 = tj_affine_cmp<int32_t>((v61 + 0), N, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb62 < 0) {
-            inb62 = 1;
-            #pragma omp simd reduction(&:inb62)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t63 = (v61 + i0);
-                bool const t64 = (t63 < N);
-                inb62 &= (int)(t64);
-            }
-        }
-        if (inb62) {
+        int lo62 = 0, hi63 = 1024;
+        if (tj_span<int32_t>((v61 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo62, &hi63)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t65 = (v8 + ((int64_t)v61 + (int64_t)i0));
-                float* const t66 = (v5 + ((int64_t)v61 + (int64_t)i0));
-                float const t67 = (true ? *(t66) : 0.0f);
-                float const t68 = (t67 - v29);
-                float const t69 = (t68 * v58);
-                float* const t70 = (w_ptr + ((int64_t)v61 + (int64_t)i0));
-                float const t71 = (true ? *(t70) : 0.0f);
-                float const t72 = (t69 * t71);
-                float* const t73 = (b_ptr + ((int64_t)v61 + (int64_t)i0));
-                float const t74 = (true ? *(t73) : 0.0f);
-                float const t75 = (t72 + t74);
-                *(t65) = t75;
+            for (int i0 = lo62; i0 < hi63; ++i0) {
+                float* const t64 = (v8 + ((int64_t)v61 + (int64_t)i0));
+                float* const t65 = (v5 + ((int64_t)v61 + (int64_t)i0));
+                float const t66 = (true ? *(t65) : 0.0f);
+                float const t67 = (t66 - v29);
+                float const t68 = (t67 * v58);
+                float* const t69 = (w_ptr + ((int64_t)v61 + (int64_t)i0));
+                float const t70 = (true ? *(t69) : 0.0f);
+                float const t71 = (t68 * t70);
+                float* const t72 = (b_ptr + ((int64_t)v61 + (int64_t)i0));
+                float const t73 = (true ? *(t72) : 0.0f);
+                float const t74 = (t71 + t73);
+                *(t64) = t74;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t76 = (v8 + ((int64_t)v61 + (int64_t)i0));
-                float* const t77 = (v5 + ((int64_t)v61 + (int64_t)i0));
-                int32_t const t78 = (v61 + i0);
-                bool const t79 = (t78 < N);
-                float const t80 = (t79 ? *(t77) : 0.0f);
-                float const t81 = (t80 - v29);
-                float const t82 = (t81 * v58);
-                float* const t83 = (w_ptr + ((int64_t)v61 + (int64_t)i0));
-                float const t84 = (t79 ? *(t83) : 0.0f);
-                float const t85 = (t82 * t84);
-                float* const t86 = (b_ptr + ((int64_t)v61 + (int64_t)i0));
-                float const t87 = (t79 ? *(t86) : 0.0f);
-                float const t88 = (t85 + t87);
-                if (t79) *(t76) = t88;
+                float* const t75 = (v8 + ((int64_t)v61 + (int64_t)i0));
+                float* const t76 = (v5 + ((int64_t)v61 + (int64_t)i0));
+                int32_t const t77 = (v61 + i0);
+                bool const t78 = (t77 < N);
+                float const t79 = (t78 ? *(t76) : 0.0f);
+                float const t80 = (t79 - v29);
+                float const t81 = (t80 * v58);
+                float* const t82 = (w_ptr + ((int64_t)v61 + (int64_t)i0));
+                float const t83 = (t78 ? *(t82) : 0.0f);
+                float const t84 = (t81 * t83);
+                float* const t85 = (b_ptr + ((int64_t)v61 + (int64_t)i0));
+                float const t86 = (t78 ? *(t85) : 0.0f);
+                float const t87 = (t84 + t86);
+                if (t78) *(t75) = t87;
             }
         }
     }

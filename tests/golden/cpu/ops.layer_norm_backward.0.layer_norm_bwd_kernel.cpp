@@ -275,62 +275,53 @@ static inline void layer_norm_bwd_kernel_program(int32_t pid0, int32_t pid1, int
         int64_t const v120 = (int64_t)stride_dx;
         int64_t const v121 = (v2 * v120);
         float* const v122 = (dx_ptr + v121);
-        int inb123 = tj_affine_cmp<int32_t>((v119 + 0), N, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb123 < 0) {
-            inb123 = 1;
-            #pragma omp simd reduction(&:inb123)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t124 = (v119 + i0);
-                bool const t125 = (t124 < N);
-                inb123 &= (int)(t125);
-            }
-        }
-        if (inb123) {
+        int lo123 = 0, hi124 = 1024;
+        if (tj_span<int32_t>((v119 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo123, &hi124)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t126 = (v122 + ((int64_t)v119 + (int64_t)i0));
-                float* const t127 = (v8 + ((int64_t)v119 + (int64_t)i0));
-                float const t128 = (true ? *(t127) : 0.0f);
-                float* const t129 = (w_ptr + ((int64_t)v119 + (int64_t)i0));
-                float const t130 = (true ? *(t129) : 0.0f);
-                float const t131 = (t128 * t130);
-                float const t132 = (t131 - v111);
-                float* const t133 = (v5 + ((int64_t)v119 + (int64_t)i0));
-                float const t134 = (true ? *(t133) : 0.0f);
-                float const t135 = (t134 - v29);
-                float const t136 = (t135 * v58);
-                float const t137 = (t136 * v116);
-                float const t138 = (t132 - t137);
-                float const t139 = (t138 * v58);
-                *(t126) = t139;
+            for (int i0 = lo123; i0 < hi124; ++i0) {
+                float* const t125 = (v122 + ((int64_t)v119 + (int64_t)i0));
+                float* const t126 = (v8 + ((int64_t)v119 + (int64_t)i0));
+                float const t127 = (true ? *(t126) : 0.0f);
+                float* const t128 = (w_ptr + ((int64_t)v119 + (int64_t)i0));
+                float const t129 = (true ? *(t128) : 0.0f);
+                float const t130 = (t127 * t129);
+                float const t131 = (t130 - v111);
+                float* const t132 = (v5 + ((int64_t)v119 + (int64_t)i0));
+                float const t133 = (true ? *(t132) : 0.0f);
+                float const t134 = (t133 - v29);
+                float const t135 = (t134 * v58);
+                float const t136 = (t135 * v116);
+                float const t137 = (t131 - t136);
+                float const t138 = (t137 * v58);
+                *(t125) = t138;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t140 = (v122 + ((int64_t)v119 + (int64_t)i0));
-                float* const t141 = (v8 + ((int64_t)v119 + (int64_t)i0));
-                int32_t const t142 = (v119 + i0);
-                bool const t143 = (t142 < N);
-                float const t144 = (t143 ? *(t141) : 0.0f);
-                float* const t145 = (w_ptr + ((int64_t)v119 + (int64_t)i0));
-                float const t146 = (t143 ? *(t145) : 0.0f);
-                float const t147 = (t144 * t146);
-                float const t148 = (t147 - v111);
-                float* const t149 = (v5 + ((int64_t)v119 + (int64_t)i0));
-                float const t150 = (t143 ? *(t149) : 0.0f);
-                float const t151 = (t150 - v29);
-                float const t152 = (t151 * v58);
-                float const t153 = (t152 * v116);
-                float const t154 = (t148 - t153);
-                float const t155 = (t154 * v58);
-                if (t143) *(t140) = t155;
+                float* const t139 = (v122 + ((int64_t)v119 + (int64_t)i0));
+                float* const t140 = (v8 + ((int64_t)v119 + (int64_t)i0));
+                int32_t const t141 = (v119 + i0);
+                bool const t142 = (t141 < N);
+                float const t143 = (t142 ? *(t140) : 0.0f);
+                float* const t144 = (w_ptr + ((int64_t)v119 + (int64_t)i0));
+                float const t145 = (t142 ? *(t144) : 0.0f);
+                float const t146 = (t143 * t145);
+                float const t147 = (t146 - v111);
+                float* const t148 = (v5 + ((int64_t)v119 + (int64_t)i0));
+                float const t149 = (t142 ? *(t148) : 0.0f);
+                float const t150 = (t149 - v29);
+                float const t151 = (t150 * v58);
+                float const t152 = (t151 * v116);
+                float const t153 = (t147 - t152);
+                float const t154 = (t153 * v58);
+                if (t142) *(t139) = t154;
             }
         }
     }
-    float* const v156 = (mean_ptr + v2);
-    *(v156) = v29;
-    float* const v157 = (rstd_ptr + v2);
-    *(v157) = v58;
+    float* const v155 = (mean_ptr + v2);
+    *(v155) = v29;
+    float* const v156 = (rstd_ptr + v2);
+    *(v156) = v58;
 }
 
 // Entry point: every grid point runs once, on the calling thread or across the OpenMP team as

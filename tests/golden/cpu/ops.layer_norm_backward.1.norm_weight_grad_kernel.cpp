@@ -123,52 +123,44 @@ static inline void norm_weight_grad_kernel_program(int32_t pid0, int32_t pid1, i
             v57[i1] = (v57[i1] + c4[i0 * 128 + i1]);
         }
     }
-    int inb58 = tj_affine_cmp<int32_t>((v2 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127);
-    if (inb58 < 0) {
-        inb58 = 1;
-        #pragma omp simd reduction(&:inb58)
-        for (int i0 = 0; i0 < 128; ++i0) {
-            int32_t const t59 = (v2 + i0);
-            bool const t60 = (t59 < N);
-            inb58 &= (int)(t60);
+    int lo58 = 0, hi59 = 128;
+    if (tj_span<int32_t>((v2 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo58, &hi59)) {
+        #pragma omp simd
+        for (int i0 = lo58; i0 < hi59; ++i0) {
+            float* const t60 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
+            *(t60) = v57[i0];
         }
-    }
-    if (inb58) {
+    } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 128; ++i0) {
             float* const t61 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
-            *(t61) = v57[i0];
-        }
-    } else {
-        #pragma omp simd
-        for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t62 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t63 = (v2 + i0);
-            bool const t64 = (t63 < N);
-            if (t64) *(t62) = v57[i0];
+            int32_t const t62 = (v2 + i0);
+            bool const t63 = (t62 < N);
+            if (t63) *(t61) = v57[i0];
         }
     }
-    alignas(64) float v65[128];
-    for (int j = 0; j < 128; ++j) v65[j] = 0.0f;
+    alignas(64) float v64[128];
+    for (int j = 0; j < 128; ++j) v64[j] = 0.0f;
     for (int i0 = 0; i0 < 16; ++i0) {
         #pragma omp simd
         for (int i1 = 0; i1 < 128; ++i1) {
-            v65[i1] = (v65[i1] + c3[i0 * 128 + i1]);
+            v64[i1] = (v64[i1] + c3[i0 * 128 + i1]);
         }
     }
-    if (inb58) {
+    int lo65 = 0, hi66 = 128;
+    if (tj_span<int32_t>((v2 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo65, &hi66)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t66 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
-            *(t66) = v65[i0];
+        for (int i0 = lo65; i0 < hi66; ++i0) {
+            float* const t67 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
+            *(t67) = v64[i0];
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t67 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t68 = (v2 + i0);
-            bool const t69 = (t68 < N);
-            if (t69) *(t67) = v65[i0];
+            float* const t68 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
+            int32_t const t69 = (v2 + i0);
+            bool const t70 = (t69 < N);
+            if (t70) *(t68) = v64[i0];
         }
     }
 }

@@ -98,179 +98,164 @@ static inline void softmax_kernel_program(int32_t pid0, int32_t pid1, int32_t pi
                 float const t39 = (true ? *(t38) : (-INFINITY));
                 float const t40 = (t39 * scale);
                 float const t41 = (t40 - v30);
-                bool const t42 = (t41 != t41);
-                bool const t43 = (t41 < -103.97207641601562f);
-                bool const t44 = (t41 > 88.72283935546875f);
-                float const t45 = fmaf(t41, 1.4426950408889634f, 0.5f);
-                float const t46 = floorf(t45);
-                float const t47 = fmaf(t46, -0.693145751953125f, t41);
-                float const t48 = fmaf(t46, -1.428606765330187e-06f, t47);
-                float const t49 = fmaf(0.0001984126984126984f, t48, 0.001388888888888889f);
-                float const t50 = fmaf(t49, t48, 0.008333333333333333f);
-                float const t51 = fmaf(t50, t48, 0.041666666666666664f);
-                float const t52 = fmaf(t51, t48, 0.16666666666666666f);
-                float const t53 = fmaf(t52, t48, 0.5f);
-                float const t54 = fmaf(t53, t48, 1.0f);
-                float const t55 = fmaf(t54, t48, 1.0f);
-                float const t56 = tj_max(t46, -252.0f);
-                float const t57 = tj_min(t56, 254.0f);
-                int32_t const t58 = tj_f2i<int32_t>(t57);
+                bool const t42 = (t41 < -104.0f);
+                float const t43 = (t42 ? -104.0f : t41);
+                bool const t44 = (t43 > 89.0f);
+                float const t45 = (t44 ? 89.0f : t43);
+                float const t46 = fmaf(t45, 1.4426950408889634f, 12582912.0f);
+                float const t47 = (t46 - 12582912.0f);
+                float const t48 = fmaf(t47, -0.693145751953125f, t45);
+                float const t49 = fmaf(t47, -1.428606765330187e-06f, t48);
+                float const t50 = fmaf(0.0001984126984126984f, t49, 0.001388888888888889f);
+                float const t51 = fmaf(t50, t49, 0.008333333333333333f);
+                float const t52 = fmaf(t51, t49, 0.041666666666666664f);
+                float const t53 = fmaf(t52, t49, 0.16666666666666666f);
+                float const t54 = fmaf(t53, t49, 0.5f);
+                float const t55 = fmaf(t54, t49, 1.0f);
+                float const t56 = fmaf(t55, t49, 1.0f);
+                int32_t const t57 = tj_bitcast<int32_t>(t46);
+                int32_t const t58 = (t57 - 1262485504);
                 int32_t const t59 = tj_shr(t58, 1);
                 int32_t const t60 = (t59 + 127);
                 int32_t const t61 = tj_shl(t60, 23);
                 float const t62 = tj_bitcast<float>(t61);
-                float const t63 = (t55 * t62);
+                float const t63 = (t56 * t62);
                 int32_t const t64 = (t58 - t59);
                 int32_t const t65 = (t64 + 127);
                 int32_t const t66 = tj_shl(t65, 23);
                 float const t67 = tj_bitcast<float>(t66);
                 float const t68 = (t63 * t67);
-                float const t69 = (t44 ? INFINITY : t68);
-                float const t70 = (t43 ? 0.0f : t69);
-                float const t71 = (t42 ? t41 : t70);
-                float const t72 = (true ? t71 : 0.0f);
-                float const t73 = (c31[i0] + t72);
-                c31[i0] = t73;
+                float const t69 = (true ? t68 : 0.0f);
+                float const t70 = (c31[i0] + t69);
+                c31[i0] = t70;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t74 = (v34 + i0);
-                bool const t75 = (t74 < V);
-                float* const t76 = (v5 + ((int64_t)v34 + (int64_t)i0));
-                float const t77 = (t75 ? *(t76) : (-INFINITY));
-                float const t78 = (t77 * scale);
-                float const t79 = (t78 - v30);
-                bool const t80 = (t79 != t79);
-                bool const t81 = (t79 < -103.97207641601562f);
-                bool const t82 = (t79 > 88.72283935546875f);
-                float const t83 = fmaf(t79, 1.4426950408889634f, 0.5f);
-                float const t84 = floorf(t83);
-                float const t85 = fmaf(t84, -0.693145751953125f, t79);
-                float const t86 = fmaf(t84, -1.428606765330187e-06f, t85);
-                float const t87 = fmaf(0.0001984126984126984f, t86, 0.001388888888888889f);
-                float const t88 = fmaf(t87, t86, 0.008333333333333333f);
-                float const t89 = fmaf(t88, t86, 0.041666666666666664f);
-                float const t90 = fmaf(t89, t86, 0.16666666666666666f);
-                float const t91 = fmaf(t90, t86, 0.5f);
-                float const t92 = fmaf(t91, t86, 1.0f);
-                float const t93 = fmaf(t92, t86, 1.0f);
-                float const t94 = tj_max(t84, -252.0f);
-                float const t95 = tj_min(t94, 254.0f);
-                int32_t const t96 = tj_f2i<int32_t>(t95);
-                int32_t const t97 = tj_shr(t96, 1);
-                int32_t const t98 = (t97 + 127);
-                int32_t const t99 = tj_shl(t98, 23);
-                float const t100 = tj_bitcast<float>(t99);
-                float const t101 = (t93 * t100);
-                int32_t const t102 = (t96 - t97);
-                int32_t const t103 = (t102 + 127);
-                int32_t const t104 = tj_shl(t103, 23);
-                float const t105 = tj_bitcast<float>(t104);
-                float const t106 = (t101 * t105);
-                float const t107 = (t82 ? INFINITY : t106);
-                float const t108 = (t81 ? 0.0f : t107);
-                float const t109 = (t80 ? t79 : t108);
-                float const t110 = (t75 ? t109 : 0.0f);
-                float const t111 = (c31[i0] + t110);
-                c31[i0] = t111;
+                int32_t const t71 = (v34 + i0);
+                bool const t72 = (t71 < V);
+                float* const t73 = (v5 + ((int64_t)v34 + (int64_t)i0));
+                float const t74 = (t72 ? *(t73) : (-INFINITY));
+                float const t75 = (t74 * scale);
+                float const t76 = (t75 - v30);
+                bool const t77 = (t76 < -104.0f);
+                float const t78 = (t77 ? -104.0f : t76);
+                bool const t79 = (t78 > 89.0f);
+                float const t80 = (t79 ? 89.0f : t78);
+                float const t81 = fmaf(t80, 1.4426950408889634f, 12582912.0f);
+                float const t82 = (t81 - 12582912.0f);
+                float const t83 = fmaf(t82, -0.693145751953125f, t80);
+                float const t84 = fmaf(t82, -1.428606765330187e-06f, t83);
+                float const t85 = fmaf(0.0001984126984126984f, t84, 0.001388888888888889f);
+                float const t86 = fmaf(t85, t84, 0.008333333333333333f);
+                float const t87 = fmaf(t86, t84, 0.041666666666666664f);
+                float const t88 = fmaf(t87, t84, 0.16666666666666666f);
+                float const t89 = fmaf(t88, t84, 0.5f);
+                float const t90 = fmaf(t89, t84, 1.0f);
+                float const t91 = fmaf(t90, t84, 1.0f);
+                int32_t const t92 = tj_bitcast<int32_t>(t81);
+                int32_t const t93 = (t92 - 1262485504);
+                int32_t const t94 = tj_shr(t93, 1);
+                int32_t const t95 = (t94 + 127);
+                int32_t const t96 = tj_shl(t95, 23);
+                float const t97 = tj_bitcast<float>(t96);
+                float const t98 = (t91 * t97);
+                int32_t const t99 = (t93 - t94);
+                int32_t const t100 = (t99 + 127);
+                int32_t const t101 = tj_shl(t100, 23);
+                float const t102 = tj_bitcast<float>(t101);
+                float const t103 = (t98 * t102);
+                float const t104 = (t72 ? t103 : 0.0f);
+                float const t105 = (c31[i0] + t104);
+                c31[i0] = t105;
             }
         }
     }
-    float v112;
+    float v106;
     {
-        tj_f32x64 part113 = {};
+        tj_f32x64 part107 = {};
         for (int c = 0; c < 16; ++c) {
-            tj_f32x64_add_half(part113, (c31 + c * 64), 0);
-            tj_f32x64_add_half(part113, (c31 + c * 64 + 32), 1);
+            tj_f32x64_add_half(part107, (c31 + c * 64), 0);
+            tj_f32x64_add_half(part107, (c31 + c * 64 + 32), 1);
         }
-        alignas(64) float fold115[64];
-        tj_f32x64_store(fold115, part113);
-        for (int l = 0; l < 32; ++l) fold115[l] += fold115[l + 32];
-        for (int l = 0; l < 16; ++l) fold115[l] += fold115[l + 16];
-        for (int l = 0; l < 8; ++l) fold115[l] += fold115[l + 8];
-        for (int l = 0; l < 4; ++l) fold115[l] += fold115[l + 4];
-        for (int l = 0; l < 2; ++l) fold115[l] += fold115[l + 2];
-        for (int l = 0; l < 1; ++l) fold115[l] += fold115[l + 1];
-        v112 = fold115[0];
+        alignas(64) float fold109[64];
+        tj_f32x64_store(fold109, part107);
+        for (int l = 0; l < 32; ++l) fold109[l] += fold109[l + 32];
+        for (int l = 0; l < 16; ++l) fold109[l] += fold109[l + 16];
+        for (int l = 0; l < 8; ++l) fold109[l] += fold109[l + 8];
+        for (int l = 0; l < 4; ++l) fold109[l] += fold109[l + 4];
+        for (int l = 0; l < 2; ++l) fold109[l] += fold109[l + 2];
+        for (int l = 0; l < 1; ++l) fold109[l] += fold109[l + 1];
+        v106 = fold109[0];
     }
-    bool const v116 = (v112 < 1.1754943508222875e-38f);
-    float const v117 = (v112 * 8388608.0f);
-    float const v118 = (v116 ? v117 : v112);
-    int32_t const v119 = tj_bitcast<int32_t>(v118);
-    int32_t const v120 = tj_shr(v119, 23);
-    int32_t const v121 = (v120 & 255);
-    int32_t const v122 = (v121 - 127);
-    int32_t const v123 = (v122 - 23);
-    int32_t const v124 = (v116 ? v123 : v122);
-    int32_t const v125 = (v119 & 8388607);
-    int32_t const v126 = (v125 | 1065353216);
-    float const v127 = tj_bitcast<float>(v126);
-    bool const v128 = (v127 > 1.4142135623730951f);
-    float const v129 = (v127 * 0.5f);
-    float const v130 = (v128 ? v129 : v127);
-    int32_t const v131 = (v124 + 1);
-    int32_t const v132 = (v128 ? v131 : v124);
-    float const v133 = (v130 - 1.0f);
-    float const v134 = (v133 + 2.0f);
-    float const v135 = (v133 / v134);
-    float const v136 = (v135 * v135);
-    float const v137 = fmaf(0.18181818181818182f, v136, 0.2222222222222222f);
-    float const v138 = fmaf(v137, v136, 0.2857142857142857f);
-    float const v139 = fmaf(v138, v136, 0.4f);
-    float const v140 = fmaf(v139, v136, 0.6666666666666666f);
-    float const v141 = fmaf(v140, v136, 2.0f);
-    float const v142 = (v135 * v141);
-    float const v143 = (float)v132;
-    float const v144 = fmaf(v143, 1.428606765330187e-06f, v142);
-    float const v145 = fmaf(v143, 0.693145751953125f, v144);
-    bool const v146 = (v112 == INFINITY);
-    float const v147 = (v146 ? v112 : v145);
-    bool const v148 = (v112 == 0.0f);
-    float const v149 = (v148 ? (-INFINITY) : v147);
-    bool const v150 = (v112 < 0.0f);
-    float const v151 = (v150 ? NAN : v149);
-    bool const v152 = (v112 != v112);
-    float const v153 = (v152 ? v112 : v151);
-    const uint64_t n154 = tj_trip_count<int32_t>(0, V, 1024);
-    for (uint64_t k155 = 0; k155 < n154; ++k155) {
-        const int32_t v156 = (int32_t)(0 + (int32_t)k155 * 1024);
-        int64_t const v157 = (int64_t)sy;
-        int64_t const v158 = (v2 * v157);
-        float* const v159 = (y_ptr + v158);
-        int inb160 = tj_affine_cmp<int32_t>((v156 + 0), V, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb160 < 0) {
-            inb160 = 1;
-            #pragma omp simd reduction(&:inb160)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t161 = (v156 + i0);
-                bool const t162 = (t161 < V);
-                inb160 &= (int)(t162);
-            }
-        }
-        if (inb160) {
+    bool const v110 = (v106 < 1.1754943508222875e-38f);
+    float const v111 = (v106 * 8388608.0f);
+    float const v112 = (v110 ? v111 : v106);
+    int32_t const v113 = tj_bitcast<int32_t>(v112);
+    int32_t const v114 = tj_shr(v113, 23);
+    int32_t const v115 = (v114 & 255);
+    int32_t const v116 = (v115 - 127);
+    int32_t const v117 = (v116 - 23);
+    int32_t const v118 = (v110 ? v117 : v116);
+    int32_t const v119 = (v113 & 8388607);
+    int32_t const v120 = (v119 | 1065353216);
+    float const v121 = tj_bitcast<float>(v120);
+    bool const v122 = (v121 > 1.4142135623730951f);
+    float const v123 = (v121 * 0.5f);
+    float const v124 = (v122 ? v123 : v121);
+    int32_t const v125 = (v118 + 1);
+    int32_t const v126 = (v122 ? v125 : v118);
+    float const v127 = (v124 - 1.0f);
+    float const v128 = (v127 + 2.0f);
+    float const v129 = (v127 / v128);
+    float const v130 = (v129 * v129);
+    float const v131 = fmaf(0.18181818181818182f, v130, 0.2222222222222222f);
+    float const v132 = fmaf(v131, v130, 0.2857142857142857f);
+    float const v133 = fmaf(v132, v130, 0.4f);
+    float const v134 = fmaf(v133, v130, 0.6666666666666666f);
+    float const v135 = fmaf(v134, v130, 2.0f);
+    float const v136 = (v129 * v135);
+    float const v137 = (float)v126;
+    float const v138 = fmaf(v137, 1.428606765330187e-06f, v136);
+    float const v139 = fmaf(v137, 0.693145751953125f, v138);
+    bool const v140 = (v106 == INFINITY);
+    float const v141 = (v140 ? v106 : v139);
+    bool const v142 = (v106 == 0.0f);
+    float const v143 = (v142 ? (-INFINITY) : v141);
+    bool const v144 = (v106 < 0.0f);
+    float const v145 = (v144 ? NAN : v143);
+    bool const v146 = (v106 != v106);
+    float const v147 = (v146 ? v106 : v145);
+    const uint64_t n148 = tj_trip_count<int32_t>(0, V, 1024);
+    for (uint64_t k149 = 0; k149 < n148; ++k149) {
+        const int32_t v150 = (int32_t)(0 + (int32_t)k149 * 1024);
+        int64_t const v151 = (int64_t)sy;
+        int64_t const v152 = (v2 * v151);
+        float* const v153 = (y_ptr + v152);
+        int lo154 = 0, hi155 = 1024;
+        if (tj_span<int32_t>((v150 + 0), V, 0, (int32_t)1, (int32_t)0, 1024, &lo154, &hi155)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t163 = (v159 + ((int64_t)v156 + (int64_t)i0));
-                float* const t164 = (v5 + ((int64_t)v156 + (int64_t)i0));
-                float const t165 = (true ? *(t164) : 0.0f);
-                float const t166 = (t165 * scale);
-                float const t167 = (t166 - v30);
-                float const t168 = (t167 - v153);
-                *(t163) = t168;
+            for (int i0 = lo154; i0 < hi155; ++i0) {
+                float* const t156 = (v153 + ((int64_t)v150 + (int64_t)i0));
+                float* const t157 = (v5 + ((int64_t)v150 + (int64_t)i0));
+                float const t158 = (true ? *(t157) : 0.0f);
+                float const t159 = (t158 * scale);
+                float const t160 = (t159 - v30);
+                float const t161 = (t160 - v147);
+                *(t156) = t161;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t169 = (v159 + ((int64_t)v156 + (int64_t)i0));
-                float* const t170 = (v5 + ((int64_t)v156 + (int64_t)i0));
-                int32_t const t171 = (v156 + i0);
-                bool const t172 = (t171 < V);
-                float const t173 = (t172 ? *(t170) : 0.0f);
-                float const t174 = (t173 * scale);
-                float const t175 = (t174 - v30);
-                float const t176 = (t175 - v153);
-                if (t172) *(t169) = t176;
+                float* const t162 = (v153 + ((int64_t)v150 + (int64_t)i0));
+                float* const t163 = (v5 + ((int64_t)v150 + (int64_t)i0));
+                int32_t const t164 = (v150 + i0);
+                bool const t165 = (t164 < V);
+                float const t166 = (t165 ? *(t163) : 0.0f);
+                float const t167 = (t166 * scale);
+                float const t168 = (t167 - v30);
+                float const t169 = (t168 - v147);
+                if (t165) *(t162) = t169;
             }
         }
     }

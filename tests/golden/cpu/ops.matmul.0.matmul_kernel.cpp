@@ -142,42 +142,29 @@ static inline void matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                 }
         }
     }
-    int inb52 = tj_tri_and(tj_affine_cmp<int32_t>((v14 + 0), M, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v15 + 0), N, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63));
-    if (inb52 < 0) {
-        inb52 = 1;
-        for (int i0 = 0; i0 < 64; ++i0) {
-            #pragma omp simd reduction(&:inb52)
-            for (int i1 = 0; i1 < 64; ++i1) {
-                int32_t const t53 = (v14 + i0);
-                bool const t54 = (t53 < M);
-                int32_t const t55 = (v15 + i1);
-                bool const t56 = (t55 < N);
-                bool const t57 = (bool)(t54 & t56);
-                inb52 &= (int)(t57);
-            }
-        }
-    }
-    if (inb52) {
-        for (int i0 = 0; i0 < 64; ++i0) {
+    int lo52 = 0, hi53 = 64;
+    int lo54 = 0, hi55 = 64;
+    if (tj_span<int32_t>((v14 + 0), M, 0, (int32_t)1, (int32_t)0, 64, &lo52, &hi53) && tj_span<int32_t>((v15 + 0), N, 0, (int32_t)1, (int32_t)0, 64, &lo54, &hi55)) {
+        for (int i0 = lo52; i0 < hi53; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 64; ++i1) {
-                float* const t58 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t59 = (t58 + ((int64_t)v15 + (int64_t)i1));
-                *(t59) = c16[i0 * 64 + i1];
+            for (int i1 = lo54; i1 < hi55; ++i1) {
+                float* const t56 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t57 = (t56 + ((int64_t)v15 + (int64_t)i1));
+                *(t57) = c16[i0 * 64 + i1];
             }
         }
     } else {
         for (int i0 = 0; i0 < 64; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 64; ++i1) {
-                float* const t60 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t61 = (t60 + ((int64_t)v15 + (int64_t)i1));
-                int32_t const t62 = (v14 + i0);
-                bool const t63 = (t62 < M);
-                int32_t const t64 = (v15 + i1);
-                bool const t65 = (t64 < N);
-                bool const t66 = (bool)(t63 & t65);
-                if (t66) *(t61) = c16[i0 * 64 + i1];
+                float* const t58 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t59 = (t58 + ((int64_t)v15 + (int64_t)i1));
+                int32_t const t60 = (v14 + i0);
+                bool const t61 = (t60 < M);
+                int32_t const t62 = (v15 + i1);
+                bool const t63 = (t62 < N);
+                bool const t64 = (bool)(t61 & t63);
+                if (t64) *(t59) = c16[i0 * 64 + i1];
             }
         }
     }

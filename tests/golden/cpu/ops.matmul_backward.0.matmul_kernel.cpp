@@ -142,50 +142,37 @@ static inline void matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                 }
         }
     }
-    int inb52 = tj_tri_and(tj_affine_cmp<int32_t>((v14 + 0), M, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v15 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127));
-    if (inb52 < 0) {
-        inb52 = 1;
-        for (int i0 = 0; i0 < 64; ++i0) {
-            #pragma omp simd reduction(&:inb52)
-            for (int i1 = 0; i1 < 128; ++i1) {
-                int32_t const t53 = (v14 + i0);
-                bool const t54 = (t53 < M);
-                int32_t const t55 = (v15 + i1);
-                bool const t56 = (t55 < N);
-                bool const t57 = (bool)(t54 & t56);
-                inb52 &= (int)(t57);
-            }
-        }
-    }
-    if (inb52) {
-        for (int i0 = 0; i0 < 64; ++i0) {
+    int lo52 = 0, hi53 = 64;
+    int lo54 = 0, hi55 = 128;
+    if (tj_span<int32_t>((v14 + 0), M, 0, (int32_t)1, (int32_t)0, 64, &lo52, &hi53) && tj_span<int32_t>((v15 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo54, &hi55)) {
+        for (int i0 = lo52; i0 < hi53; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 128; ++i1) {
-                float* const t58 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t59 = (t58 + ((int64_t)v15 + (int64_t)i1));
-                float* const t60 = (bias_ptr + ((int64_t)v15 + (int64_t)i1));
-                int32_t const t61 = (v15 + i1);
-                bool const t62 = (t61 < N);
-                float const t63 = (t62 ? *(t60) : 0.0f);
-                float const t64 = (c16[i0 * 128 + i1] + t63);
-                *(t59) = t64;
+            for (int i1 = lo54; i1 < hi55; ++i1) {
+                float* const t56 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t57 = (t56 + ((int64_t)v15 + (int64_t)i1));
+                float* const t58 = (bias_ptr + ((int64_t)v15 + (int64_t)i1));
+                int32_t const t59 = (v15 + i1);
+                bool const t60 = (t59 < N);
+                float const t61 = (t60 ? *(t58) : 0.0f);
+                float const t62 = (c16[i0 * 128 + i1] + t61);
+                *(t57) = t62;
             }
         }
     } else {
         for (int i0 = 0; i0 < 64; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 128; ++i1) {
-                float* const t65 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t66 = (t65 + ((int64_t)v15 + (int64_t)i1));
-                float* const t67 = (bias_ptr + ((int64_t)v15 + (int64_t)i1));
-                int32_t const t68 = (v15 + i1);
-                bool const t69 = (t68 < N);
-                float const t70 = (t69 ? *(t67) : 0.0f);
-                float const t71 = (c16[i0 * 128 + i1] + t70);
-                int32_t const t72 = (v14 + i0);
-                bool const t73 = (t72 < M);
-                bool const t74 = (bool)(t73 & t69);
-                if (t74) *(t66) = t71;
+                float* const t63 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t64 = (t63 + ((int64_t)v15 + (int64_t)i1));
+                float* const t65 = (bias_ptr + ((int64_t)v15 + (int64_t)i1));
+                int32_t const t66 = (v15 + i1);
+                bool const t67 = (t66 < N);
+                float const t68 = (t67 ? *(t65) : 0.0f);
+                float const t69 = (c16[i0 * 128 + i1] + t68);
+                int32_t const t70 = (v14 + i0);
+                bool const t71 = (t70 < M);
+                bool const t72 = (bool)(t71 & t67);
+                if (t72) *(t64) = t69;
             }
         }
     }

@@ -144,42 +144,29 @@ static inline void matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                 }
         }
     }
-    int inb55 = tj_tri_and(tj_affine_cmp<int32_t>((v14 + 0), M, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v15 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127));
-    if (inb55 < 0) {
-        inb55 = 1;
-        for (int i0 = 0; i0 < 64; ++i0) {
-            #pragma omp simd reduction(&:inb55)
-            for (int i1 = 0; i1 < 128; ++i1) {
-                int32_t const t56 = (v14 + i0);
-                bool const t57 = (t56 < M);
-                int32_t const t58 = (v15 + i1);
-                bool const t59 = (t58 < N);
-                bool const t60 = (bool)(t57 & t59);
-                inb55 &= (int)(t60);
-            }
-        }
-    }
-    if (inb55) {
-        for (int i0 = 0; i0 < 64; ++i0) {
+    int lo55 = 0, hi56 = 64;
+    int lo57 = 0, hi58 = 128;
+    if (tj_span<int32_t>((v14 + 0), M, 0, (int32_t)1, (int32_t)0, 64, &lo55, &hi56) && tj_span<int32_t>((v15 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo57, &hi58)) {
+        for (int i0 = lo55; i0 < hi56; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 128; ++i1) {
-                float* const t61 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t62 = (t61 + ((int64_t)v15 + (int64_t)i1));
-                *(t62) = c16[i0 * 128 + i1];
+            for (int i1 = lo57; i1 < hi58; ++i1) {
+                float* const t59 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t60 = (t59 + ((int64_t)v15 + (int64_t)i1));
+                *(t60) = c16[i0 * 128 + i1];
             }
         }
     } else {
         for (int i0 = 0; i0 < 64; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 128; ++i1) {
-                float* const t63 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
-                float* const t64 = (t63 + ((int64_t)v15 + (int64_t)i1));
-                int32_t const t65 = (v14 + i0);
-                bool const t66 = (t65 < M);
-                int32_t const t67 = (v15 + i1);
-                bool const t68 = (t67 < N);
-                bool const t69 = (bool)(t66 & t68);
-                if (t69) *(t64) = c16[i0 * 128 + i1];
+                float* const t61 = (v13 + (((int64_t)v14 + (int64_t)i0) * (int64_t)stride_cm));
+                float* const t62 = (t61 + ((int64_t)v15 + (int64_t)i1));
+                int32_t const t63 = (v14 + i0);
+                bool const t64 = (t63 < M);
+                int32_t const t65 = (v15 + i1);
+                bool const t66 = (t65 < N);
+                bool const t67 = (bool)(t64 & t66);
+                if (t67) *(t62) = c16[i0 * 128 + i1];
             }
         }
     }

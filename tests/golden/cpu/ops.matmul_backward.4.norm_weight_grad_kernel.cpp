@@ -90,29 +90,20 @@ static inline void norm_weight_grad_kernel_program(int32_t pid0, int32_t pid1, i
             v33[i1] = (v33[i1] + c3[i0 * 128 + i1]);
         }
     }
-    int inb34 = tj_affine_cmp<int32_t>((v2 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127);
-    if (inb34 < 0) {
-        inb34 = 1;
-        #pragma omp simd reduction(&:inb34)
-        for (int i0 = 0; i0 < 128; ++i0) {
-            int32_t const t35 = (v2 + i0);
-            bool const t36 = (t35 < N);
-            inb34 &= (int)(t36);
-        }
-    }
-    if (inb34) {
+    int lo34 = 0, hi35 = 128;
+    if (tj_span<int32_t>((v2 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo34, &hi35)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t37 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
-            *(t37) = v33[i0];
+        for (int i0 = lo34; i0 < hi35; ++i0) {
+            float* const t36 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
+            *(t36) = v33[i0];
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t38 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t39 = (v2 + i0);
-            bool const t40 = (t39 < N);
-            if (t40) *(t38) = v33[i0];
+            float* const t37 = (db_ptr + ((int64_t)v2 + (int64_t)i0));
+            int32_t const t38 = (v2 + i0);
+            bool const t39 = (t38 < N);
+            if (t39) *(t37) = v33[i0];
         }
     }
 }

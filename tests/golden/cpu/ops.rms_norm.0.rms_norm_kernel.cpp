@@ -88,41 +88,32 @@ static inline void rms_norm_kernel_program(int32_t pid0, int32_t pid1, int32_t p
     const uint64_t n35 = tj_trip_count<int32_t>(0, N, 1024);
     for (uint64_t k36 = 0; k36 < n35; ++k36) {
         const int32_t v37 = (int32_t)(0 + (int32_t)k36 * 1024);
-        int inb38 = tj_affine_cmp<int32_t>((v37 + 0), N, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb38 < 0) {
-            inb38 = 1;
-            #pragma omp simd reduction(&:inb38)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t39 = (v37 + i0);
-                bool const t40 = (t39 < N);
-                inb38 &= (int)(t40);
-            }
-        }
-        if (inb38) {
+        int lo38 = 0, hi39 = 1024;
+        if (tj_span<int32_t>((v37 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo38, &hi39)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t41 = (v8 + ((int64_t)v37 + (int64_t)i0));
-                float* const t42 = (v5 + ((int64_t)v37 + (int64_t)i0));
-                float const t43 = (true ? *(t42) : 0.0f);
-                float const t44 = (t43 * v34);
-                float* const t45 = (w_ptr + ((int64_t)v37 + (int64_t)i0));
-                float const t46 = (true ? *(t45) : 0.0f);
-                float const t47 = (t44 * t46);
-                *(t41) = t47;
+            for (int i0 = lo38; i0 < hi39; ++i0) {
+                float* const t40 = (v8 + ((int64_t)v37 + (int64_t)i0));
+                float* const t41 = (v5 + ((int64_t)v37 + (int64_t)i0));
+                float const t42 = (true ? *(t41) : 0.0f);
+                float const t43 = (t42 * v34);
+                float* const t44 = (w_ptr + ((int64_t)v37 + (int64_t)i0));
+                float const t45 = (true ? *(t44) : 0.0f);
+                float const t46 = (t43 * t45);
+                *(t40) = t46;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t48 = (v8 + ((int64_t)v37 + (int64_t)i0));
-                float* const t49 = (v5 + ((int64_t)v37 + (int64_t)i0));
-                int32_t const t50 = (v37 + i0);
-                bool const t51 = (t50 < N);
-                float const t52 = (t51 ? *(t49) : 0.0f);
-                float const t53 = (t52 * v34);
-                float* const t54 = (w_ptr + ((int64_t)v37 + (int64_t)i0));
-                float const t55 = (t51 ? *(t54) : 0.0f);
-                float const t56 = (t53 * t55);
-                if (t51) *(t48) = t56;
+                float* const t47 = (v8 + ((int64_t)v37 + (int64_t)i0));
+                float* const t48 = (v5 + ((int64_t)v37 + (int64_t)i0));
+                int32_t const t49 = (v37 + i0);
+                bool const t50 = (t49 < N);
+                float const t51 = (t50 ? *(t48) : 0.0f);
+                float const t52 = (t51 * v34);
+                float* const t53 = (w_ptr + ((int64_t)v37 + (int64_t)i0));
+                float const t54 = (t50 ? *(t53) : 0.0f);
+                float const t55 = (t52 * t54);
+                if (t50) *(t47) = t55;
             }
         }
     }

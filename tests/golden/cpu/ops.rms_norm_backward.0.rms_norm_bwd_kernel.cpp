@@ -153,60 +153,51 @@ static inline void rms_norm_bwd_kernel_program(int32_t pid0, int32_t pid1, int32
         int64_t const v69 = (int64_t)stride_dx;
         int64_t const v70 = (v2 * v69);
         float* const v71 = (dx_ptr + v70);
-        int inb72 = tj_affine_cmp<int32_t>((v65 + 0), N, 0, (int32_t)0, (int32_t)1023, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)1023);
-        if (inb72 < 0) {
-            inb72 = 1;
-            #pragma omp simd reduction(&:inb72)
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                int32_t const t73 = (v65 + i0);
-                bool const t74 = (t73 < N);
-                inb72 &= (int)(t74);
-            }
-        }
-        if (inb72) {
+        int lo72 = 0, hi73 = 1024;
+        if (tj_span<int32_t>((v65 + 0), N, 0, (int32_t)1, (int32_t)0, 1024, &lo72, &hi73)) {
             #pragma omp simd
-            for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t75 = (v71 + ((int64_t)v65 + (int64_t)i0));
-                float* const t76 = (v8 + ((int64_t)v65 + (int64_t)i0));
-                float const t77 = (true ? *(t76) : 0.0f);
-                float* const t78 = (w_ptr + ((int64_t)v65 + (int64_t)i0));
-                float const t79 = (true ? *(t78) : 0.0f);
-                float const t80 = (t77 * t79);
-                float* const t81 = (v5 + ((int64_t)v65 + (int64_t)i0));
-                float const t82 = (true ? *(t81) : 0.0f);
-                float const t83 = (t82 * v62);
-                float const t84 = (t80 - t83);
-                float const t85 = (t84 * v55);
-                float* const t86 = (v68 + ((int64_t)v65 + (int64_t)i0));
-                float const t87 = (true ? *(t86) : 0.0f);
-                float const t88 = (t85 + t87);
-                *(t75) = t88;
+            for (int i0 = lo72; i0 < hi73; ++i0) {
+                float* const t74 = (v71 + ((int64_t)v65 + (int64_t)i0));
+                float* const t75 = (v8 + ((int64_t)v65 + (int64_t)i0));
+                float const t76 = (true ? *(t75) : 0.0f);
+                float* const t77 = (w_ptr + ((int64_t)v65 + (int64_t)i0));
+                float const t78 = (true ? *(t77) : 0.0f);
+                float const t79 = (t76 * t78);
+                float* const t80 = (v5 + ((int64_t)v65 + (int64_t)i0));
+                float const t81 = (true ? *(t80) : 0.0f);
+                float const t82 = (t81 * v62);
+                float const t83 = (t79 - t82);
+                float const t84 = (t83 * v55);
+                float* const t85 = (v68 + ((int64_t)v65 + (int64_t)i0));
+                float const t86 = (true ? *(t85) : 0.0f);
+                float const t87 = (t84 + t86);
+                *(t74) = t87;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 1024; ++i0) {
-                float* const t89 = (v71 + ((int64_t)v65 + (int64_t)i0));
-                float* const t90 = (v8 + ((int64_t)v65 + (int64_t)i0));
-                int32_t const t91 = (v65 + i0);
-                bool const t92 = (t91 < N);
-                float const t93 = (t92 ? *(t90) : 0.0f);
-                float* const t94 = (w_ptr + ((int64_t)v65 + (int64_t)i0));
-                float const t95 = (t92 ? *(t94) : 0.0f);
-                float const t96 = (t93 * t95);
-                float* const t97 = (v5 + ((int64_t)v65 + (int64_t)i0));
-                float const t98 = (t92 ? *(t97) : 0.0f);
-                float const t99 = (t98 * v62);
-                float const t100 = (t96 - t99);
-                float const t101 = (t100 * v55);
-                float* const t102 = (v68 + ((int64_t)v65 + (int64_t)i0));
-                float const t103 = (t92 ? *(t102) : 0.0f);
-                float const t104 = (t101 + t103);
-                if (t92) *(t89) = t104;
+                float* const t88 = (v71 + ((int64_t)v65 + (int64_t)i0));
+                float* const t89 = (v8 + ((int64_t)v65 + (int64_t)i0));
+                int32_t const t90 = (v65 + i0);
+                bool const t91 = (t90 < N);
+                float const t92 = (t91 ? *(t89) : 0.0f);
+                float* const t93 = (w_ptr + ((int64_t)v65 + (int64_t)i0));
+                float const t94 = (t91 ? *(t93) : 0.0f);
+                float const t95 = (t92 * t94);
+                float* const t96 = (v5 + ((int64_t)v65 + (int64_t)i0));
+                float const t97 = (t91 ? *(t96) : 0.0f);
+                float const t98 = (t97 * v62);
+                float const t99 = (t95 - t98);
+                float const t100 = (t99 * v55);
+                float* const t101 = (v68 + ((int64_t)v65 + (int64_t)i0));
+                float const t102 = (t91 ? *(t101) : 0.0f);
+                float const t103 = (t100 + t102);
+                if (t91) *(t88) = t103;
             }
         }
     }
-    float* const v105 = (rstd_ptr + v2);
-    *(v105) = v55;
+    float* const v104 = (rstd_ptr + v2);
+    *(v104) = v55;
 }
 
 // Entry point: every grid point runs once, on the calling thread or across the OpenMP team as

@@ -69,29 +69,20 @@ static inline void norm_weight_grad_kernel_program(int32_t pid0, int32_t pid1, i
             v29[i1] = (v29[i1] + c4[i0 * 128 + i1]);
         }
     }
-    int inb30 = tj_affine_cmp<int32_t>((v2 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127);
-    if (inb30 < 0) {
-        inb30 = 1;
-        #pragma omp simd reduction(&:inb30)
-        for (int i0 = 0; i0 < 128; ++i0) {
-            int32_t const t31 = (v2 + i0);
-            bool const t32 = (t31 < N);
-            inb30 &= (int)(t32);
-        }
-    }
-    if (inb30) {
+    int lo30 = 0, hi31 = 128;
+    if (tj_span<int32_t>((v2 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo30, &hi31)) {
         #pragma omp simd
-        for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t33 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
-            *(t33) = v29[i0];
+        for (int i0 = lo30; i0 < hi31; ++i0) {
+            float* const t32 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
+            *(t32) = v29[i0];
         }
     } else {
         #pragma omp simd
         for (int i0 = 0; i0 < 128; ++i0) {
-            float* const t34 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
-            int32_t const t35 = (v2 + i0);
-            bool const t36 = (t35 < N);
-            if (t36) *(t34) = v29[i0];
+            float* const t33 = (dw_ptr + ((int64_t)v2 + (int64_t)i0));
+            int32_t const t34 = (v2 + i0);
+            bool const t35 = (t34 < N);
+            if (t35) *(t33) = v29[i0];
         }
     }
 }

@@ -164,60 +164,49 @@ static inline void rope_kernel_program(int32_t pid0, int32_t pid1, int32_t pid2,
                 }
             }
         }
-        if (inb29) {
-            for (int i0 = 0; i0 < 8; ++i0) {
+        int lo63 = 0, hi64 = 8;
+        int lo65 = 0, hi66 = 16;
+        if (tj_span<int32_t>((v21 + 0), Hq, 0, (int32_t)1, (int32_t)0, 8, &lo63, &hi64) && tj_span<int32_t>(0, HALF, 0, (int32_t)1, (int32_t)0, 16, &lo65, &hi66)) {
+            for (int i0 = lo63; i0 < hi64; ++i0) {
                 #pragma omp simd
-                for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t63 = ((int64_t)v21 + (int64_t)i0);
-                    int64_t const t64 = (int64_t)sqoh;
-                    int64_t const t65 = (t63 * t64);
-                    float* const t66 = (v27 + t65);
-                    float* const t67 = (t66 + i1);
-                    float const t68 = (v28[i0 * 16 + i1] * v7[i1]);
-                    float const t69 = (v48[i0 * 16 + i1] * v15[i1]);
-                    float const t70 = (t68 - t69);
-                    *(t67) = t70;
+                for (int i1 = lo65; i1 < hi66; ++i1) {
+                    int64_t const t67 = ((int64_t)v21 + (int64_t)i0);
+                    int64_t const t68 = (int64_t)sqoh;
+                    int64_t const t69 = (t67 * t68);
+                    float* const t70 = (v27 + t69);
+                    float* const t71 = (t70 + i1);
+                    float const t72 = (v28[i0 * 16 + i1] * v7[i1]);
+                    float const t73 = (v48[i0 * 16 + i1] * v15[i1]);
+                    float const t74 = (t72 - t73);
+                    *(t71) = t74;
                 }
             }
         } else {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t71 = ((int64_t)v21 + (int64_t)i0);
-                    int64_t const t72 = (int64_t)sqoh;
-                    int64_t const t73 = (t71 * t72);
-                    float* const t74 = (v27 + t73);
-                    float* const t75 = (t74 + i1);
-                    float const t76 = (v28[i0 * 16 + i1] * v7[i1]);
-                    float const t77 = (v48[i0 * 16 + i1] * v15[i1]);
-                    float const t78 = (t76 - t77);
-                    int32_t const t79 = (v21 + i0);
-                    bool const t80 = (t79 < Hq);
-                    bool const t81 = (i1 < HALF);
-                    bool const t82 = (bool)(t80 & t81);
-                    if (t82) *(t75) = t78;
+                    int64_t const t75 = ((int64_t)v21 + (int64_t)i0);
+                    int64_t const t76 = (int64_t)sqoh;
+                    int64_t const t77 = (t75 * t76);
+                    float* const t78 = (v27 + t77);
+                    float* const t79 = (t78 + i1);
+                    float const t80 = (v28[i0 * 16 + i1] * v7[i1]);
+                    float const t81 = (v48[i0 * 16 + i1] * v15[i1]);
+                    float const t82 = (t80 - t81);
+                    int32_t const t83 = (v21 + i0);
+                    bool const t84 = (t83 < Hq);
+                    bool const t85 = (i1 < HALF);
+                    bool const t86 = (bool)(t84 & t85);
+                    if (t86) *(t79) = t82;
                 }
             }
         }
-        if (inb29) {
-            for (int i0 = 0; i0 < 8; ++i0) {
+        int lo87 = 0, hi88 = 8;
+        int lo89 = 0, hi90 = 16;
+        if (tj_span<int32_t>((v21 + 0), Hq, 0, (int32_t)1, (int32_t)0, 8, &lo87, &hi88) && tj_span<int32_t>(0, HALF, 0, (int32_t)1, (int32_t)0, 16, &lo89, &hi90)) {
+            for (int i0 = lo87; i0 < hi88; ++i0) {
                 #pragma omp simd
-                for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t83 = ((int64_t)v21 + (int64_t)i0);
-                    int64_t const t84 = (int64_t)sqoh;
-                    int64_t const t85 = (t83 * t84);
-                    float* const t86 = (v27 + t85);
-                    float* const t87 = (t86 + ((int64_t)i1 + (int64_t)HALF));
-                    float const t88 = (v48[i0 * 16 + i1] * v7[i1]);
-                    float const t89 = (v28[i0 * 16 + i1] * v15[i1]);
-                    float const t90 = (t88 + t89);
-                    *(t87) = t90;
-                }
-            }
-        } else {
-            for (int i0 = 0; i0 < 8; ++i0) {
-                #pragma omp simd
-                for (int i1 = 0; i1 < 16; ++i1) {
+                for (int i1 = lo89; i1 < hi90; ++i1) {
                     int64_t const t91 = ((int64_t)v21 + (int64_t)i0);
                     int64_t const t92 = (int64_t)sqoh;
                     int64_t const t93 = (t91 * t92);
@@ -226,165 +215,184 @@ static inline void rope_kernel_program(int32_t pid0, int32_t pid1, int32_t pid2,
                     float const t96 = (v48[i0 * 16 + i1] * v7[i1]);
                     float const t97 = (v28[i0 * 16 + i1] * v15[i1]);
                     float const t98 = (t96 + t97);
-                    int32_t const t99 = (v21 + i0);
-                    bool const t100 = (t99 < Hq);
-                    bool const t101 = (i1 < HALF);
-                    bool const t102 = (bool)(t100 & t101);
-                    if (t102) *(t95) = t98;
+                    *(t95) = t98;
+                }
+            }
+        } else {
+            for (int i0 = 0; i0 < 8; ++i0) {
+                #pragma omp simd
+                for (int i1 = 0; i1 < 16; ++i1) {
+                    int64_t const t99 = ((int64_t)v21 + (int64_t)i0);
+                    int64_t const t100 = (int64_t)sqoh;
+                    int64_t const t101 = (t99 * t100);
+                    float* const t102 = (v27 + t101);
+                    float* const t103 = (t102 + ((int64_t)i1 + (int64_t)HALF));
+                    float const t104 = (v48[i0 * 16 + i1] * v7[i1]);
+                    float const t105 = (v28[i0 * 16 + i1] * v15[i1]);
+                    float const t106 = (t104 + t105);
+                    int32_t const t107 = (v21 + i0);
+                    bool const t108 = (t107 < Hq);
+                    bool const t109 = (i1 < HALF);
+                    bool const t110 = (bool)(t108 & t109);
+                    if (t110) *(t103) = t106;
                 }
             }
         }
     }
-    const uint64_t n103 = tj_trip_count<int32_t>(0, Hk, 8);
-    for (uint64_t k104 = 0; k104 < n103; ++k104) {
-        const int32_t v105 = (int32_t)(0 + (int32_t)k104 * 8);
-        int64_t const v106 = (int64_t)skt;
-        int64_t const v107 = (v2 * v106);
-        float* const v108 = (k_ptr + v107);
-        int64_t const v109 = (int64_t)skot;
-        int64_t const v110 = (v2 * v109);
-        float* const v111 = (ko_ptr + v110);
-        alignas(64) float v112[128];
-        int inb113 = tj_tri_and(tj_affine_cmp<int32_t>((v105 + 0), Hk, 0, (int32_t)0, (int32_t)7, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)7), tj_affine_cmp<int32_t>(0, HALF, 0, (int32_t)0, (int32_t)15, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)15));
-        if (inb113 < 0) {
-            inb113 = 1;
+    const uint64_t n111 = tj_trip_count<int32_t>(0, Hk, 8);
+    for (uint64_t k112 = 0; k112 < n111; ++k112) {
+        const int32_t v113 = (int32_t)(0 + (int32_t)k112 * 8);
+        int64_t const v114 = (int64_t)skt;
+        int64_t const v115 = (v2 * v114);
+        float* const v116 = (k_ptr + v115);
+        int64_t const v117 = (int64_t)skot;
+        int64_t const v118 = (v2 * v117);
+        float* const v119 = (ko_ptr + v118);
+        alignas(64) float v120[128];
+        int inb121 = tj_tri_and(tj_affine_cmp<int32_t>((v113 + 0), Hk, 0, (int32_t)0, (int32_t)7, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)7), tj_affine_cmp<int32_t>(0, HALF, 0, (int32_t)0, (int32_t)15, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)15));
+        if (inb121 < 0) {
+            inb121 = 1;
             for (int i0 = 0; i0 < 8; ++i0) {
-                #pragma omp simd reduction(&:inb113)
+                #pragma omp simd reduction(&:inb121)
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int32_t const t114 = (v105 + i0);
-                    bool const t115 = (t114 < Hk);
-                    bool const t116 = (i1 < HALF);
-                    bool const t117 = (bool)(t115 & t116);
-                    inb113 &= (int)(t117);
+                    int32_t const t122 = (v113 + i0);
+                    bool const t123 = (t122 < Hk);
+                    bool const t124 = (i1 < HALF);
+                    bool const t125 = (bool)(t123 & t124);
+                    inb121 &= (int)(t125);
                 }
             }
         }
-        if (inb113) {
+        if (inb121) {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t118 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t119 = (int64_t)skh;
-                    int64_t const t120 = (t118 * t119);
-                    float* const t121 = (v108 + t120);
-                    float* const t122 = (t121 + i1);
-                    v112[i0 * 16 + i1] = *(t122);
+                    int64_t const t126 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t127 = (int64_t)skh;
+                    int64_t const t128 = (t126 * t127);
+                    float* const t129 = (v116 + t128);
+                    float* const t130 = (t129 + i1);
+                    v120[i0 * 16 + i1] = *(t130);
                 }
             }
         } else {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t123 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t124 = (int64_t)skh;
-                    int64_t const t125 = (t123 * t124);
-                    float* const t126 = (v108 + t125);
-                    float* const t127 = (t126 + i1);
-                    int32_t const t128 = (v105 + i0);
-                    bool const t129 = (t128 < Hk);
-                    bool const t130 = (i1 < HALF);
-                    bool const t131 = (bool)(t129 & t130);
-                    v112[i0 * 16 + i1] = (t131 ? *(t127) : 0.0f);
+                    int64_t const t131 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t132 = (int64_t)skh;
+                    int64_t const t133 = (t131 * t132);
+                    float* const t134 = (v116 + t133);
+                    float* const t135 = (t134 + i1);
+                    int32_t const t136 = (v113 + i0);
+                    bool const t137 = (t136 < Hk);
+                    bool const t138 = (i1 < HALF);
+                    bool const t139 = (bool)(t137 & t138);
+                    v120[i0 * 16 + i1] = (t139 ? *(t135) : 0.0f);
                 }
             }
         }
-        alignas(64) float v132[128];
-        if (inb113) {
+        alignas(64) float v140[128];
+        if (inb121) {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t133 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t134 = (int64_t)skh;
-                    int64_t const t135 = (t133 * t134);
-                    float* const t136 = (v108 + t135);
-                    float* const t137 = (t136 + ((int64_t)i1 + (int64_t)HALF));
-                    v132[i0 * 16 + i1] = *(t137);
+                    int64_t const t141 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t142 = (int64_t)skh;
+                    int64_t const t143 = (t141 * t142);
+                    float* const t144 = (v116 + t143);
+                    float* const t145 = (t144 + ((int64_t)i1 + (int64_t)HALF));
+                    v140[i0 * 16 + i1] = *(t145);
                 }
             }
         } else {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t138 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t139 = (int64_t)skh;
-                    int64_t const t140 = (t138 * t139);
-                    float* const t141 = (v108 + t140);
-                    float* const t142 = (t141 + ((int64_t)i1 + (int64_t)HALF));
-                    int32_t const t143 = (v105 + i0);
-                    bool const t144 = (t143 < Hk);
-                    bool const t145 = (i1 < HALF);
-                    bool const t146 = (bool)(t144 & t145);
-                    v132[i0 * 16 + i1] = (t146 ? *(t142) : 0.0f);
+                    int64_t const t146 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t147 = (int64_t)skh;
+                    int64_t const t148 = (t146 * t147);
+                    float* const t149 = (v116 + t148);
+                    float* const t150 = (t149 + ((int64_t)i1 + (int64_t)HALF));
+                    int32_t const t151 = (v113 + i0);
+                    bool const t152 = (t151 < Hk);
+                    bool const t153 = (i1 < HALF);
+                    bool const t154 = (bool)(t152 & t153);
+                    v140[i0 * 16 + i1] = (t154 ? *(t150) : 0.0f);
                 }
             }
         }
-        if (inb113) {
-            for (int i0 = 0; i0 < 8; ++i0) {
+        int lo155 = 0, hi156 = 8;
+        int lo157 = 0, hi158 = 16;
+        if (tj_span<int32_t>((v113 + 0), Hk, 0, (int32_t)1, (int32_t)0, 8, &lo155, &hi156) && tj_span<int32_t>(0, HALF, 0, (int32_t)1, (int32_t)0, 16, &lo157, &hi158)) {
+            for (int i0 = lo155; i0 < hi156; ++i0) {
                 #pragma omp simd
-                for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t147 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t148 = (int64_t)skoh;
-                    int64_t const t149 = (t147 * t148);
-                    float* const t150 = (v111 + t149);
-                    float* const t151 = (t150 + i1);
-                    float const t152 = (v112[i0 * 16 + i1] * v7[i1]);
-                    float const t153 = (v132[i0 * 16 + i1] * v15[i1]);
-                    float const t154 = (t152 - t153);
-                    *(t151) = t154;
+                for (int i1 = lo157; i1 < hi158; ++i1) {
+                    int64_t const t159 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t160 = (int64_t)skoh;
+                    int64_t const t161 = (t159 * t160);
+                    float* const t162 = (v119 + t161);
+                    float* const t163 = (t162 + i1);
+                    float const t164 = (v120[i0 * 16 + i1] * v7[i1]);
+                    float const t165 = (v140[i0 * 16 + i1] * v15[i1]);
+                    float const t166 = (t164 - t165);
+                    *(t163) = t166;
                 }
             }
         } else {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t155 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t156 = (int64_t)skoh;
-                    int64_t const t157 = (t155 * t156);
-                    float* const t158 = (v111 + t157);
-                    float* const t159 = (t158 + i1);
-                    float const t160 = (v112[i0 * 16 + i1] * v7[i1]);
-                    float const t161 = (v132[i0 * 16 + i1] * v15[i1]);
-                    float const t162 = (t160 - t161);
-                    int32_t const t163 = (v105 + i0);
-                    bool const t164 = (t163 < Hk);
-                    bool const t165 = (i1 < HALF);
-                    bool const t166 = (bool)(t164 & t165);
-                    if (t166) *(t159) = t162;
-                }
-            }
-        }
-        if (inb113) {
-            for (int i0 = 0; i0 < 8; ++i0) {
-                #pragma omp simd
-                for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t167 = ((int64_t)v105 + (int64_t)i0);
+                    int64_t const t167 = ((int64_t)v113 + (int64_t)i0);
                     int64_t const t168 = (int64_t)skoh;
                     int64_t const t169 = (t167 * t168);
-                    float* const t170 = (v111 + t169);
-                    float* const t171 = (t170 + ((int64_t)i1 + (int64_t)HALF));
-                    float const t172 = (v132[i0 * 16 + i1] * v7[i1]);
-                    float const t173 = (v112[i0 * 16 + i1] * v15[i1]);
-                    float const t174 = (t172 + t173);
-                    *(t171) = t174;
+                    float* const t170 = (v119 + t169);
+                    float* const t171 = (t170 + i1);
+                    float const t172 = (v120[i0 * 16 + i1] * v7[i1]);
+                    float const t173 = (v140[i0 * 16 + i1] * v15[i1]);
+                    float const t174 = (t172 - t173);
+                    int32_t const t175 = (v113 + i0);
+                    bool const t176 = (t175 < Hk);
+                    bool const t177 = (i1 < HALF);
+                    bool const t178 = (bool)(t176 & t177);
+                    if (t178) *(t171) = t174;
+                }
+            }
+        }
+        int lo179 = 0, hi180 = 8;
+        int lo181 = 0, hi182 = 16;
+        if (tj_span<int32_t>((v113 + 0), Hk, 0, (int32_t)1, (int32_t)0, 8, &lo179, &hi180) && tj_span<int32_t>(0, HALF, 0, (int32_t)1, (int32_t)0, 16, &lo181, &hi182)) {
+            for (int i0 = lo179; i0 < hi180; ++i0) {
+                #pragma omp simd
+                for (int i1 = lo181; i1 < hi182; ++i1) {
+                    int64_t const t183 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t184 = (int64_t)skoh;
+                    int64_t const t185 = (t183 * t184);
+                    float* const t186 = (v119 + t185);
+                    float* const t187 = (t186 + ((int64_t)i1 + (int64_t)HALF));
+                    float const t188 = (v140[i0 * 16 + i1] * v7[i1]);
+                    float const t189 = (v120[i0 * 16 + i1] * v15[i1]);
+                    float const t190 = (t188 + t189);
+                    *(t187) = t190;
                 }
             }
         } else {
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 16; ++i1) {
-                    int64_t const t175 = ((int64_t)v105 + (int64_t)i0);
-                    int64_t const t176 = (int64_t)skoh;
-                    int64_t const t177 = (t175 * t176);
-                    float* const t178 = (v111 + t177);
-                    float* const t179 = (t178 + ((int64_t)i1 + (int64_t)HALF));
-                    float const t180 = (v132[i0 * 16 + i1] * v7[i1]);
-                    float const t181 = (v112[i0 * 16 + i1] * v15[i1]);
-                    float const t182 = (t180 + t181);
-                    int32_t const t183 = (v105 + i0);
-                    bool const t184 = (t183 < Hk);
-                    bool const t185 = (i1 < HALF);
-                    bool const t186 = (bool)(t184 & t185);
-                    if (t186) *(t179) = t182;
+                    int64_t const t191 = ((int64_t)v113 + (int64_t)i0);
+                    int64_t const t192 = (int64_t)skoh;
+                    int64_t const t193 = (t191 * t192);
+                    float* const t194 = (v119 + t193);
+                    float* const t195 = (t194 + ((int64_t)i1 + (int64_t)HALF));
+                    float const t196 = (v140[i0 * 16 + i1] * v7[i1]);
+                    float const t197 = (v120[i0 * 16 + i1] * v15[i1]);
+                    float const t198 = (t196 + t197);
+                    int32_t const t199 = (v113 + i0);
+                    bool const t200 = (t199 < Hk);
+                    bool const t201 = (i1 < HALF);
+                    bool const t202 = (bool)(t200 & t201);
+                    if (t202) *(t195) = t198;
                 }
             }
         }

@@ -436,342 +436,317 @@ static inline void serving_attention_kernel_program(int32_t pid0, int32_t pid1, 
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
                     float const t212 = (v187[i0 * 32 + i1] - v209[i0]);
-                    bool const t213 = (t212 != t212);
-                    bool const t214 = (t212 < -103.97207641601562f);
-                    bool const t215 = (t212 > 88.72283935546875f);
-                    float const t216 = fmaf(t212, 1.4426950408889634f, 0.5f);
-                    float const t217 = floorf(t216);
-                    float const t218 = fmaf(t217, -0.693145751953125f, t212);
-                    float const t219 = fmaf(t217, -1.428606765330187e-06f, t218);
-                    float const t220 = fmaf(0.0001984126984126984f, t219, 0.001388888888888889f);
-                    float const t221 = fmaf(t220, t219, 0.008333333333333333f);
-                    float const t222 = fmaf(t221, t219, 0.041666666666666664f);
-                    float const t223 = fmaf(t222, t219, 0.16666666666666666f);
-                    float const t224 = fmaf(t223, t219, 0.5f);
-                    float const t225 = fmaf(t224, t219, 1.0f);
-                    float const t226 = fmaf(t225, t219, 1.0f);
-                    float const t227 = tj_max(t217, -252.0f);
-                    float const t228 = tj_min(t227, 254.0f);
-                    int32_t const t229 = tj_f2i<int32_t>(t228);
+                    bool const t213 = (t212 < -104.0f);
+                    float const t214 = (t213 ? -104.0f : t212);
+                    bool const t215 = (t214 > 89.0f);
+                    float const t216 = (t215 ? 89.0f : t214);
+                    float const t217 = fmaf(t216, 1.4426950408889634f, 12582912.0f);
+                    float const t218 = (t217 - 12582912.0f);
+                    float const t219 = fmaf(t218, -0.693145751953125f, t216);
+                    float const t220 = fmaf(t218, -1.428606765330187e-06f, t219);
+                    float const t221 = fmaf(0.0001984126984126984f, t220, 0.001388888888888889f);
+                    float const t222 = fmaf(t221, t220, 0.008333333333333333f);
+                    float const t223 = fmaf(t222, t220, 0.041666666666666664f);
+                    float const t224 = fmaf(t223, t220, 0.16666666666666666f);
+                    float const t225 = fmaf(t224, t220, 0.5f);
+                    float const t226 = fmaf(t225, t220, 1.0f);
+                    float const t227 = fmaf(t226, t220, 1.0f);
+                    int32_t const t228 = tj_bitcast<int32_t>(t217);
+                    int32_t const t229 = (t228 - 1262485504);
                     int32_t const t230 = tj_shr(t229, 1);
                     int32_t const t231 = (t230 + 127);
                     int32_t const t232 = tj_shl(t231, 23);
                     float const t233 = tj_bitcast<float>(t232);
-                    float const t234 = (t226 * t233);
+                    float const t234 = (t227 * t233);
                     int32_t const t235 = (t229 - t230);
                     int32_t const t236 = (t235 + 127);
                     int32_t const t237 = tj_shl(t236, 23);
                     float const t238 = tj_bitcast<float>(t237);
-                    float const t239 = (t234 * t238);
-                    float const t240 = (t215 ? INFINITY : t239);
-                    float const t241 = (t214 ? 0.0f : t240);
-                    v211[i0 * 32 + i1] = (t213 ? t212 : t241);
+                    v211[i0 * 32 + i1] = (t234 * t238);
                 }
             }
-            alignas(64) float v242[8];
+            alignas(64) float v239[8];
             #pragma omp simd
             for (int i0 = 0; i0 < 8; ++i0) {
-                float const t243 = (c93[i0] - v209[i0]);
-                bool const t244 = (t243 != t243);
-                bool const t245 = (t243 < -103.97207641601562f);
-                bool const t246 = (t243 > 88.72283935546875f);
-                float const t247 = fmaf(t243, 1.4426950408889634f, 0.5f);
-                float const t248 = floorf(t247);
-                float const t249 = fmaf(t248, -0.693145751953125f, t243);
-                float const t250 = fmaf(t248, -1.428606765330187e-06f, t249);
-                float const t251 = fmaf(0.0001984126984126984f, t250, 0.001388888888888889f);
-                float const t252 = fmaf(t251, t250, 0.008333333333333333f);
-                float const t253 = fmaf(t252, t250, 0.041666666666666664f);
-                float const t254 = fmaf(t253, t250, 0.16666666666666666f);
-                float const t255 = fmaf(t254, t250, 0.5f);
-                float const t256 = fmaf(t255, t250, 1.0f);
-                float const t257 = fmaf(t256, t250, 1.0f);
-                float const t258 = tj_max(t248, -252.0f);
-                float const t259 = tj_min(t258, 254.0f);
-                int32_t const t260 = tj_f2i<int32_t>(t259);
-                int32_t const t261 = tj_shr(t260, 1);
-                int32_t const t262 = (t261 + 127);
-                int32_t const t263 = tj_shl(t262, 23);
-                float const t264 = tj_bitcast<float>(t263);
-                float const t265 = (t257 * t264);
-                int32_t const t266 = (t260 - t261);
-                int32_t const t267 = (t266 + 127);
-                int32_t const t268 = tj_shl(t267, 23);
-                float const t269 = tj_bitcast<float>(t268);
-                float const t270 = (t265 * t269);
-                float const t271 = (t246 ? INFINITY : t270);
-                float const t272 = (t245 ? 0.0f : t271);
-                v242[i0] = (t244 ? t243 : t272);
+                float const t240 = (c93[i0] - v209[i0]);
+                bool const t241 = (t240 < -104.0f);
+                float const t242 = (t241 ? -104.0f : t240);
+                bool const t243 = (t242 > 89.0f);
+                float const t244 = (t243 ? 89.0f : t242);
+                float const t245 = fmaf(t244, 1.4426950408889634f, 12582912.0f);
+                float const t246 = (t245 - 12582912.0f);
+                float const t247 = fmaf(t246, -0.693145751953125f, t244);
+                float const t248 = fmaf(t246, -1.428606765330187e-06f, t247);
+                float const t249 = fmaf(0.0001984126984126984f, t248, 0.001388888888888889f);
+                float const t250 = fmaf(t249, t248, 0.008333333333333333f);
+                float const t251 = fmaf(t250, t248, 0.041666666666666664f);
+                float const t252 = fmaf(t251, t248, 0.16666666666666666f);
+                float const t253 = fmaf(t252, t248, 0.5f);
+                float const t254 = fmaf(t253, t248, 1.0f);
+                float const t255 = fmaf(t254, t248, 1.0f);
+                int32_t const t256 = tj_bitcast<int32_t>(t245);
+                int32_t const t257 = (t256 - 1262485504);
+                int32_t const t258 = tj_shr(t257, 1);
+                int32_t const t259 = (t258 + 127);
+                int32_t const t260 = tj_shl(t259, 23);
+                float const t261 = tj_bitcast<float>(t260);
+                float const t262 = (t255 * t261);
+                int32_t const t263 = (t257 - t258);
+                int32_t const t264 = (t263 + 127);
+                int32_t const t265 = tj_shl(t264, 23);
+                float const t266 = tj_bitcast<float>(t265);
+                v239[i0] = (t262 * t266);
             }
-            alignas(64) float v273[8];
+            alignas(64) float v267[8];
             for (int i0 = 0; i0 < 8; ++i0) {
                 float acc = 0.0f;
                 #pragma omp simd reduction(+:acc)
                 for (int i1 = 0; i1 < 32; ++i1) {
                     acc = (acc + v211[i0 * 32 + i1]);
                 }
-                v273[i0] = acc;
+                v267[i0] = acc;
             }
-            alignas(64) float v274[256];
+            alignas(64) float v268[256];
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    v274[i0 * 32 + i1] = (c91[i0 * 32 + i1] * v242[i0]);
+                    v268[i0 * 32 + i1] = (c91[i0 * 32 + i1] * v239[i0]);
                 }
             }
-            alignas(64) float v275[256];
+            alignas(64) float v269[256];
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    v275[i0 * 32 + i1] = v274[i0 * 32 + i1];
+                    v269[i0 * 32 + i1] = v268[i0 * 32 + i1];
                 }
             }
             {
                 constexpr int NR = tj_dot_nr(8, 32), MR = tj_dot_mr(NR), Mb = (8 / MR) * MR, Nb = (32 / NR) * NR, MT = 8 - Mb;
                 for (int m0 = 0; m0 < Mb; m0 += MR)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<MR, NR>(v211 + m0 * 32, 32, v147_at + n0, v147_ld, v275 + m0 * 32 + n0, 32, 32);
+                        tj_dot_block<MR, NR>(v211 + m0 * 32, 32, v147_at + n0, v147_ld, v269 + m0 * 32 + n0, 32, 32);
                 if (MT > 0)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<(MT > 0 ? MT : 1), NR>(v211 + Mb * 32, 32, v147_at + n0, v147_ld, v275 + Mb * 32 + n0, 32, 32);
+                        tj_dot_block<(MT > 0 ? MT : 1), NR>(v211 + Mb * 32, 32, v147_at + n0, v147_ld, v269 + Mb * 32 + n0, 32, 32);
                 for (int m = 0; m < 8; ++m)
                     for (int k = 0; k < 32; ++k) {
                         float const a_mk = v211[m * 32 + k];
                         #pragma omp simd
                         for (int n = Nb; n < 32; ++n)
-                            v275[m * 32 + n] = fmaf(a_mk, v147_at[k * v147_ld + n], v275[m * 32 + n]);
+                            v269[m * 32 + n] = fmaf(a_mk, v147_at[k * v147_ld + n], v269[m * 32 + n]);
                     }
             }
             #pragma omp simd
             for (int i0 = 0; i0 < 8; ++i0) {
-                float const t276 = (c92[i0] * v242[i0]);
-                float const t277 = (t276 + v273[i0]);
-                c92[i0] = t277;
+                float const t270 = (c92[i0] * v239[i0]);
+                float const t271 = (t270 + v267[i0]);
+                c92[i0] = t271;
             }
-            memcpy(c91, v275, sizeof(float) * 256);
+            memcpy(c91, v269, sizeof(float) * 256);
             memcpy(c93, v206, sizeof(float) * 8);
         }
-        alignas(64) bool v278[8];
+        alignas(64) bool v272[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v278[i0] = (c92[i0] != 0.0f);
+            v272[i0] = (c92[i0] != 0.0f);
         }
-        alignas(64) float v279[8];
+        alignas(64) float v273[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v279[i0] = (v278[i0] ? c92[i0] : 1.0f);
+            v273[i0] = (v272[i0] ? c92[i0] : 1.0f);
         }
-        alignas(64) float v280[8];
+        alignas(64) float v274[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            bool const t281 = (v279[i0] != v279[i0]);
-            bool const t282 = (v279[i0] < 0.0f);
-            bool const t283 = (v279[i0] == 0.0f);
-            bool const t284 = (v279[i0] == INFINITY);
-            bool const t285 = (v279[i0] < 1.1754943508222875e-38f);
-            float const t286 = (v279[i0] * 8388608.0f);
-            float const t287 = (t285 ? t286 : v279[i0]);
-            int32_t const t288 = tj_bitcast<int32_t>(t287);
-            int32_t const t289 = (t288 & 8388607);
-            int32_t const t290 = (t289 | 1065353216);
-            float const t291 = tj_bitcast<float>(t290);
-            bool const t292 = (t291 > 1.4142135623730951f);
-            int32_t const t293 = tj_shr(t288, 23);
-            int32_t const t294 = (t293 & 255);
-            int32_t const t295 = (t294 - 127);
-            int32_t const t296 = (t295 - 23);
-            int32_t const t297 = (t285 ? t296 : t295);
-            int32_t const t298 = (t297 + 1);
-            int32_t const t299 = (t292 ? t298 : t297);
-            float const t300 = (float)t299;
-            float const t301 = (t291 * 0.5f);
-            float const t302 = (t292 ? t301 : t291);
-            float const t303 = (t302 - 1.0f);
-            float const t304 = (t303 + 2.0f);
-            float const t305 = (t303 / t304);
-            float const t306 = (t305 * t305);
-            float const t307 = fmaf(0.18181818181818182f, t306, 0.2222222222222222f);
-            float const t308 = fmaf(t307, t306, 0.2857142857142857f);
-            float const t309 = fmaf(t308, t306, 0.4f);
-            float const t310 = fmaf(t309, t306, 0.6666666666666666f);
-            float const t311 = fmaf(t310, t306, 2.0f);
-            float const t312 = (t305 * t311);
-            float const t313 = fmaf(t300, 1.428606765330187e-06f, t312);
-            float const t314 = fmaf(t300, 0.693145751953125f, t313);
-            float const t315 = (t284 ? v279[i0] : t314);
-            float const t316 = (t283 ? (-INFINITY) : t315);
-            float const t317 = (t282 ? NAN : t316);
-            float const t318 = (t281 ? v279[i0] : t317);
-            float const t319 = (c93[i0] + t318);
-            v280[i0] = (v278[i0] ? t319 : (-INFINITY));
+            bool const t275 = (v273[i0] != v273[i0]);
+            bool const t276 = (v273[i0] < 0.0f);
+            bool const t277 = (v273[i0] == 0.0f);
+            bool const t278 = (v273[i0] == INFINITY);
+            bool const t279 = (v273[i0] < 1.1754943508222875e-38f);
+            float const t280 = (v273[i0] * 8388608.0f);
+            float const t281 = (t279 ? t280 : v273[i0]);
+            int32_t const t282 = tj_bitcast<int32_t>(t281);
+            int32_t const t283 = (t282 & 8388607);
+            int32_t const t284 = (t283 | 1065353216);
+            float const t285 = tj_bitcast<float>(t284);
+            bool const t286 = (t285 > 1.4142135623730951f);
+            int32_t const t287 = tj_shr(t282, 23);
+            int32_t const t288 = (t287 & 255);
+            int32_t const t289 = (t288 - 127);
+            int32_t const t290 = (t289 - 23);
+            int32_t const t291 = (t279 ? t290 : t289);
+            int32_t const t292 = (t291 + 1);
+            int32_t const t293 = (t286 ? t292 : t291);
+            float const t294 = (float)t293;
+            float const t295 = (t285 * 0.5f);
+            float const t296 = (t286 ? t295 : t285);
+            float const t297 = (t296 - 1.0f);
+            float const t298 = (t297 + 2.0f);
+            float const t299 = (t297 / t298);
+            float const t300 = (t299 * t299);
+            float const t301 = fmaf(0.18181818181818182f, t300, 0.2222222222222222f);
+            float const t302 = fmaf(t301, t300, 0.2857142857142857f);
+            float const t303 = fmaf(t302, t300, 0.4f);
+            float const t304 = fmaf(t303, t300, 0.6666666666666666f);
+            float const t305 = fmaf(t304, t300, 2.0f);
+            float const t306 = (t299 * t305);
+            float const t307 = fmaf(t294, 1.428606765330187e-06f, t306);
+            float const t308 = fmaf(t294, 0.693145751953125f, t307);
+            float const t309 = (t278 ? v273[i0] : t308);
+            float const t310 = (t277 ? (-INFINITY) : t309);
+            float const t311 = (t276 ? NAN : t310);
+            float const t312 = (t275 ? v273[i0] : t311);
+            float const t313 = (c93[i0] + t312);
+            v274[i0] = (v272[i0] ? t313 : (-INFINITY));
         }
-        alignas(64) float v320[8];
+        alignas(64) float v314[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v320[i0] = tj_max(c80[i0], v280[i0]);
+            v314[i0] = tj_max(c80[i0], v274[i0]);
         }
-        alignas(64) float v321[8];
+        alignas(64) float v315[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            bool const t322 = (v320[i0] == (-INFINITY));
-            v321[i0] = (t322 ? 0.0f : v320[i0]);
+            bool const t316 = (v314[i0] == (-INFINITY));
+            v315[i0] = (t316 ? 0.0f : v314[i0]);
         }
-        alignas(64) float v323[8];
+        alignas(64) float v317[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t324 = (c80[i0] - v321[i0]);
-            bool const t325 = (t324 != t324);
-            bool const t326 = (t324 < -103.97207641601562f);
-            bool const t327 = (t324 > 88.72283935546875f);
-            float const t328 = fmaf(t324, 1.4426950408889634f, 0.5f);
-            float const t329 = floorf(t328);
-            float const t330 = fmaf(t329, -0.693145751953125f, t324);
-            float const t331 = fmaf(t329, -1.428606765330187e-06f, t330);
-            float const t332 = fmaf(0.0001984126984126984f, t331, 0.001388888888888889f);
-            float const t333 = fmaf(t332, t331, 0.008333333333333333f);
-            float const t334 = fmaf(t333, t331, 0.041666666666666664f);
-            float const t335 = fmaf(t334, t331, 0.16666666666666666f);
-            float const t336 = fmaf(t335, t331, 0.5f);
-            float const t337 = fmaf(t336, t331, 1.0f);
-            float const t338 = fmaf(t337, t331, 1.0f);
-            float const t339 = tj_max(t329, -252.0f);
-            float const t340 = tj_min(t339, 254.0f);
-            int32_t const t341 = tj_f2i<int32_t>(t340);
-            int32_t const t342 = tj_shr(t341, 1);
-            int32_t const t343 = (t342 + 127);
-            int32_t const t344 = tj_shl(t343, 23);
-            float const t345 = tj_bitcast<float>(t344);
-            float const t346 = (t338 * t345);
-            int32_t const t347 = (t341 - t342);
-            int32_t const t348 = (t347 + 127);
-            int32_t const t349 = tj_shl(t348, 23);
-            float const t350 = tj_bitcast<float>(t349);
-            float const t351 = (t346 * t350);
-            float const t352 = (t327 ? INFINITY : t351);
-            float const t353 = (t326 ? 0.0f : t352);
-            v323[i0] = (t325 ? t324 : t353);
+            float const t318 = (c80[i0] - v315[i0]);
+            bool const t319 = (t318 < -104.0f);
+            float const t320 = (t319 ? -104.0f : t318);
+            bool const t321 = (t320 > 89.0f);
+            float const t322 = (t321 ? 89.0f : t320);
+            float const t323 = fmaf(t322, 1.4426950408889634f, 12582912.0f);
+            float const t324 = (t323 - 12582912.0f);
+            float const t325 = fmaf(t324, -0.693145751953125f, t322);
+            float const t326 = fmaf(t324, -1.428606765330187e-06f, t325);
+            float const t327 = fmaf(0.0001984126984126984f, t326, 0.001388888888888889f);
+            float const t328 = fmaf(t327, t326, 0.008333333333333333f);
+            float const t329 = fmaf(t328, t326, 0.041666666666666664f);
+            float const t330 = fmaf(t329, t326, 0.16666666666666666f);
+            float const t331 = fmaf(t330, t326, 0.5f);
+            float const t332 = fmaf(t331, t326, 1.0f);
+            float const t333 = fmaf(t332, t326, 1.0f);
+            int32_t const t334 = tj_bitcast<int32_t>(t323);
+            int32_t const t335 = (t334 - 1262485504);
+            int32_t const t336 = tj_shr(t335, 1);
+            int32_t const t337 = (t336 + 127);
+            int32_t const t338 = tj_shl(t337, 23);
+            float const t339 = tj_bitcast<float>(t338);
+            float const t340 = (t333 * t339);
+            int32_t const t341 = (t335 - t336);
+            int32_t const t342 = (t341 + 127);
+            int32_t const t343 = tj_shl(t342, 23);
+            float const t344 = tj_bitcast<float>(t343);
+            v317[i0] = (t340 * t344);
         }
-        alignas(64) float v354[8];
+        alignas(64) float v345[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t355 = (v280[i0] - v321[i0]);
-            bool const t356 = (t355 != t355);
-            bool const t357 = (t355 < -103.97207641601562f);
-            bool const t358 = (t355 > 88.72283935546875f);
-            float const t359 = fmaf(t355, 1.4426950408889634f, 0.5f);
-            float const t360 = floorf(t359);
-            float const t361 = fmaf(t360, -0.693145751953125f, t355);
-            float const t362 = fmaf(t360, -1.428606765330187e-06f, t361);
-            float const t363 = fmaf(0.0001984126984126984f, t362, 0.001388888888888889f);
-            float const t364 = fmaf(t363, t362, 0.008333333333333333f);
-            float const t365 = fmaf(t364, t362, 0.041666666666666664f);
-            float const t366 = fmaf(t365, t362, 0.16666666666666666f);
-            float const t367 = fmaf(t366, t362, 0.5f);
-            float const t368 = fmaf(t367, t362, 1.0f);
-            float const t369 = fmaf(t368, t362, 1.0f);
-            float const t370 = tj_max(t360, -252.0f);
-            float const t371 = tj_min(t370, 254.0f);
-            int32_t const t372 = tj_f2i<int32_t>(t371);
-            int32_t const t373 = tj_shr(t372, 1);
-            int32_t const t374 = (t373 + 127);
-            int32_t const t375 = tj_shl(t374, 23);
-            float const t376 = tj_bitcast<float>(t375);
-            float const t377 = (t369 * t376);
-            int32_t const t378 = (t372 - t373);
-            int32_t const t379 = (t378 + 127);
-            int32_t const t380 = tj_shl(t379, 23);
-            float const t381 = tj_bitcast<float>(t380);
-            float const t382 = (t377 * t381);
-            float const t383 = (t358 ? INFINITY : t382);
-            float const t384 = (t357 ? 0.0f : t383);
-            v354[i0] = (t356 ? t355 : t384);
+            float const t346 = (v274[i0] - v315[i0]);
+            bool const t347 = (t346 < -104.0f);
+            float const t348 = (t347 ? -104.0f : t346);
+            bool const t349 = (t348 > 89.0f);
+            float const t350 = (t349 ? 89.0f : t348);
+            float const t351 = fmaf(t350, 1.4426950408889634f, 12582912.0f);
+            float const t352 = (t351 - 12582912.0f);
+            float const t353 = fmaf(t352, -0.693145751953125f, t350);
+            float const t354 = fmaf(t352, -1.428606765330187e-06f, t353);
+            float const t355 = fmaf(0.0001984126984126984f, t354, 0.001388888888888889f);
+            float const t356 = fmaf(t355, t354, 0.008333333333333333f);
+            float const t357 = fmaf(t356, t354, 0.041666666666666664f);
+            float const t358 = fmaf(t357, t354, 0.16666666666666666f);
+            float const t359 = fmaf(t358, t354, 0.5f);
+            float const t360 = fmaf(t359, t354, 1.0f);
+            float const t361 = fmaf(t360, t354, 1.0f);
+            int32_t const t362 = tj_bitcast<int32_t>(t351);
+            int32_t const t363 = (t362 - 1262485504);
+            int32_t const t364 = tj_shr(t363, 1);
+            int32_t const t365 = (t364 + 127);
+            int32_t const t366 = tj_shl(t365, 23);
+            float const t367 = tj_bitcast<float>(t366);
+            float const t368 = (t361 * t367);
+            int32_t const t369 = (t363 - t364);
+            int32_t const t370 = (t369 + 127);
+            int32_t const t371 = tj_shl(t370, 23);
+            float const t372 = tj_bitcast<float>(t371);
+            v345[i0] = (t368 * t372);
         }
         for (int i0 = 0; i0 < 8; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float const t385 = (c79[i0 * 32 + i1] * v323[i0]);
-                float const t386 = (c91[i0 * 32 + i1] / v279[i0]);
-                float const t387 = (v278[i0] ? t386 : 0.0f);
-                float const t388 = (t387 * v354[i0]);
-                float const t389 = (t385 + t388);
-                c79[i0 * 32 + i1] = t389;
+                float const t373 = (c79[i0 * 32 + i1] * v317[i0]);
+                float const t374 = (c91[i0 * 32 + i1] / v273[i0]);
+                float const t375 = (v272[i0] ? t374 : 0.0f);
+                float const t376 = (t375 * v345[i0]);
+                float const t377 = (t373 + t376);
+                c79[i0 * 32 + i1] = t377;
             }
         }
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t390 = (c81[i0] * v323[i0]);
-            float const t391 = (t390 + v354[i0]);
-            c81[i0] = t391;
+            float const t378 = (c81[i0] * v317[i0]);
+            float const t379 = (t378 + v345[i0]);
+            c81[i0] = t379;
         }
-        memcpy(c80, v320, sizeof(float) * 8);
+        memcpy(c80, v314, sizeof(float) * 8);
     }
-    alignas(64) bool v392[8];
+    alignas(64) bool v380[8];
     #pragma omp simd
     for (int i0 = 0; i0 < 8; ++i0) {
-        v392[i0] = (c81[i0] != 0.0f);
+        v380[i0] = (c81[i0] != 0.0f);
     }
-    alignas(64) float v393[8];
+    alignas(64) float v381[8];
     #pragma omp simd
     for (int i0 = 0; i0 < 8; ++i0) {
-        v393[i0] = (v392[i0] ? c81[i0] : 1.0f);
+        v381[i0] = (v380[i0] ? c81[i0] : 1.0f);
     }
-    int32_t const v394 = (v6 * sop);
-    int inb395 = tj_tri_and(tj_affine_cmp<int32_t>((v15 + 0), v16, 0, (int32_t)0, (int32_t)7, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)7), tj_affine_cmp<int32_t>((v41 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb395 < 0) {
-        inb395 = 1;
-        for (int i0 = 0; i0 < 8; ++i0) {
-            #pragma omp simd reduction(&:inb395)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t396 = (v15 + i0);
-                bool const t397 = (t396 < v16);
-                int32_t const t398 = (v41 + i1);
-                bool const t399 = (t398 < D);
-                bool const t400 = (bool)(t397 & t399);
-                inb395 &= (int)(t400);
-            }
-        }
-    }
-    if (inb395) {
-        for (int i0 = 0; i0 < 8; ++i0) {
+    int32_t const v382 = (v6 * sop);
+    int lo383 = 0, hi384 = 8;
+    int lo385 = 0, hi386 = 32;
+    if (tj_span<int32_t>((v15 + 0), v16, 0, (int32_t)1, (int32_t)0, 8, &lo383, &hi384) && tj_span<int32_t>((v41 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo385, &hi386)) {
+        for (int i0 = lo383; i0 < hi384; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int64_t const t401 = ((int64_t)v9 + (int64_t)v17[i0]);
-                int64_t const t402 = (int64_t)sot;
-                int64_t const t403 = (t401 * t402);
-                float* const t404 = (o_ptr + t403);
-                int64_t const t405 = ((int64_t)v19 + (int64_t)v20[i0]);
-                int64_t const t406 = (int64_t)soh;
-                int64_t const t407 = (t405 * t406);
-                float* const t408 = (t404 + t407);
-                float* const t409 = (t408 + v394);
-                float* const t410 = (t409 + ((int64_t)v41 + (int64_t)i1));
-                float const t411 = (c79[i0 * 32 + i1] / v393[i0]);
-                float const t412 = (v392[i0] ? t411 : 0.0f);
-                *(t410) = t412;
+            for (int i1 = lo385; i1 < hi386; ++i1) {
+                int64_t const t387 = ((int64_t)v9 + (int64_t)v17[i0]);
+                int64_t const t388 = (int64_t)sot;
+                int64_t const t389 = (t387 * t388);
+                float* const t390 = (o_ptr + t389);
+                int64_t const t391 = ((int64_t)v19 + (int64_t)v20[i0]);
+                int64_t const t392 = (int64_t)soh;
+                int64_t const t393 = (t391 * t392);
+                float* const t394 = (t390 + t393);
+                float* const t395 = (t394 + v382);
+                float* const t396 = (t395 + ((int64_t)v41 + (int64_t)i1));
+                float const t397 = (c79[i0 * 32 + i1] / v381[i0]);
+                float const t398 = (v380[i0] ? t397 : 0.0f);
+                *(t396) = t398;
             }
         }
     } else {
         for (int i0 = 0; i0 < 8; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                int64_t const t413 = ((int64_t)v9 + (int64_t)v17[i0]);
-                int64_t const t414 = (int64_t)sot;
-                int64_t const t415 = (t413 * t414);
-                float* const t416 = (o_ptr + t415);
-                int64_t const t417 = ((int64_t)v19 + (int64_t)v20[i0]);
-                int64_t const t418 = (int64_t)soh;
-                int64_t const t419 = (t417 * t418);
-                float* const t420 = (t416 + t419);
-                float* const t421 = (t420 + v394);
-                float* const t422 = (t421 + ((int64_t)v41 + (int64_t)i1));
-                float const t423 = (c79[i0 * 32 + i1] / v393[i0]);
-                float const t424 = (v392[i0] ? t423 : 0.0f);
-                int32_t const t425 = (v15 + i0);
-                bool const t426 = (t425 < v16);
-                int32_t const t427 = (v41 + i1);
-                bool const t428 = (t427 < D);
-                bool const t429 = (bool)(t426 & t428);
-                if (t429) *(t422) = t424;
+                int64_t const t399 = ((int64_t)v9 + (int64_t)v17[i0]);
+                int64_t const t400 = (int64_t)sot;
+                int64_t const t401 = (t399 * t400);
+                float* const t402 = (o_ptr + t401);
+                int64_t const t403 = ((int64_t)v19 + (int64_t)v20[i0]);
+                int64_t const t404 = (int64_t)soh;
+                int64_t const t405 = (t403 * t404);
+                float* const t406 = (t402 + t405);
+                float* const t407 = (t406 + v382);
+                float* const t408 = (t407 + ((int64_t)v41 + (int64_t)i1));
+                float const t409 = (c79[i0 * 32 + i1] / v381[i0]);
+                float const t410 = (v380[i0] ? t409 : 0.0f);
+                int32_t const t411 = (v15 + i0);
+                bool const t412 = (t411 < v16);
+                int32_t const t413 = (v41 + i1);
+                bool const t414 = (t413 < D);
+                bool const t415 = (bool)(t412 & t414);
+                if (t415) *(t408) = t410;
             }
         }
     }

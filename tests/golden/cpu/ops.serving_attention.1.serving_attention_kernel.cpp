@@ -396,420 +396,392 @@ static inline void serving_attention_kernel_program(int32_t pid0, int32_t pid1, 
                     float const t200 = (v145[i0 * 32 + i1] / cap);
                     float const t201 = (2.0f * t200);
                     float const t202 = (-t201);
-                    bool const t203 = (t202 != t202);
-                    bool const t204 = (t202 < -103.97207641601562f);
-                    bool const t205 = (t202 > 88.72283935546875f);
-                    float const t206 = fmaf(t202, 1.4426950408889634f, 0.5f);
-                    float const t207 = floorf(t206);
-                    float const t208 = fmaf(t207, -0.693145751953125f, t202);
-                    float const t209 = fmaf(t207, -1.428606765330187e-06f, t208);
-                    float const t210 = fmaf(0.0001984126984126984f, t209, 0.001388888888888889f);
-                    float const t211 = fmaf(t210, t209, 0.008333333333333333f);
-                    float const t212 = fmaf(t211, t209, 0.041666666666666664f);
-                    float const t213 = fmaf(t212, t209, 0.16666666666666666f);
-                    float const t214 = fmaf(t213, t209, 0.5f);
-                    float const t215 = fmaf(t214, t209, 1.0f);
-                    float const t216 = fmaf(t215, t209, 1.0f);
-                    float const t217 = tj_max(t207, -252.0f);
-                    float const t218 = tj_min(t217, 254.0f);
-                    int32_t const t219 = tj_f2i<int32_t>(t218);
+                    bool const t203 = (t202 < -104.0f);
+                    float const t204 = (t203 ? -104.0f : t202);
+                    bool const t205 = (t204 > 89.0f);
+                    float const t206 = (t205 ? 89.0f : t204);
+                    float const t207 = fmaf(t206, 1.4426950408889634f, 12582912.0f);
+                    float const t208 = (t207 - 12582912.0f);
+                    float const t209 = fmaf(t208, -0.693145751953125f, t206);
+                    float const t210 = fmaf(t208, -1.428606765330187e-06f, t209);
+                    float const t211 = fmaf(0.0001984126984126984f, t210, 0.001388888888888889f);
+                    float const t212 = fmaf(t211, t210, 0.008333333333333333f);
+                    float const t213 = fmaf(t212, t210, 0.041666666666666664f);
+                    float const t214 = fmaf(t213, t210, 0.16666666666666666f);
+                    float const t215 = fmaf(t214, t210, 0.5f);
+                    float const t216 = fmaf(t215, t210, 1.0f);
+                    float const t217 = fmaf(t216, t210, 1.0f);
+                    int32_t const t218 = tj_bitcast<int32_t>(t207);
+                    int32_t const t219 = (t218 - 1262485504);
                     int32_t const t220 = tj_shr(t219, 1);
                     int32_t const t221 = (t220 + 127);
                     int32_t const t222 = tj_shl(t221, 23);
                     float const t223 = tj_bitcast<float>(t222);
-                    float const t224 = (t216 * t223);
+                    float const t224 = (t217 * t223);
                     int32_t const t225 = (t219 - t220);
                     int32_t const t226 = (t225 + 127);
                     int32_t const t227 = tj_shl(t226, 23);
                     float const t228 = tj_bitcast<float>(t227);
                     float const t229 = (t224 * t228);
-                    float const t230 = (t205 ? INFINITY : t229);
-                    float const t231 = (t204 ? 0.0f : t230);
-                    float const t232 = (t203 ? t202 : t231);
-                    float const t233 = (1.0f + t232);
-                    float const t234 = (1.0f / t233);
-                    float const t235 = (2.0f * t234);
-                    float const t236 = (t235 - 1.0f);
-                    float const t237 = (cap * t236);
-                    v187[i0 * 32 + i1] = (t199 ? t237 : (-INFINITY));
+                    float const t230 = (1.0f + t229);
+                    float const t231 = (1.0f / t230);
+                    float const t232 = (2.0f * t231);
+                    float const t233 = (t232 - 1.0f);
+                    float const t234 = (cap * t233);
+                    v187[i0 * 32 + i1] = (t199 ? t234 : (-INFINITY));
                 }
             }
-            alignas(64) float v238[8];
+            alignas(64) float v235[8];
             for (int i0 = 0; i0 < 8; ++i0) {
                 float acc = (-INFINITY);
                 #pragma omp simd reduction(max:acc)
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    bool const t239 = (v187[i0 * 32 + i1] != v187[i0 * 32 + i1]);
-                    float const t240 = (t239 ? (-INFINITY) : v187[i0 * 32 + i1]);
-                    acc = tj_rmax(acc, t240);
+                    bool const t236 = (v187[i0 * 32 + i1] != v187[i0 * 32 + i1]);
+                    float const t237 = (t236 ? (-INFINITY) : v187[i0 * 32 + i1]);
+                    acc = tj_rmax(acc, t237);
                 }
-                v238[i0] = acc;
+                v235[i0] = acc;
             }
-            alignas(64) int32_t v241[8];
+            alignas(64) int32_t v238[8];
             for (int i0 = 0; i0 < 8; ++i0) {
                 int32_t acc = 0;
                 #pragma omp simd reduction(+:acc)
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    bool const t242 = (v187[i0 * 32 + i1] == v187[i0 * 32 + i1]);
-                    int32_t const t243 = (int32_t)t242;
-                    acc = (acc + t243);
+                    bool const t239 = (v187[i0 * 32 + i1] == v187[i0 * 32 + i1]);
+                    int32_t const t240 = (int32_t)t239;
+                    acc = (acc + t240);
                 }
-                v241[i0] = acc;
+                v238[i0] = acc;
+            }
+            alignas(64) float v241[8];
+            #pragma omp simd
+            for (int i0 = 0; i0 < 8; ++i0) {
+                bool const t242 = (v238[i0] != 0);
+                float const t243 = (t242 ? v235[i0] : NAN);
+                v241[i0] = tj_max(c93[i0], t243);
             }
             alignas(64) float v244[8];
             #pragma omp simd
             for (int i0 = 0; i0 < 8; ++i0) {
-                bool const t245 = (v241[i0] != 0);
-                float const t246 = (t245 ? v238[i0] : NAN);
-                v244[i0] = tj_max(c93[i0], t246);
+                bool const t245 = (v241[i0] == (-INFINITY));
+                v244[i0] = (t245 ? 0.0f : v241[i0]);
             }
-            alignas(64) float v247[8];
-            #pragma omp simd
-            for (int i0 = 0; i0 < 8; ++i0) {
-                bool const t248 = (v244[i0] == (-INFINITY));
-                v247[i0] = (t248 ? 0.0f : v244[i0]);
-            }
-            alignas(64) float v249[256];
+            alignas(64) float v246[256];
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    float const t250 = (v187[i0 * 32 + i1] - v247[i0]);
-                    bool const t251 = (t250 != t250);
-                    bool const t252 = (t250 < -103.97207641601562f);
-                    bool const t253 = (t250 > 88.72283935546875f);
-                    float const t254 = fmaf(t250, 1.4426950408889634f, 0.5f);
-                    float const t255 = floorf(t254);
-                    float const t256 = fmaf(t255, -0.693145751953125f, t250);
-                    float const t257 = fmaf(t255, -1.428606765330187e-06f, t256);
-                    float const t258 = fmaf(0.0001984126984126984f, t257, 0.001388888888888889f);
-                    float const t259 = fmaf(t258, t257, 0.008333333333333333f);
-                    float const t260 = fmaf(t259, t257, 0.041666666666666664f);
-                    float const t261 = fmaf(t260, t257, 0.16666666666666666f);
-                    float const t262 = fmaf(t261, t257, 0.5f);
-                    float const t263 = fmaf(t262, t257, 1.0f);
-                    float const t264 = fmaf(t263, t257, 1.0f);
-                    float const t265 = tj_max(t255, -252.0f);
-                    float const t266 = tj_min(t265, 254.0f);
-                    int32_t const t267 = tj_f2i<int32_t>(t266);
-                    int32_t const t268 = tj_shr(t267, 1);
-                    int32_t const t269 = (t268 + 127);
-                    int32_t const t270 = tj_shl(t269, 23);
-                    float const t271 = tj_bitcast<float>(t270);
-                    float const t272 = (t264 * t271);
-                    int32_t const t273 = (t267 - t268);
-                    int32_t const t274 = (t273 + 127);
-                    int32_t const t275 = tj_shl(t274, 23);
-                    float const t276 = tj_bitcast<float>(t275);
-                    float const t277 = (t272 * t276);
-                    float const t278 = (t253 ? INFINITY : t277);
-                    float const t279 = (t252 ? 0.0f : t278);
-                    v249[i0 * 32 + i1] = (t251 ? t250 : t279);
+                    float const t247 = (v187[i0 * 32 + i1] - v244[i0]);
+                    bool const t248 = (t247 < -104.0f);
+                    float const t249 = (t248 ? -104.0f : t247);
+                    bool const t250 = (t249 > 89.0f);
+                    float const t251 = (t250 ? 89.0f : t249);
+                    float const t252 = fmaf(t251, 1.4426950408889634f, 12582912.0f);
+                    float const t253 = (t252 - 12582912.0f);
+                    float const t254 = fmaf(t253, -0.693145751953125f, t251);
+                    float const t255 = fmaf(t253, -1.428606765330187e-06f, t254);
+                    float const t256 = fmaf(0.0001984126984126984f, t255, 0.001388888888888889f);
+                    float const t257 = fmaf(t256, t255, 0.008333333333333333f);
+                    float const t258 = fmaf(t257, t255, 0.041666666666666664f);
+                    float const t259 = fmaf(t258, t255, 0.16666666666666666f);
+                    float const t260 = fmaf(t259, t255, 0.5f);
+                    float const t261 = fmaf(t260, t255, 1.0f);
+                    float const t262 = fmaf(t261, t255, 1.0f);
+                    int32_t const t263 = tj_bitcast<int32_t>(t252);
+                    int32_t const t264 = (t263 - 1262485504);
+                    int32_t const t265 = tj_shr(t264, 1);
+                    int32_t const t266 = (t265 + 127);
+                    int32_t const t267 = tj_shl(t266, 23);
+                    float const t268 = tj_bitcast<float>(t267);
+                    float const t269 = (t262 * t268);
+                    int32_t const t270 = (t264 - t265);
+                    int32_t const t271 = (t270 + 127);
+                    int32_t const t272 = tj_shl(t271, 23);
+                    float const t273 = tj_bitcast<float>(t272);
+                    v246[i0 * 32 + i1] = (t269 * t273);
                 }
             }
-            alignas(64) float v280[8];
+            alignas(64) float v274[8];
             #pragma omp simd
             for (int i0 = 0; i0 < 8; ++i0) {
-                float const t281 = (c93[i0] - v247[i0]);
-                bool const t282 = (t281 != t281);
-                bool const t283 = (t281 < -103.97207641601562f);
-                bool const t284 = (t281 > 88.72283935546875f);
-                float const t285 = fmaf(t281, 1.4426950408889634f, 0.5f);
-                float const t286 = floorf(t285);
-                float const t287 = fmaf(t286, -0.693145751953125f, t281);
-                float const t288 = fmaf(t286, -1.428606765330187e-06f, t287);
-                float const t289 = fmaf(0.0001984126984126984f, t288, 0.001388888888888889f);
-                float const t290 = fmaf(t289, t288, 0.008333333333333333f);
-                float const t291 = fmaf(t290, t288, 0.041666666666666664f);
-                float const t292 = fmaf(t291, t288, 0.16666666666666666f);
-                float const t293 = fmaf(t292, t288, 0.5f);
-                float const t294 = fmaf(t293, t288, 1.0f);
-                float const t295 = fmaf(t294, t288, 1.0f);
-                float const t296 = tj_max(t286, -252.0f);
-                float const t297 = tj_min(t296, 254.0f);
-                int32_t const t298 = tj_f2i<int32_t>(t297);
-                int32_t const t299 = tj_shr(t298, 1);
-                int32_t const t300 = (t299 + 127);
-                int32_t const t301 = tj_shl(t300, 23);
-                float const t302 = tj_bitcast<float>(t301);
-                float const t303 = (t295 * t302);
-                int32_t const t304 = (t298 - t299);
-                int32_t const t305 = (t304 + 127);
-                int32_t const t306 = tj_shl(t305, 23);
-                float const t307 = tj_bitcast<float>(t306);
-                float const t308 = (t303 * t307);
-                float const t309 = (t284 ? INFINITY : t308);
-                float const t310 = (t283 ? 0.0f : t309);
-                v280[i0] = (t282 ? t281 : t310);
+                float const t275 = (c93[i0] - v244[i0]);
+                bool const t276 = (t275 < -104.0f);
+                float const t277 = (t276 ? -104.0f : t275);
+                bool const t278 = (t277 > 89.0f);
+                float const t279 = (t278 ? 89.0f : t277);
+                float const t280 = fmaf(t279, 1.4426950408889634f, 12582912.0f);
+                float const t281 = (t280 - 12582912.0f);
+                float const t282 = fmaf(t281, -0.693145751953125f, t279);
+                float const t283 = fmaf(t281, -1.428606765330187e-06f, t282);
+                float const t284 = fmaf(0.0001984126984126984f, t283, 0.001388888888888889f);
+                float const t285 = fmaf(t284, t283, 0.008333333333333333f);
+                float const t286 = fmaf(t285, t283, 0.041666666666666664f);
+                float const t287 = fmaf(t286, t283, 0.16666666666666666f);
+                float const t288 = fmaf(t287, t283, 0.5f);
+                float const t289 = fmaf(t288, t283, 1.0f);
+                float const t290 = fmaf(t289, t283, 1.0f);
+                int32_t const t291 = tj_bitcast<int32_t>(t280);
+                int32_t const t292 = (t291 - 1262485504);
+                int32_t const t293 = tj_shr(t292, 1);
+                int32_t const t294 = (t293 + 127);
+                int32_t const t295 = tj_shl(t294, 23);
+                float const t296 = tj_bitcast<float>(t295);
+                float const t297 = (t290 * t296);
+                int32_t const t298 = (t292 - t293);
+                int32_t const t299 = (t298 + 127);
+                int32_t const t300 = tj_shl(t299, 23);
+                float const t301 = tj_bitcast<float>(t300);
+                v274[i0] = (t297 * t301);
             }
-            alignas(64) float v311[8];
+            alignas(64) float v302[8];
             for (int i0 = 0; i0 < 8; ++i0) {
                 float acc = 0.0f;
                 #pragma omp simd reduction(+:acc)
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    acc = (acc + v249[i0 * 32 + i1]);
+                    acc = (acc + v246[i0 * 32 + i1]);
                 }
-                v311[i0] = acc;
+                v302[i0] = acc;
             }
-            alignas(64) float v312[256];
+            alignas(64) float v303[256];
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    v312[i0 * 32 + i1] = (c91[i0 * 32 + i1] * v280[i0]);
+                    v303[i0 * 32 + i1] = (c91[i0 * 32 + i1] * v274[i0]);
                 }
             }
-            alignas(64) float v313[256];
+            alignas(64) float v304[256];
             for (int i0 = 0; i0 < 8; ++i0) {
                 #pragma omp simd
                 for (int i1 = 0; i1 < 32; ++i1) {
-                    v313[i0 * 32 + i1] = v312[i0 * 32 + i1];
+                    v304[i0 * 32 + i1] = v303[i0 * 32 + i1];
                 }
             }
             {
                 constexpr int NR = tj_dot_nr(8, 32), MR = tj_dot_mr(NR), Mb = (8 / MR) * MR, Nb = (32 / NR) * NR, MT = 8 - Mb;
                 for (int m0 = 0; m0 < Mb; m0 += MR)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<MR, NR>(v249 + m0 * 32, 32, v147_at + n0, v147_ld, v313 + m0 * 32 + n0, 32, 32);
+                        tj_dot_block<MR, NR>(v246 + m0 * 32, 32, v147_at + n0, v147_ld, v304 + m0 * 32 + n0, 32, 32);
                 if (MT > 0)
                     for (int n0 = 0; n0 < Nb; n0 += NR)
-                        tj_dot_block<(MT > 0 ? MT : 1), NR>(v249 + Mb * 32, 32, v147_at + n0, v147_ld, v313 + Mb * 32 + n0, 32, 32);
+                        tj_dot_block<(MT > 0 ? MT : 1), NR>(v246 + Mb * 32, 32, v147_at + n0, v147_ld, v304 + Mb * 32 + n0, 32, 32);
                 for (int m = 0; m < 8; ++m)
                     for (int k = 0; k < 32; ++k) {
-                        float const a_mk = v249[m * 32 + k];
+                        float const a_mk = v246[m * 32 + k];
                         #pragma omp simd
                         for (int n = Nb; n < 32; ++n)
-                            v313[m * 32 + n] = fmaf(a_mk, v147_at[k * v147_ld + n], v313[m * 32 + n]);
+                            v304[m * 32 + n] = fmaf(a_mk, v147_at[k * v147_ld + n], v304[m * 32 + n]);
                     }
             }
             #pragma omp simd
             for (int i0 = 0; i0 < 8; ++i0) {
-                float const t314 = (c92[i0] * v280[i0]);
-                float const t315 = (t314 + v311[i0]);
-                c92[i0] = t315;
+                float const t305 = (c92[i0] * v274[i0]);
+                float const t306 = (t305 + v302[i0]);
+                c92[i0] = t306;
             }
-            memcpy(c91, v313, sizeof(float) * 256);
-            memcpy(c93, v244, sizeof(float) * 8);
+            memcpy(c91, v304, sizeof(float) * 256);
+            memcpy(c93, v241, sizeof(float) * 8);
         }
-        alignas(64) bool v316[8];
+        alignas(64) bool v307[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v316[i0] = (c92[i0] != 0.0f);
+            v307[i0] = (c92[i0] != 0.0f);
         }
-        alignas(64) float v317[8];
+        alignas(64) float v308[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v317[i0] = (v316[i0] ? c92[i0] : 1.0f);
+            v308[i0] = (v307[i0] ? c92[i0] : 1.0f);
         }
-        alignas(64) float v318[8];
+        alignas(64) float v309[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            bool const t319 = (v317[i0] != v317[i0]);
-            bool const t320 = (v317[i0] < 0.0f);
-            bool const t321 = (v317[i0] == 0.0f);
-            bool const t322 = (v317[i0] == INFINITY);
-            bool const t323 = (v317[i0] < 1.1754943508222875e-38f);
-            float const t324 = (v317[i0] * 8388608.0f);
-            float const t325 = (t323 ? t324 : v317[i0]);
-            int32_t const t326 = tj_bitcast<int32_t>(t325);
-            int32_t const t327 = (t326 & 8388607);
-            int32_t const t328 = (t327 | 1065353216);
-            float const t329 = tj_bitcast<float>(t328);
-            bool const t330 = (t329 > 1.4142135623730951f);
-            int32_t const t331 = tj_shr(t326, 23);
-            int32_t const t332 = (t331 & 255);
-            int32_t const t333 = (t332 - 127);
-            int32_t const t334 = (t333 - 23);
-            int32_t const t335 = (t323 ? t334 : t333);
-            int32_t const t336 = (t335 + 1);
-            int32_t const t337 = (t330 ? t336 : t335);
-            float const t338 = (float)t337;
-            float const t339 = (t329 * 0.5f);
-            float const t340 = (t330 ? t339 : t329);
-            float const t341 = (t340 - 1.0f);
-            float const t342 = (t341 + 2.0f);
-            float const t343 = (t341 / t342);
-            float const t344 = (t343 * t343);
-            float const t345 = fmaf(0.18181818181818182f, t344, 0.2222222222222222f);
-            float const t346 = fmaf(t345, t344, 0.2857142857142857f);
-            float const t347 = fmaf(t346, t344, 0.4f);
-            float const t348 = fmaf(t347, t344, 0.6666666666666666f);
-            float const t349 = fmaf(t348, t344, 2.0f);
-            float const t350 = (t343 * t349);
-            float const t351 = fmaf(t338, 1.428606765330187e-06f, t350);
-            float const t352 = fmaf(t338, 0.693145751953125f, t351);
-            float const t353 = (t322 ? v317[i0] : t352);
-            float const t354 = (t321 ? (-INFINITY) : t353);
-            float const t355 = (t320 ? NAN : t354);
-            float const t356 = (t319 ? v317[i0] : t355);
-            float const t357 = (c93[i0] + t356);
-            v318[i0] = (v316[i0] ? t357 : (-INFINITY));
+            bool const t310 = (v308[i0] != v308[i0]);
+            bool const t311 = (v308[i0] < 0.0f);
+            bool const t312 = (v308[i0] == 0.0f);
+            bool const t313 = (v308[i0] == INFINITY);
+            bool const t314 = (v308[i0] < 1.1754943508222875e-38f);
+            float const t315 = (v308[i0] * 8388608.0f);
+            float const t316 = (t314 ? t315 : v308[i0]);
+            int32_t const t317 = tj_bitcast<int32_t>(t316);
+            int32_t const t318 = (t317 & 8388607);
+            int32_t const t319 = (t318 | 1065353216);
+            float const t320 = tj_bitcast<float>(t319);
+            bool const t321 = (t320 > 1.4142135623730951f);
+            int32_t const t322 = tj_shr(t317, 23);
+            int32_t const t323 = (t322 & 255);
+            int32_t const t324 = (t323 - 127);
+            int32_t const t325 = (t324 - 23);
+            int32_t const t326 = (t314 ? t325 : t324);
+            int32_t const t327 = (t326 + 1);
+            int32_t const t328 = (t321 ? t327 : t326);
+            float const t329 = (float)t328;
+            float const t330 = (t320 * 0.5f);
+            float const t331 = (t321 ? t330 : t320);
+            float const t332 = (t331 - 1.0f);
+            float const t333 = (t332 + 2.0f);
+            float const t334 = (t332 / t333);
+            float const t335 = (t334 * t334);
+            float const t336 = fmaf(0.18181818181818182f, t335, 0.2222222222222222f);
+            float const t337 = fmaf(t336, t335, 0.2857142857142857f);
+            float const t338 = fmaf(t337, t335, 0.4f);
+            float const t339 = fmaf(t338, t335, 0.6666666666666666f);
+            float const t340 = fmaf(t339, t335, 2.0f);
+            float const t341 = (t334 * t340);
+            float const t342 = fmaf(t329, 1.428606765330187e-06f, t341);
+            float const t343 = fmaf(t329, 0.693145751953125f, t342);
+            float const t344 = (t313 ? v308[i0] : t343);
+            float const t345 = (t312 ? (-INFINITY) : t344);
+            float const t346 = (t311 ? NAN : t345);
+            float const t347 = (t310 ? v308[i0] : t346);
+            float const t348 = (c93[i0] + t347);
+            v309[i0] = (v307[i0] ? t348 : (-INFINITY));
         }
-        alignas(64) float v358[8];
+        alignas(64) float v349[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            v358[i0] = tj_max(c80[i0], v318[i0]);
+            v349[i0] = tj_max(c80[i0], v309[i0]);
         }
-        alignas(64) float v359[8];
+        alignas(64) float v350[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            bool const t360 = (v358[i0] == (-INFINITY));
-            v359[i0] = (t360 ? 0.0f : v358[i0]);
+            bool const t351 = (v349[i0] == (-INFINITY));
+            v350[i0] = (t351 ? 0.0f : v349[i0]);
         }
-        alignas(64) float v361[8];
+        alignas(64) float v352[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t362 = (c80[i0] - v359[i0]);
-            bool const t363 = (t362 != t362);
-            bool const t364 = (t362 < -103.97207641601562f);
-            bool const t365 = (t362 > 88.72283935546875f);
-            float const t366 = fmaf(t362, 1.4426950408889634f, 0.5f);
-            float const t367 = floorf(t366);
-            float const t368 = fmaf(t367, -0.693145751953125f, t362);
-            float const t369 = fmaf(t367, -1.428606765330187e-06f, t368);
-            float const t370 = fmaf(0.0001984126984126984f, t369, 0.001388888888888889f);
-            float const t371 = fmaf(t370, t369, 0.008333333333333333f);
-            float const t372 = fmaf(t371, t369, 0.041666666666666664f);
-            float const t373 = fmaf(t372, t369, 0.16666666666666666f);
-            float const t374 = fmaf(t373, t369, 0.5f);
-            float const t375 = fmaf(t374, t369, 1.0f);
-            float const t376 = fmaf(t375, t369, 1.0f);
-            float const t377 = tj_max(t367, -252.0f);
-            float const t378 = tj_min(t377, 254.0f);
-            int32_t const t379 = tj_f2i<int32_t>(t378);
-            int32_t const t380 = tj_shr(t379, 1);
-            int32_t const t381 = (t380 + 127);
-            int32_t const t382 = tj_shl(t381, 23);
-            float const t383 = tj_bitcast<float>(t382);
-            float const t384 = (t376 * t383);
-            int32_t const t385 = (t379 - t380);
-            int32_t const t386 = (t385 + 127);
-            int32_t const t387 = tj_shl(t386, 23);
-            float const t388 = tj_bitcast<float>(t387);
-            float const t389 = (t384 * t388);
-            float const t390 = (t365 ? INFINITY : t389);
-            float const t391 = (t364 ? 0.0f : t390);
-            v361[i0] = (t363 ? t362 : t391);
+            float const t353 = (c80[i0] - v350[i0]);
+            bool const t354 = (t353 < -104.0f);
+            float const t355 = (t354 ? -104.0f : t353);
+            bool const t356 = (t355 > 89.0f);
+            float const t357 = (t356 ? 89.0f : t355);
+            float const t358 = fmaf(t357, 1.4426950408889634f, 12582912.0f);
+            float const t359 = (t358 - 12582912.0f);
+            float const t360 = fmaf(t359, -0.693145751953125f, t357);
+            float const t361 = fmaf(t359, -1.428606765330187e-06f, t360);
+            float const t362 = fmaf(0.0001984126984126984f, t361, 0.001388888888888889f);
+            float const t363 = fmaf(t362, t361, 0.008333333333333333f);
+            float const t364 = fmaf(t363, t361, 0.041666666666666664f);
+            float const t365 = fmaf(t364, t361, 0.16666666666666666f);
+            float const t366 = fmaf(t365, t361, 0.5f);
+            float const t367 = fmaf(t366, t361, 1.0f);
+            float const t368 = fmaf(t367, t361, 1.0f);
+            int32_t const t369 = tj_bitcast<int32_t>(t358);
+            int32_t const t370 = (t369 - 1262485504);
+            int32_t const t371 = tj_shr(t370, 1);
+            int32_t const t372 = (t371 + 127);
+            int32_t const t373 = tj_shl(t372, 23);
+            float const t374 = tj_bitcast<float>(t373);
+            float const t375 = (t368 * t374);
+            int32_t const t376 = (t370 - t371);
+            int32_t const t377 = (t376 + 127);
+            int32_t const t378 = tj_shl(t377, 23);
+            float const t379 = tj_bitcast<float>(t378);
+            v352[i0] = (t375 * t379);
         }
-        alignas(64) float v392[8];
+        alignas(64) float v380[8];
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t393 = (v318[i0] - v359[i0]);
-            bool const t394 = (t393 != t393);
-            bool const t395 = (t393 < -103.97207641601562f);
-            bool const t396 = (t393 > 88.72283935546875f);
-            float const t397 = fmaf(t393, 1.4426950408889634f, 0.5f);
-            float const t398 = floorf(t397);
-            float const t399 = fmaf(t398, -0.693145751953125f, t393);
-            float const t400 = fmaf(t398, -1.428606765330187e-06f, t399);
-            float const t401 = fmaf(0.0001984126984126984f, t400, 0.001388888888888889f);
-            float const t402 = fmaf(t401, t400, 0.008333333333333333f);
-            float const t403 = fmaf(t402, t400, 0.041666666666666664f);
-            float const t404 = fmaf(t403, t400, 0.16666666666666666f);
-            float const t405 = fmaf(t404, t400, 0.5f);
-            float const t406 = fmaf(t405, t400, 1.0f);
-            float const t407 = fmaf(t406, t400, 1.0f);
-            float const t408 = tj_max(t398, -252.0f);
-            float const t409 = tj_min(t408, 254.0f);
-            int32_t const t410 = tj_f2i<int32_t>(t409);
-            int32_t const t411 = tj_shr(t410, 1);
-            int32_t const t412 = (t411 + 127);
-            int32_t const t413 = tj_shl(t412, 23);
-            float const t414 = tj_bitcast<float>(t413);
-            float const t415 = (t407 * t414);
-            int32_t const t416 = (t410 - t411);
-            int32_t const t417 = (t416 + 127);
-            int32_t const t418 = tj_shl(t417, 23);
-            float const t419 = tj_bitcast<float>(t418);
-            float const t420 = (t415 * t419);
-            float const t421 = (t396 ? INFINITY : t420);
-            float const t422 = (t395 ? 0.0f : t421);
-            v392[i0] = (t394 ? t393 : t422);
+            float const t381 = (v309[i0] - v350[i0]);
+            bool const t382 = (t381 < -104.0f);
+            float const t383 = (t382 ? -104.0f : t381);
+            bool const t384 = (t383 > 89.0f);
+            float const t385 = (t384 ? 89.0f : t383);
+            float const t386 = fmaf(t385, 1.4426950408889634f, 12582912.0f);
+            float const t387 = (t386 - 12582912.0f);
+            float const t388 = fmaf(t387, -0.693145751953125f, t385);
+            float const t389 = fmaf(t387, -1.428606765330187e-06f, t388);
+            float const t390 = fmaf(0.0001984126984126984f, t389, 0.001388888888888889f);
+            float const t391 = fmaf(t390, t389, 0.008333333333333333f);
+            float const t392 = fmaf(t391, t389, 0.041666666666666664f);
+            float const t393 = fmaf(t392, t389, 0.16666666666666666f);
+            float const t394 = fmaf(t393, t389, 0.5f);
+            float const t395 = fmaf(t394, t389, 1.0f);
+            float const t396 = fmaf(t395, t389, 1.0f);
+            int32_t const t397 = tj_bitcast<int32_t>(t386);
+            int32_t const t398 = (t397 - 1262485504);
+            int32_t const t399 = tj_shr(t398, 1);
+            int32_t const t400 = (t399 + 127);
+            int32_t const t401 = tj_shl(t400, 23);
+            float const t402 = tj_bitcast<float>(t401);
+            float const t403 = (t396 * t402);
+            int32_t const t404 = (t398 - t399);
+            int32_t const t405 = (t404 + 127);
+            int32_t const t406 = tj_shl(t405, 23);
+            float const t407 = tj_bitcast<float>(t406);
+            v380[i0] = (t403 * t407);
         }
         for (int i0 = 0; i0 < 8; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                float const t423 = (c79[i0 * 32 + i1] * v361[i0]);
-                float const t424 = (c91[i0 * 32 + i1] / v317[i0]);
-                float const t425 = (v316[i0] ? t424 : 0.0f);
-                float const t426 = (t425 * v392[i0]);
-                float const t427 = (t423 + t426);
-                c79[i0 * 32 + i1] = t427;
+                float const t408 = (c79[i0 * 32 + i1] * v352[i0]);
+                float const t409 = (c91[i0 * 32 + i1] / v308[i0]);
+                float const t410 = (v307[i0] ? t409 : 0.0f);
+                float const t411 = (t410 * v380[i0]);
+                float const t412 = (t408 + t411);
+                c79[i0 * 32 + i1] = t412;
             }
         }
         #pragma omp simd
         for (int i0 = 0; i0 < 8; ++i0) {
-            float const t428 = (c81[i0] * v361[i0]);
-            float const t429 = (t428 + v392[i0]);
-            c81[i0] = t429;
+            float const t413 = (c81[i0] * v352[i0]);
+            float const t414 = (t413 + v380[i0]);
+            c81[i0] = t414;
         }
-        memcpy(c80, v358, sizeof(float) * 8);
+        memcpy(c80, v349, sizeof(float) * 8);
     }
-    alignas(64) bool v430[8];
+    alignas(64) bool v415[8];
     #pragma omp simd
     for (int i0 = 0; i0 < 8; ++i0) {
-        v430[i0] = (c81[i0] != 0.0f);
+        v415[i0] = (c81[i0] != 0.0f);
     }
-    alignas(64) float v431[8];
+    alignas(64) float v416[8];
     #pragma omp simd
     for (int i0 = 0; i0 < 8; ++i0) {
-        v431[i0] = (v430[i0] ? c81[i0] : 1.0f);
+        v416[i0] = (v415[i0] ? c81[i0] : 1.0f);
     }
-    int32_t const v432 = (v6 * sop);
-    int inb433 = tj_tri_and(tj_affine_cmp<int32_t>((v15 + 0), v16, 0, (int32_t)0, (int32_t)7, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)7), tj_affine_cmp<int32_t>((v41 + 0), D, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31));
-    if (inb433 < 0) {
-        inb433 = 1;
-        for (int i0 = 0; i0 < 8; ++i0) {
-            #pragma omp simd reduction(&:inb433)
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int32_t const t434 = (v15 + i0);
-                bool const t435 = (t434 < v16);
-                int32_t const t436 = (v41 + i1);
-                bool const t437 = (t436 < D);
-                bool const t438 = (bool)(t435 & t437);
-                inb433 &= (int)(t438);
-            }
-        }
-    }
-    if (inb433) {
-        for (int i0 = 0; i0 < 8; ++i0) {
+    int32_t const v417 = (v6 * sop);
+    int lo418 = 0, hi419 = 8;
+    int lo420 = 0, hi421 = 32;
+    if (tj_span<int32_t>((v15 + 0), v16, 0, (int32_t)1, (int32_t)0, 8, &lo418, &hi419) && tj_span<int32_t>((v41 + 0), D, 0, (int32_t)1, (int32_t)0, 32, &lo420, &hi421)) {
+        for (int i0 = lo418; i0 < hi419; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 32; ++i1) {
-                int64_t const t439 = ((int64_t)v9 + (int64_t)v17[i0]);
-                int64_t const t440 = (int64_t)sot;
-                int64_t const t441 = (t439 * t440);
-                float* const t442 = (o_ptr + t441);
-                int64_t const t443 = ((int64_t)v19 + (int64_t)v20[i0]);
-                int64_t const t444 = (int64_t)soh;
-                int64_t const t445 = (t443 * t444);
-                float* const t446 = (t442 + t445);
-                float* const t447 = (t446 + v432);
-                float* const t448 = (t447 + ((int64_t)v41 + (int64_t)i1));
-                float const t449 = (c79[i0 * 32 + i1] / v431[i0]);
-                float const t450 = (v430[i0] ? t449 : 0.0f);
-                *(t448) = t450;
+            for (int i1 = lo420; i1 < hi421; ++i1) {
+                int64_t const t422 = ((int64_t)v9 + (int64_t)v17[i0]);
+                int64_t const t423 = (int64_t)sot;
+                int64_t const t424 = (t422 * t423);
+                float* const t425 = (o_ptr + t424);
+                int64_t const t426 = ((int64_t)v19 + (int64_t)v20[i0]);
+                int64_t const t427 = (int64_t)soh;
+                int64_t const t428 = (t426 * t427);
+                float* const t429 = (t425 + t428);
+                float* const t430 = (t429 + v417);
+                float* const t431 = (t430 + ((int64_t)v41 + (int64_t)i1));
+                float const t432 = (c79[i0 * 32 + i1] / v416[i0]);
+                float const t433 = (v415[i0] ? t432 : 0.0f);
+                *(t431) = t433;
             }
         }
     } else {
         for (int i0 = 0; i0 < 8; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 32; ++i1) {
-                int64_t const t451 = ((int64_t)v9 + (int64_t)v17[i0]);
-                int64_t const t452 = (int64_t)sot;
-                int64_t const t453 = (t451 * t452);
-                float* const t454 = (o_ptr + t453);
-                int64_t const t455 = ((int64_t)v19 + (int64_t)v20[i0]);
-                int64_t const t456 = (int64_t)soh;
-                int64_t const t457 = (t455 * t456);
-                float* const t458 = (t454 + t457);
-                float* const t459 = (t458 + v432);
-                float* const t460 = (t459 + ((int64_t)v41 + (int64_t)i1));
-                float const t461 = (c79[i0 * 32 + i1] / v431[i0]);
-                float const t462 = (v430[i0] ? t461 : 0.0f);
-                int32_t const t463 = (v15 + i0);
-                bool const t464 = (t463 < v16);
-                int32_t const t465 = (v41 + i1);
-                bool const t466 = (t465 < D);
-                bool const t467 = (bool)(t464 & t466);
-                if (t467) *(t460) = t462;
+                int64_t const t434 = ((int64_t)v9 + (int64_t)v17[i0]);
+                int64_t const t435 = (int64_t)sot;
+                int64_t const t436 = (t434 * t435);
+                float* const t437 = (o_ptr + t436);
+                int64_t const t438 = ((int64_t)v19 + (int64_t)v20[i0]);
+                int64_t const t439 = (int64_t)soh;
+                int64_t const t440 = (t438 * t439);
+                float* const t441 = (t437 + t440);
+                float* const t442 = (t441 + v417);
+                float* const t443 = (t442 + ((int64_t)v41 + (int64_t)i1));
+                float const t444 = (c79[i0 * 32 + i1] / v416[i0]);
+                float const t445 = (v415[i0] ? t444 : 0.0f);
+                int32_t const t446 = (v15 + i0);
+                bool const t447 = (t446 < v16);
+                int32_t const t448 = (v41 + i1);
+                bool const t449 = (t448 < D);
+                bool const t450 = (bool)(t447 & t449);
+                if (t450) *(t443) = t445;
             }
         }
     }

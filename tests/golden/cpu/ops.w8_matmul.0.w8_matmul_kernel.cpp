@@ -161,48 +161,35 @@ static inline void w8_matmul_kernel_program(int32_t pid0, int32_t pid1, int32_t 
                 }
         }
     }
-    int inb72 = tj_tri_and(tj_affine_cmp<int32_t>((v2 + 0), M, 0, (int32_t)0, (int32_t)63, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)63), tj_affine_cmp<int32_t>((v4 + 0), N, 0, (int32_t)0, (int32_t)127, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)127));
-    if (inb72 < 0) {
-        inb72 = 1;
-        for (int i0 = 0; i0 < 64; ++i0) {
-            #pragma omp simd reduction(&:inb72)
-            for (int i1 = 0; i1 < 128; ++i1) {
-                int32_t const t73 = (v2 + i0);
-                bool const t74 = (t73 < M);
-                int32_t const t75 = (v4 + i1);
-                bool const t76 = (t75 < N);
-                bool const t77 = (bool)(t74 & t76);
-                inb72 &= (int)(t77);
-            }
-        }
-    }
-    if (inb72) {
-        for (int i0 = 0; i0 < 64; ++i0) {
+    int lo72 = 0, hi73 = 64;
+    int lo74 = 0, hi75 = 128;
+    if (tj_span<int32_t>((v2 + 0), M, 0, (int32_t)1, (int32_t)0, 64, &lo72, &hi73) && tj_span<int32_t>((v4 + 0), N, 0, (int32_t)1, (int32_t)0, 128, &lo74, &hi75)) {
+        for (int i0 = lo72; i0 < hi73; ++i0) {
             #pragma omp simd
-            for (int i1 = 0; i1 < 128; ++i1) {
-                int64_t const t78 = ((int64_t)v2 + (int64_t)i0);
-                int64_t const t79 = (int64_t)scm;
-                int64_t const t80 = (t78 * t79);
-                float* const t81 = (c_ptr + t80);
-                float* const t82 = (t81 + ((int64_t)v4 + (int64_t)i1));
-                *(t82) = c5[i0 * 128 + i1];
+            for (int i1 = lo74; i1 < hi75; ++i1) {
+                int64_t const t76 = ((int64_t)v2 + (int64_t)i0);
+                int64_t const t77 = (int64_t)scm;
+                int64_t const t78 = (t76 * t77);
+                float* const t79 = (c_ptr + t78);
+                float* const t80 = (t79 + ((int64_t)v4 + (int64_t)i1));
+                *(t80) = c5[i0 * 128 + i1];
             }
         }
     } else {
         for (int i0 = 0; i0 < 64; ++i0) {
             #pragma omp simd
             for (int i1 = 0; i1 < 128; ++i1) {
-                int64_t const t83 = ((int64_t)v2 + (int64_t)i0);
-                int64_t const t84 = (int64_t)scm;
-                int64_t const t85 = (t83 * t84);
-                float* const t86 = (c_ptr + t85);
-                float* const t87 = (t86 + ((int64_t)v4 + (int64_t)i1));
-                int32_t const t88 = (v2 + i0);
-                bool const t89 = (t88 < M);
-                int32_t const t90 = (v4 + i1);
-                bool const t91 = (t90 < N);
-                bool const t92 = (bool)(t89 & t91);
-                if (t92) *(t87) = c5[i0 * 128 + i1];
+                int64_t const t81 = ((int64_t)v2 + (int64_t)i0);
+                int64_t const t82 = (int64_t)scm;
+                int64_t const t83 = (t81 * t82);
+                float* const t84 = (c_ptr + t83);
+                float* const t85 = (t84 + ((int64_t)v4 + (int64_t)i1));
+                int32_t const t86 = (v2 + i0);
+                bool const t87 = (t86 < M);
+                int32_t const t88 = (v4 + i1);
+                bool const t89 = (t88 < N);
+                bool const t90 = (bool)(t87 & t89);
+                if (t90) *(t85) = c5[i0 * 128 + i1];
             }
         }
     }
