@@ -86,6 +86,27 @@ def _vectorised_lines(source: str, tmp_path) -> list[int]:
 
 
 @kernel
+def long_chain(x_ptr, y_ptr, n, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    for _ in tl.static_range(STEPS):
+        x = tl.exp(-x) * 0.5 + x * 0.25
+    tl.store(y_ptr + offs, x, mask=offs < n)
+
+
+def test_a_long_chain_of_elementwise_ops_renders():
+    """200 exps in a row are one expression per element thousands of ops deep: evaluating it must
+    not nest a Python call per op (it ran past the interpreter's recursion limit at 64)."""
+    x = torch.randn(100)
+    y = torch.empty(100)
+    long_chain[(1,)](x, y, 100, STEPS=200, BLOCK=128)
+    want = x.double()
+    for _ in range(200):
+        want = torch.exp(-want) * 0.5 + want * 0.25
+    torch.testing.assert_close(y, want.float(), rtol=1e-5, atol=1e-6)
+
+
+@kernel
 def rows_scaled(x_ptr, y_ptr, R, C, sx, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)

@@ -32,6 +32,8 @@ _INDEX_OPS = {ADD: "+", SUB: "-", MUL: "*"}   # the index arithmetic _index64 wi
 # enough that the compiler keeps the chunk in registers (64 went through memory: 3.35 -> 3.26 us
 # a bf16 layer_norm row of 4096 on one AVX2 core)
 BF16_STORE_CHUNK = 16
+# nested evaluations of per-element expressions past which `ev` evaluates operands with a stack
+EV_DEPTH = 100
 
 
 class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOperandLowering, LoopLowering,
@@ -56,6 +58,7 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         self.loop_heads: list[list[int]] = []   # per run-time loop: [line before it, its indent]
         self.regions: list[tuple[str, list[Value]]] = []   # ("loop", carried args) / ("if", results)
         self.flag_scopes: list[dict[int, str]] = [{}]
+        self.ev_depth = 0   # how deep `ev` is nested now
         self.known_true: set[int] = set()   # masks known to be all true in the code being emitted   # in-bounds flags visible in the current block
         self.decide_materialization(fn.body)
         self._raw_layouts: dict[int, str] | None = None   # bf16 dot operands filled raw (bf16_dot.py)
@@ -144,7 +147,13 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         op = v.owner
         if op is None:
             raise CompilationError(f"internal: value {v} has no definition in kernel '{self.fn.name}'")
-        e = self._ev_op(op, v, idx, nest)
+        if self.ev_depth > EV_DEPTH and nest is not None:
+            self._ev_operands_first(v, idx, nest)
+        self.ev_depth += 1
+        try:
+            e = self._ev_op(op, v, idx, nest)
+        finally:
+            self.ev_depth -= 1
         if nest is not None and (OPS[op.name].kind == "elementwise" or op.name == LOAD) and not e.isidentifier():
             tmp = self.fresh("t")
             nest.stmts.append(f"{self.d.reg_type(v.dtype)} const {tmp} = {e};")
@@ -154,6 +163,22 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
             if id(v) in self.filled_by_sum:   # the sum reading it fills its buffer on the way
                 nest.stmts.append(f"{self.name(v)}[{self.linear(idx, v.shape)}] = {e};")
         return e
+
+    def _ev_operands_first(self, v: Value, idx, nest: Nest) -> None:
+        """Evaluates the operands of `v` with an explicit stack, in the order the recursion of `ev`
+        would (each operand fully, left to right), so that a long chain of elementwise ops (64
+        exps in a row) does not nest a Python call per op past the interpreter's limit: `ev(v)`
+        then finds them in the memo."""
+        stack = [(o, False) for o in reversed(v.owner.operands)]
+        while stack:
+            w, ready = stack.pop()
+            key = (id(w), idx)
+            if ready or w.type.is_scalar or id(w) in self.buffers or id(w) in self.known_true \
+                    or key in nest.memo or w.owner is None or OPS[w.owner.name].kind != "elementwise":
+                self.ev(w, idx, nest)   # a leaf, or its operands are in the memo now
+                continue
+            stack.append((w, True))
+            stack.extend((o, False) for o in reversed(w.owner.operands))
 
     def _ev_op(self, op: Op, v: Value, idx, nest) -> str:
         name = op.name
@@ -484,8 +509,9 @@ class CLowering(Materialization, ReduceDotLowering, Bf16DotLowering, InPlaceOper
         d = 1344 in tiles of 1024 did 1.5x the work). Nothing outside the box is observable: the
         values computed in a store's loop feed that store alone. The masked loop stays for an index
         that may wrap around its type. (A whole tile's loop of constant extent as a third path
-        measured no faster.)"""
-        if runtime_mask(mask) is None or mask.shape != shape:
+        measured no faster.) A bounds-checked build keeps the masked loop: it checks every access
+        the kernel makes, an unmasked load in the lanes a store leaves out included."""
+        if runtime_mask(mask) is None or mask.shape != shape or self.checks_addresses:
             return False
         terms = mask_box(mask, lambda v: id(v) in self.buffers, self.d.affine_mask_dtypes)
         if terms is None:
