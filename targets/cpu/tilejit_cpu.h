@@ -327,6 +327,7 @@ struct tj_parallel {
     int64_t parallel, serial, skipped;   // launches: parallel, serial, serial because of the delay
 };
 static const int64_t TJ_DEFAULT_GRAIN_NS = 10000;   // a launch without the launcher's settings
+static const int TJ_RUNS_PER_THREAD = 4;             // a parallel launch's programs: runs per thread
 
 static inline int64_t tj_now_ns() {
     timespec t;
@@ -372,7 +373,12 @@ template <class F> static inline void tj_run_programs(int64_t total, int64_t* co
     const int64_t m = total - first, c = __atomic_load_n(cost, __ATOMIC_RELAXED);
     if (m > 1 && threads > 1 && tj_go_parallel(c > INT64_MAX / m ? INT64_MAX : m * c, par)) {
         const int64_t t0 = tj_now_ns();
-        int64_t late = 0;
+        // programs go in runs of `run`, about TJ_RUNS_PER_THREAD a thread: run t is thread t's own, the
+        // rest are taken from a shared counter, so programs of unequal cost (a grid's last, partial
+        // column block) even out, and a thread that wakes late, or shares its core with other work,
+        // takes fewer
+        const int64_t run = (m + (int64_t)threads * TJ_RUNS_PER_THREAD - 1) / ((int64_t)threads * TJ_RUNS_PER_THREAD);
+        int64_t late = 0, next = threads;
         #pragma omp parallel num_threads(threads)
         {
             const int t = omp_get_thread_num(), n = omp_get_num_threads();
@@ -382,10 +388,18 @@ template <class F> static inline void tj_run_programs(int64_t total, int64_t* co
                 while (d > seen && !__atomic_compare_exchange_n(&late, &seen, d, true, __ATOMIC_RELAXED,
                                                                 __ATOMIC_RELAXED)) {}
             }
-            const int64_t lo = first + (m * t + n - 1) / n, hi = first + (m * (t + 1) + n - 1) / n;
             const int64_t c0 = t == 0 ? tj_now_ns() : 0;
-            for (int64_t p = lo; p < hi; ++p) program(p);
-            if (t == 0 && hi > lo) tj_note_cost(cost, (tj_now_ns() - c0) / (hi - lo));
+            int64_t ran = 0;
+            auto take = [&](int64_t r) {   // run r; false past the grid
+                const int64_t lo = first + r * run, hi = lo + run < total ? lo + run : total;
+                for (int64_t p = lo; p < hi; ++p) program(p);
+                ran += hi > lo ? hi - lo : 0;
+                return lo < total;
+            };
+            take(t);
+            for (int u = n; t == 0 && u < threads; ++u) take(u);   // OpenMP may give fewer threads than asked
+            while (take(__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED))) {}
+            if (t == 0 && ran > 0) tj_note_cost(cost, (tj_now_ns() - c0) / ran);
         }
         if (par) {
             const int64_t w = __atomic_load_n(&par->wait_ns, __ATOMIC_RELAXED);
