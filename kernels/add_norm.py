@@ -4,7 +4,8 @@ s = round(x + residual) to the input dtype (returned, for the next residual), th
 y = (s - mean) / sqrt(var + eps) * weight + bias over the last dim, with the same passes, chunks
 and fixed order as layer_norm (so y equals layer_norm(s) bitwise when both run with the same BLOCK): mean,
 then the sum of squared deviations, each accumulated in a BLOCK-wide fp32 tile and folded by one
-tl.sum. s is recomputed in each pass rather than re-read from memory, and stored in the last. BLOCK depends only on the
+tl.sum. s is recomputed in each pass rather than re-read from memory, and stored in the last; a
+row of one chunk computes it once. BLOCK depends only on the
 row length (and is STRICT_BLOCK = 64 on every target in the strict policy), so rows are batch-invariant.
 """
 from __future__ import annotations
@@ -15,19 +16,31 @@ from compiler import kernel, language as tl
 from compiler.opspec import OpSpec, Problem
 
 from .checks import check_device, config_text
-from .norm import (LAYER_NORM, _check_eps, _check_residual, _check_vec, _chunk_f32, _config, _residual_sum, _rows,
-                   _wrapper_checks, layer_norm_ref)
+from .norm import (LAYER_NORM, _check_eps, _check_residual, _check_vec, _chunk_f32, _config, _layer_norm_tile,
+                   _residual_sum, _rows, _vector_f32, _wrapper_checks, layer_norm_ref)
 from .op_plans import MISS
 from .torch_ops import define
 
 
 @kernel
 def add_layer_norm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, res_ptr, N, sx, sxn, sr, srn, sy, eps,
-                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr):
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr,
+                          ONE_CHUNK: tl.constexpr = False, EVEN: tl.constexpr = False):
+    """ONE_CHUNK (N <= BLOCK): s is computed once and kept, then normalised as layer_norm's one-chunk
+    row (_layer_norm_tile: the operations of the passes below when they run one iteration, so the
+    same bits). EVEN: N == BLOCK."""
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * sx
     r_row = r_ptr + row * sr
     dt = x_ptr.dtype.element_ty
+    if ONE_CHUNK:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < N
+        s = _residual_sum(x_row, sxn, r_row, srn, cols, mask, dt)
+        tl.store(res_ptr + row * sy + cols, s, mask=mask)
+        _layer_norm_tile(s.to(tl.float32), y_ptr + row * sy, N, eps, _vector_f32(w_ptr, cols, mask, HAS_W),
+                         _vector_f32(b_ptr, cols, mask, HAS_B), cols, mask, HAS_W, HAS_B, EVEN, BLOCK)
+        return
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
@@ -84,9 +97,11 @@ def _launch(x, residual, weight, bias, eps, config, y, res):
     check_device(op, x=x, residual=residual, weight=weight, bias=bias, y=y, res=res)
     if rows and N:
         y2, s2 = y.view(rows, N), res.view(rows, N)
+        cfg = _config(SPEC, config, N)
         add_layer_norm_kernel[(rows,)](x2, r2, weight, bias, y2, s2, N, x2.stride(0), x2.stride(1), r2.stride(0),
                                        r2.stride(1), y2.stride(0), eps, HAS_W=weight is not None,
-                                       HAS_B=bias is not None, **_config(SPEC, config, N))
+                                       HAS_B=bias is not None, ONE_CHUNK=N <= cfg["BLOCK"], EVEN=N == cfg["BLOCK"],
+                                       **cfg)
 
 
 def add_layer_norm_ref(x, residual, weight=None, bias=None, eps=1e-5, out_dtype=None):

@@ -65,7 +65,14 @@ def _layer_norm_row(x_row, y_row, stride_xn, N, eps, w, b, cols, mask, HAS_W: tl
     -0.0 into +0.0, while `zeros + d * d` is d * d itself (a square is never -0.0), so it is left out.
     EVEN: N == BLOCK, so no lane is masked off and the deviations need no tl.where (with an all-true
     mask it is the identity: the same bits, one select less per element)."""
-    x = _chunk_f32(x_row, stride_xn, cols, mask)
+    _layer_norm_tile(_chunk_f32(x_row, stride_xn, cols, mask), y_row, N, eps, w, b, cols, mask, HAS_W, HAS_B, EVEN,
+                     BLOCK)
+
+
+@kernel
+def _layer_norm_tile(x, y_row, N, eps, w, b, cols, mask, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                     EVEN: tl.constexpr, BLOCK: tl.constexpr):
+    """_layer_norm_row of a row already in a tile (fp32): add_layer_norm's x + r."""
     mean = tl.sum(tl.zeros([BLOCK], dtype=tl.float32) + x, axis=0) / N
     d = x - mean
     if not EVEN:

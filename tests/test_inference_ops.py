@@ -308,6 +308,21 @@ def test_add_layer_norm_matches_reference_and_layer_norm(dtype, policy):
                                                                            else TOL[dtype]))
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("N, BLOCK", [(300, 512), (256, 256)])
+def test_add_layer_norm_of_one_chunk_has_the_bits_of_the_passes(dtype, N, BLOCK):
+    """A row of one chunk computes x + r once and keeps it (ONE_CHUNK); its outputs equal, bitwise,
+    those of the three passes that recompute it, with the same BLOCK (EVEN: N == BLOCK)."""
+    x, r, w, b = _aln_inputs(dtype, N=N)
+    outs = []
+    for one in (False, True):
+        y, s = torch.empty_like(x), torch.empty_like(x)
+        AN.add_layer_norm_kernel[(x.shape[0],)](x, r, w, b, y, s, N, N, 1, N, 1, N, 1e-5, HAS_W=True, HAS_B=True,
+                                                BLOCK=BLOCK, ONE_CHUNK=one, EVEN=one and N == BLOCK)
+        outs.append((y, s))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
 @pytest.mark.sampled
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("policy", POLICIES)
