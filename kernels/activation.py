@@ -74,7 +74,7 @@ def act_and_mul(x: torch.Tensor, activation: str = "silu", *, out: torch.Tensor 
                          f"{out.dtype} {tuple(out.shape)}")
     check_out(op, out, x=x)
     require_no_grad(op, x)
-    ACT_AND_MUL_OP.out_op(x, activation, config, out)
+    ACT_AND_MUL_OP.call_out(x, activation, config, out)
     return out
 
 

@@ -137,7 +137,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, a
                         f"{str(want).replace('torch.', '')}; pass out_dtype={out.dtype} or a matching out")
     check_out(op, out, a=a, b=b, bias=bias)
     require_no_grad(op, a, b, bias)
-    TORCH_OP.out_op(a, b, bias, activation, out_dtype, config, out)
+    TORCH_OP.call_out(a, b, bias, activation, out_dtype, config, out)
     return out
 
 

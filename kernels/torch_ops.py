@@ -60,6 +60,7 @@ class LibraryOp:
     out_op: object = None            # of tilejit::<name>_out
     has_backward: bool = False
     body: Callable | None = None     # (*args) -> outputs: the functional op's implementation
+    out_body: Callable | None = None   # (*args, *outs) -> None: the out form's
     plans: dict = dataclasses.field(default_factory=dict)   # signature -> op_plans.Plan, or None
 
     def __call__(self, *args):
@@ -67,6 +68,17 @@ class LibraryOp:
         dynamo-disable layers cost ~80 us a call and change nothing there) and, after the first
         call of an argument signature, replays that call's launches (kernels/op_plans.py)."""
         return op_plans.call(self, args)
+
+    def call_out(self, *args) -> None:
+        """The out form (inputs, then outputs). In plain eager mode (plain_eager) it skips the dispatcher too
+        (~90 us a call of a silu_and_mul that takes 10), bumping the outputs' version counters as
+        its in-place layer would, so autograd still refuses a saved tensor this overwrote."""
+        if torch.compiler.is_compiling() or not plain_eager(args):
+            self.out_op(*args)
+            return
+        self.out_body(*args)
+        for t in args[len(self.params):]:
+            torch.autograd.graph.increment_version(t)
 
     def __post_init__(self):
         # the outputs when a launch plan for `args` replayed, else op_plans.MISS (see there)
@@ -150,6 +162,7 @@ def define(name: str, params: str, outputs: tuple[str, ...], *, shapes: Callable
         _check_outs(name, outputs, shapes(*args[:n_in]), args[n_in:])
         _run(lop, args[:n_in], args[n_in:])
 
+    lop.out_body = out_form
     lop.op = torch.library.custom_op(f"{NAMESPACE}::{name}", functional, mutates_args=(),
                                      schema=f"({params}) -> {returns}")
     lop.op.register_fake(fake)

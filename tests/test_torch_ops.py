@@ -322,3 +322,33 @@ def test_plain_eager_calls_skip_the_dispatcher_and_everything_else_sees_the_oper
         y = kernels.rms_norm(x, w)
     assert "tilejit.rms_norm.default" in Seen.ops               # a mode still sees the operator
     assert torch.equal(y, kernels.rms_norm(x, w))               # and the direct call gives the same bits
+
+
+def test_the_out_form_skips_the_dispatcher_in_plain_eager_and_still_bumps_the_version():
+    """kernels.matmul(..., out=) writes `out` without the operator in plain eager mode, and bumps its
+    version counter as the operator's in-place layer would: autograd refuses a saved tensor it
+    overwrote, as it would for any in-place op. A dispatch mode still sees the out operator."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    w = torch.randn(4, 4, requires_grad=True)
+    saved, h = torch.zeros(4, 4), torch.randn(4, 4)
+    z = w * saved   # saves `saved` for the backward
+    version = saved._version
+    with torch.no_grad():
+        kernels.matmul(h, h, out=saved)
+    assert saved._version > version and torch.equal(saved, kernels.matmul(h, h))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+    class Seen(TorchDispatchMode):
+        ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    out = torch.empty(4, 4)
+    with Seen():
+        kernels.matmul(h, h, out=out)
+    assert "tilejit.matmul_out.default" in Seen.ops
+    assert torch.equal(out, saved)
