@@ -373,15 +373,15 @@ template <class F> static inline void tj_run_programs(int64_t total, int64_t* co
     const int64_t m = total - first, c = __atomic_load_n(cost, __ATOMIC_RELAXED);
     if (m > 1 && threads > 1 && tj_go_parallel(c > INT64_MAX / m ? INT64_MAX : m * c, par)) {
         const int64_t t0 = tj_now_ns();
-        // programs go in runs of `run`, about TJ_RUNS_PER_THREAD a thread: run t is thread t's own, the
-        // rest are taken from a shared counter, so programs of unequal cost (a grid's last, partial
-        // column block) even out, and a thread that wakes late, or shares its core with other work,
-        // takes fewer
+        // programs go in runs of `run`, about TJ_RUNS_PER_THREAD a thread, each taken from a shared
+        // counter: programs of unequal cost (a grid's last, partial column block) even out, and a
+        // thread that wakes late, or shares its core with other work, takes fewer (none when the
+        // others took them all before it woke)
         const int64_t run = (m + (int64_t)threads * TJ_RUNS_PER_THREAD - 1) / ((int64_t)threads * TJ_RUNS_PER_THREAD);
-        int64_t late = 0, next = threads;
+        int64_t late = 0, next = 0;
         #pragma omp parallel num_threads(threads)
         {
-            const int t = omp_get_thread_num(), n = omp_get_num_threads();
+            const int t = omp_get_thread_num();
             if (t > 0) {
                 const int64_t d = tj_now_ns() - t0;
                 int64_t seen = __atomic_load_n(&late, __ATOMIC_RELAXED);
@@ -396,8 +396,6 @@ template <class F> static inline void tj_run_programs(int64_t total, int64_t* co
                 ran += hi > lo ? hi - lo : 0;
                 return lo < total;
             };
-            take(t);
-            for (int u = n; t == 0 && u < threads; ++u) take(u);   // OpenMP may give fewer threads than asked
             while (take(__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED))) {}
             if (t == 0 && ran > 0) tj_note_cost(cost, (tj_now_ns() - c0) / ran);
         }
