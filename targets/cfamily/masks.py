@@ -135,4 +135,11 @@ def _box(v: Value, axes: list, held, dtypes) -> list[tuple] | None:
     return [("span", axes[k], a, b, code, sa[k], sb[k])]
 
 
-__all__ = ["mask_terms", "mask_box", "CMP_CODES"]
+def runtime_mask(mask: Value | None) -> Value | None:
+    """`mask` when it has to be checked at run time; None for no mask or a constant true one."""
+    if mask is None or (mask.owner is not None and mask.owner.name == CONST and mask.owner.attrs["value"]):
+        return None
+    return mask
+
+
+__all__ = ["mask_terms", "mask_box", "runtime_mask", "CMP_CODES"]

@@ -19,7 +19,7 @@ the slot's first half: the same bytes for every k, which orders the two slots al
 from __future__ import annotations
 
 from compiler.ir.ops import CONST, LOAD, OPS
-from targets.cfamily.lowering import runtime_mask
+from targets.cfamily.masks import runtime_mask
 
 from ..plan.prefetch import Ahead, ahead
 
