@@ -37,11 +37,8 @@ class FastMath(_StrictBuilder):
         """p * 2^n where t = n + ROUNDER; n in [-252, 254] is split into two halves, so a
         subnormal or overflowing result rounds once."""
         b = self.b
-        n = b.op1("sub", [b.op1("bitcast", [t], {"to": D.int32}),
-                          b.broadcast_to(b.const(ROUNDER_BITS, D.int32), t.shape)])
-        half = b.op1("shr", [n, b.broadcast_to(b.const(1, D.int32), n.shape)])
-        rest = b.op1("sub", [n, half])
-        return self.bin("mul", self.bin("mul", p, self._pow2(half)), self._pow2(rest))
+        return self._scale2_int(p, b.op1("sub", [b.op1("bitcast", [t], {"to": D.int32}),
+                                                 b.broadcast_to(b.const(ROUNDER_BITS, D.int32), t.shape)]))
 
     def exp(self, x: Tile) -> Tile:
         c = self.c

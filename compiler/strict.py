@@ -86,7 +86,11 @@ class _StrictBuilder(StrictMoreMath):
         b = self.b
         n = b.op1("max", [n, self.c(-252.0, n)])
         n = b.op1("min", [n, self.c(254.0, n)])
-        ni = b.cast(n, D.int32)
+        return self._scale2_int(p, b.cast(n, D.int32))
+
+    def _scale2_int(self, p: Tile, ni: Tile) -> Tile:
+        """p * 2**ni for int32 ni in [-252, 254]: ni split into two halves, each a normal power of two."""
+        b = self.b
         half = b.op1("shr", [ni, b.broadcast_to(b.const(1, D.int32), ni.shape)])
         rest = b.op1("sub", [ni, half])
         return self.bin("mul", self.bin("mul", p, self._pow2(half)), self._pow2(rest))
