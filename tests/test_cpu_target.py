@@ -674,3 +674,28 @@ def test_a_contiguous_bf16_store_rounds_a_chunk_at_a_time_with_the_per_element_b
     got = y.view(torch.int16)[:, :C].to(torch.int64) & 0xFFFF
     assert torch.equal(got, _f2bf_bits(x).view(R, C))
     assert (y.view(torch.int16)[:, C:] == 7).all()   # the row padding is not written
+
+
+@kernel
+def _carried_to_bf16(x_ptr, y_ptr, z_ptr, steps, R: tl.constexpr, C: tl.constexpr):
+    r, c = tl.arange(0, R), tl.arange(0, C)
+    acc = tl.zeros((R, C), dtype=tl.float32)
+    for _ in range(steps):   # a loop-carried tile: an fp32 array in the program
+        acc += tl.load(x_ptr + r[:, None] * C + c[None, :])
+    tl.store(y_ptr + r[:, None] * C + c[None, :], acc.to(tl.bfloat16))
+    tl.store(z_ptr + r[:, None] * C + c[None, :], acc)
+
+
+@pytest.mark.parametrize("R,C", [(2, 64), (3, 48)])
+def test_a_bf16_store_of_an_fp32_array_rounds_the_array_in_place_with_the_per_element_bits(R, C):
+    """A bf16 tile rounded from an fp32 array (a dot's accumulator, a loop-carried tile) hands the
+    array's row to the header's rounding where it lies, not through a chunk copied from it (a wide
+    store read back in halves stalls); every bit is the per-element conversion's of the fp32 values
+    the kernel also stores, NaNs and values that round to inf included."""
+    x = torch.randn(R * C) * torch.logspace(-40, 38, R * C)
+    x[:4] = torch.tensor([float("nan"), float("inf"), -3.3895313892515355e38, 1.0039062])
+    y = torch.empty(R, C, dtype=torch.bfloat16)
+    z = torch.empty(R, C)
+    ck = _carried_to_bf16[(1,)](x, y, z, 1, R=R, C=C)
+    assert re.search(r"tj_store_bf16\([^;]*, &\w+\[", ck.source), ck.source
+    assert torch.equal(y.view(torch.int16).to(torch.int64) & 0xFFFF, _f2bf_bits(z.view(-1)).view(R, C))

@@ -90,9 +90,14 @@ class StoreLowering:
         outer = self.open_nest(ptr.shape[:-1], simd=False, bounds=bounds and bounds[:-1])
         start = self.fresh("at")
 
+        in_buffer = src.dtype is D.float32 and id(src) in self.buffers   # a row-major float array
+
         def chunk(count: str) -> None:   # `count` (else width) elements from `start`
-            name = self.fresh("chunk")
-            self._fill_chunk(src, outer.idx, width, name, start, count)
+            if in_buffer:   # read where it lies: a copy to a chunk is a wide store read back in halves
+                name = f"&{self.name(src)}[{self.linear(outer.idx + (start,), src.shape)}]"
+            else:
+                name = self.fresh("chunk")
+                self._fill_chunk(src, outer.idx, width, name, start, count)
             dst = self.address(op, self._emit_at(ptr, outer.idx + (start,)), True)
             self.emit(f"{helper}({dst}, {name}, {count or width});")
         # whole chunks of constant width (from lo), then what is left before hi; a counted loop,
