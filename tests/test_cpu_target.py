@@ -699,3 +699,38 @@ def test_a_bf16_store_of_an_fp32_array_rounds_the_array_in_place_with_the_per_el
     ck = _carried_to_bf16[(1,)](x, y, z, 1, R=R, C=C)
     assert re.search(r"tj_store_bf16\([^;]*, &\w+\[", ck.source), ck.source
     assert torch.equal(y.view(torch.int16).to(torch.int64) & 0xFFFF, _f2bf_bits(z.view(-1)).view(R, C))
+
+
+@kernel
+def _count_above(x_ptr, out_ptr, n, t, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, n, BLOCK):
+        if tl.load(x_ptr + start) > t:   # a block skipped: the carried tile is the if's result, copied into its slot
+            cols = start + tl.arange(0, BLOCK)
+            acc += tl.where(tl.load(x_ptr + cols, mask=cols < n, other=0.0) > t, 1, 0)
+    tl.store(out_ptr, tl.sum(acc, axis=0))
+
+
+def test_a_carried_tile_is_copied_in_the_vectors_its_loops_store(tmp_path):
+    """A loop's carried tile is stored by 256-bit vector loops, then copied into its slot: built as
+    tilejit builds it, the copy uses 256-bit moves too, never 512-bit ones (a 512-bit load of two
+    256-bit stores waits for them to reach the cache: a tenth of the sample op's time)."""
+    if "avx512f" not in toolchain._cpu_flags().split():
+        pytest.skip("no AVX-512 on this host: no move here is wider than the loops' vectors")
+    cxx, arch = toolchain.find_compiler(), toolchain.march_flags()
+    if not toolchain.move_flags(cxx, arch, wide_vectors=False):
+        pytest.skip(f"{cxx} does not take {' '.join(toolchain.NARROW_MOVES)} (GCC 12 or later does)")
+    x = torch.randn(1000)
+    out = torch.zeros(1, dtype=torch.int32)
+    ck = _count_above[(1,)](x, out, 1000, 0.5, BLOCK=32)
+    blocks = torch.nn.functional.pad(x, (0, 24), value=0.0).view(-1, 32)
+    assert out.item() == int(((blocks > 0.5).sum(1) * (blocks[:, 0] > 0.5)).sum())
+    src = tmp_path / "k.cpp"
+    src.write_text(ck.source)
+    flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + arch
+    asm = subprocess.run([cxx, *flags, *toolchain.move_flags(cxx, arch, wide_vectors=False), f"-I{toolchain.HEADER_DIR}",
+                          "-S", str(src), "-o", "-"], capture_output=True, text=True, check=True).stdout
+    assert "tj_copy" not in ck.source and "memcpy" in ck.source
+    assert "%zmm" not in asm
+    assert toolchain.move_flags(cxx, arch, wide_vectors=True) == []
+    assert not toolchain._accepts(cxx, ("-mno-such-option-here",))

@@ -295,10 +295,20 @@ class ReduceDotLowering:
         if id(v) in self.buffers:
             return self.name(v)
         name = self.local_buffer(self.d.reg_type(v.dtype), self.fresh("m"), v.type.numel, v)
-        nest = self.open_nest(v.shape)
-        e = self.ev(v, nest.idx, nest)
-        self.close_nest(nest, [f"{name}[{self.linear(nest.idx, v.shape)}] = {e};"])
+        self.fill_together([(name, v)])
         return name
+
+    def fill_together(self, fills: list[tuple[str, Value]]) -> None:
+        """Writes each value into its array (`name[i] = v[i]`), the values of one shape in one loop
+        nest: a subexpression they share (a Gumbel score that picks both a running maximum and its
+        index) is evaluated once per element there, not once per array."""
+        shapes: dict[tuple[int, ...], list[tuple[str, Value]]] = {}
+        for name, v in fills:
+            shapes.setdefault(v.shape, []).append((name, v))
+        for shape, group in shapes.items():
+            nest = self.open_nest(shape)
+            body = [f"{name}[{self.linear(nest.idx, shape)}] = {self.ev(v, nest.idx, nest)};" for name, v in group]
+            self.close_nest(nest, body)
 
     def op_dot(self, op: Op) -> None:
         a, b, acc = op.operands

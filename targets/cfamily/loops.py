@@ -124,10 +124,8 @@ class LoopLowering:
             for val, res in zip(op.operands, values):
                 if res.type.is_scalar:
                     self.emit(f"{self.name(res)} = {self.ev(val, (), None)};")
-                    continue
-                nest = self.open_nest(res.shape)
-                self.close_nest(nest, [f"{self.name(res)}[{self.linear(nest.idx, res.shape)}] = "
-                                       f"{self.ev(val, nest.idx, nest)};"])
+            # the branch's results are fresh arrays no yielded value reads: filled in one nest per shape
+            self.fill_together([(self.name(res), val) for val, res in zip(op.operands, values) if not res.type.is_scalar])
             return
         loop_args = values
         arg_ids = {id(a) for a in loop_args}
@@ -145,7 +143,7 @@ class LoopLowering:
                 self.update_in_place(arg, val)
         # phase 1: everything else that is not a stable buffer is computed into a temporary, so no
         # carried value is overwritten while another yielded value still reads it
-        staged = []
+        staged, temporaries = [], []
         for val, arg, ok in zip(op.operands, loop_args, in_place):
             if val is arg or ok:
                 staged.append(None)
@@ -155,8 +153,12 @@ class LoopLowering:
                 staged.append(t)
             elif id(val) in self.buffers and id(val) not in arg_ids:
                 staged.append(self.name(val))
-            else:
+            elif id(val) in self.buffers:
                 staged.append(self._as_buffer(val))
+            else:   # an expression: computed with the others of its shape (fill_together)
+                staged.append(self.local_buffer(self.d.reg_type(val.dtype), self.fresh("m"), val.type.numel, val))
+                temporaries.append((staged[-1], val))
+        self.fill_together(temporaries)
         # phase 2: copy into the carried slots
         for src, arg in zip(staged, loop_args):
             if src is None or src == self.name(arg):   # unchanged, or updated in place

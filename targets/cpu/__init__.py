@@ -83,7 +83,7 @@ class CPUTarget(Target):
         src = os.path.join(out_dir, "kernel.cpp")
         with open(src, "w") as f:
             f.write(source)
-        toolchain.build(src, os.path.join(out_dir, "kernel.so"))
+        toolchain.build(src, os.path.join(out_dir, "kernel.so"), wide_vectors="#define TILEJIT_WIDE_VECTORS" in source)
         return {"kernel": fn.name, "entry": "tj_launch", "target": "cpu", "fingerprint": self.fingerprint(),
                 "params": [(p.name, p.type.dtype.name) for p in fn.params]}
 

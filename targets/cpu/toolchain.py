@@ -123,13 +123,35 @@ def fingerprint() -> dict:
             "isa": _cpu_flags() if "native" in arch[0] else arch[0]}
 
 
-def build(source_path: str, out_path: str) -> None:
+# GCC >= 12 on x86: copies the compiler makes itself (an inlined memcpy, merged stores) no wider
+# than the 256-bit vectors the loops use. A 512-bit load of two 256-bit stores still on their way to
+# the cache does not forward but waits for them: a loop's carried tile, stored by a loop nest and
+# copied into its slot by memcpy, did so every iteration (a tenth of a sample kernel's time at one
+# such load). A function of the compiler, which the fingerprint's "cxx" names.
+NARROW_MOVES = ("-mmove-max=256", "-mstore-max=256")
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts(cxx: str, flags: tuple[str, ...]) -> bool:
+    res = subprocess.run([cxx, *flags, "-fsyntax-only", "-x", "c++", os.devnull], capture_output=True, check=False)
+    return res.returncode == 0
+
+
+def move_flags(cxx: str, arch: list[str], wide_vectors: bool) -> list[str]:
+    """NARROW_MOVES where the loops vectorise 256 bits wide (march_flags) and the compiler takes them."""
+    narrow = "-mprefer-vector-width=256" in arch and not wide_vectors
+    return list(NARROW_MOVES) if narrow and _accepts(cxx, NARROW_MOVES) else []
+
+
+def build(source_path: str, out_path: str, wide_vectors: bool = False) -> None:
+    """Compiles a kernel; `wide_vectors`: its loops use the host's widest vectors (the template's
+    TILEJIT_WIDE_VECTORS), so its copies may be as wide."""
     why = missing()
     if why:
         raise TargetError(f"the cpu target needs a C++ compiler to build: {why}")
     cxx = find_compiler()
     arch = march_flags()
-    cmd = [cxx, *BASE_FLAGS, *arch, f"-I{HEADER_DIR}", source_path, "-o", out_path]
+    cmd = [cxx, *BASE_FLAGS, *arch, *move_flags(cxx, arch, wide_vectors), f"-I{HEADER_DIR}", source_path, "-o", out_path]
     with compiler_tmpdir(os.path.dirname(os.path.abspath(out_path))) as env:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:

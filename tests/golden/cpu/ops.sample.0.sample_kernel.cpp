@@ -590,227 +590,47 @@ static inline void sample_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                 float const t459 = (t298 ? t458 : (-INFINITY));
                 bool const t460 = (t459 > c254[i0]);
                 int32_t const t461 = (t460 ? t287 : c253[i0]);
+                float const t462 = (t460 ? t459 : c254[i0]);
                 r267[i0] = t461;
-            }
-            #pragma omp simd
-            for (int i0 = 0; i0 < 32; ++i0) {
-                int32_t const t462 = (v257 + i0);
-                bool const t463 = (t462 < V);
-                float* const t464 = (v5 + ((int64_t)v257 + (int64_t)i0));
-                float const t465 = (t463 ? *(t464) : (-INFINITY));
-                float const t466 = (t465 * v14);
-                int32_t const t467 = tj_bitcast<int32_t>(t466);
-                bool const t468 = (t467 < 0);
-                int32_t const t469 = (t467 ^ 2147483647);
-                int32_t const t470 = (t468 ? t469 : t467);
-                int64_t const t471 = (int64_t)t470;
-                bool const t472 = (t471 >= c177);
-                bool const t473 = (bool)(t463 & t472);
-                int32_t const t474 = tj_umulhi((-766435501), t462);
-                int32_t const t475 = (t462 * 0);
-                int32_t const t476 = (v250 + t475);
-                int32_t const t477 = (t474 ^ t476);
-                int32_t const t478 = (t477 ^ v269);
-                int32_t const t479 = tj_umulhi((-845247145), t478);
-                int32_t const t480 = (t475 * (-845247145));
-                int32_t const t481 = (t479 ^ t480);
-                int32_t const t482 = (t481 ^ v270);
-                int32_t const t483 = tj_umulhi((-766435501), t482);
-                int32_t const t484 = tj_umulhi((-845247145), t475);
-                int32_t const t485 = (v252 + t475);
-                int32_t const t486 = (t484 ^ t485);
-                int32_t const t487 = (t486 ^ v248);
-                int32_t const t488 = (t487 * (-766435501));
-                int32_t const t489 = (t483 ^ t488);
-                int32_t const t490 = (t489 ^ v273);
-                int32_t const t491 = tj_umulhi((-845247145), t490);
-                int32_t const t492 = tj_umulhi((-766435501), t487);
-                int32_t const t493 = (t462 * (-766435501));
-                int32_t const t494 = (t492 ^ t493);
-                int32_t const t495 = (t494 ^ v271);
-                int32_t const t496 = (t495 * (-845247145));
-                int32_t const t497 = (t491 ^ t496);
-                int32_t const t498 = (t497 ^ v274);
-                int32_t const t499 = tj_umulhi((-766435501), t498);
-                int32_t const t500 = tj_umulhi((-845247145), t495);
-                int32_t const t501 = (t478 * (-845247145));
-                int32_t const t502 = (t500 ^ t501);
-                int32_t const t503 = (t502 ^ v272);
-                int32_t const t504 = (t503 * (-766435501));
-                int32_t const t505 = (t499 ^ t504);
-                int32_t const t506 = (t505 ^ v277);
-                int32_t const t507 = tj_umulhi((-845247145), t506);
-                int32_t const t508 = tj_umulhi((-766435501), t503);
-                int32_t const t509 = (t482 * (-766435501));
-                int32_t const t510 = (t508 ^ t509);
-                int32_t const t511 = (t510 ^ v275);
-                int32_t const t512 = (t511 * (-845247145));
-                int32_t const t513 = (t507 ^ t512);
-                int32_t const t514 = (t513 ^ v278);
-                int32_t const t515 = tj_umulhi((-766435501), t514);
-                int32_t const t516 = tj_umulhi((-845247145), t511);
-                int32_t const t517 = (t490 * (-845247145));
-                int32_t const t518 = (t516 ^ t517);
-                int32_t const t519 = (t518 ^ v276);
-                int32_t const t520 = (t519 * (-766435501));
-                int32_t const t521 = (t515 ^ t520);
-                int32_t const t522 = (t521 ^ v281);
-                int32_t const t523 = tj_umulhi((-845247145), t522);
-                int32_t const t524 = tj_umulhi((-766435501), t519);
-                int32_t const t525 = (t498 * (-766435501));
-                int32_t const t526 = (t524 ^ t525);
-                int32_t const t527 = (t526 ^ v279);
-                int32_t const t528 = (t527 * (-845247145));
-                int32_t const t529 = (t523 ^ t528);
-                int32_t const t530 = (t529 ^ v282);
-                int32_t const t531 = tj_umulhi((-766435501), t530);
-                int32_t const t532 = tj_umulhi((-845247145), t527);
-                int32_t const t533 = (t506 * (-845247145));
-                int32_t const t534 = (t532 ^ t533);
-                int32_t const t535 = (t534 ^ v280);
-                int32_t const t536 = (t535 * (-766435501));
-                int32_t const t537 = (t531 ^ t536);
-                int32_t const t538 = (t537 ^ v285);
-                int32_t const t539 = tj_umulhi((-845247145), t538);
-                int32_t const t540 = tj_umulhi((-766435501), t535);
-                int32_t const t541 = (t514 * (-766435501));
-                int32_t const t542 = (t540 ^ t541);
-                int32_t const t543 = (t542 ^ v283);
-                int32_t const t544 = (t543 * (-845247145));
-                int32_t const t545 = (t539 ^ t544);
-                int32_t const t546 = (t545 ^ v286);
-                uint32_t const t547 = tj_bitcast<uint32_t>(t546);
-                int32_t const t548 = tj_bitcast<int32_t>(t547);
-                bool const t549 = (t548 < 0);
-                int32_t const t550 = (~t548);
-                int32_t const t551 = (t549 ? t550 : t548);
-                float const t552 = (float)t551;
-                float const t553 = (t552 * 4.6566127342e-10f);
-                float const t554 = tj_max(t553, 1e-30f);
-                bool const t555 = (t554 != t554);
-                bool const t556 = (t554 < 0.0f);
-                bool const t557 = (t554 == 0.0f);
-                bool const t558 = (t554 == INFINITY);
-                bool const t559 = (t554 < 1.1754943508222875e-38f);
-                float const t560 = (t554 * 8388608.0f);
-                float const t561 = (t559 ? t560 : t554);
-                int32_t const t562 = tj_bitcast<int32_t>(t561);
-                int32_t const t563 = (t562 & 8388607);
-                int32_t const t564 = (t563 | 1065353216);
-                float const t565 = tj_bitcast<float>(t564);
-                bool const t566 = (t565 > 1.4142135623730951f);
-                int32_t const t567 = tj_shr(t562, 23);
-                int32_t const t568 = (t567 & 255);
-                int32_t const t569 = (t568 - 127);
-                int32_t const t570 = (t569 - 23);
-                int32_t const t571 = (t559 ? t570 : t569);
-                int32_t const t572 = (t571 + 1);
-                int32_t const t573 = (t566 ? t572 : t571);
-                float const t574 = (float)t573;
-                float const t575 = (t565 * 0.5f);
-                float const t576 = (t566 ? t575 : t565);
-                float const t577 = (t576 - 1.0f);
-                float const t578 = (t577 + 2.0f);
-                float const t579 = (t577 / t578);
-                float const t580 = (t579 * t579);
-                float const t581 = fmaf(0.18181818181818182f, t580, 0.2222222222222222f);
-                float const t582 = fmaf(t581, t580, 0.2857142857142857f);
-                float const t583 = fmaf(t582, t580, 0.4f);
-                float const t584 = fmaf(t583, t580, 0.6666666666666666f);
-                float const t585 = fmaf(t584, t580, 2.0f);
-                float const t586 = (t579 * t585);
-                float const t587 = fmaf(t574, 1.428606765330187e-06f, t586);
-                float const t588 = fmaf(t574, 0.693145751953125f, t587);
-                float const t589 = (t558 ? t554 : t588);
-                float const t590 = (t557 ? (-INFINITY) : t589);
-                float const t591 = (t556 ? NAN : t590);
-                float const t592 = (t555 ? t554 : t591);
-                float const t593 = (-t592);
-                bool const t594 = (t593 != t593);
-                bool const t595 = (t593 < 0.0f);
-                bool const t596 = (t593 == 0.0f);
-                bool const t597 = (t593 == INFINITY);
-                bool const t598 = (t593 < 1.1754943508222875e-38f);
-                float const t599 = (t593 * 8388608.0f);
-                float const t600 = (t598 ? t599 : t593);
-                int32_t const t601 = tj_bitcast<int32_t>(t600);
-                int32_t const t602 = (t601 & 8388607);
-                int32_t const t603 = (t602 | 1065353216);
-                float const t604 = tj_bitcast<float>(t603);
-                bool const t605 = (t604 > 1.4142135623730951f);
-                int32_t const t606 = tj_shr(t601, 23);
-                int32_t const t607 = (t606 & 255);
-                int32_t const t608 = (t607 - 127);
-                int32_t const t609 = (t608 - 23);
-                int32_t const t610 = (t598 ? t609 : t608);
-                int32_t const t611 = (t610 + 1);
-                int32_t const t612 = (t605 ? t611 : t610);
-                float const t613 = (float)t612;
-                float const t614 = (t604 * 0.5f);
-                float const t615 = (t605 ? t614 : t604);
-                float const t616 = (t615 - 1.0f);
-                float const t617 = (t616 + 2.0f);
-                float const t618 = (t616 / t617);
-                float const t619 = (t618 * t618);
-                float const t620 = fmaf(0.18181818181818182f, t619, 0.2222222222222222f);
-                float const t621 = fmaf(t620, t619, 0.2857142857142857f);
-                float const t622 = fmaf(t621, t619, 0.4f);
-                float const t623 = fmaf(t622, t619, 0.6666666666666666f);
-                float const t624 = fmaf(t623, t619, 2.0f);
-                float const t625 = (t618 * t624);
-                float const t626 = fmaf(t613, 1.428606765330187e-06f, t625);
-                float const t627 = fmaf(t613, 0.693145751953125f, t626);
-                float const t628 = (t597 ? t593 : t627);
-                float const t629 = (t596 ? (-INFINITY) : t628);
-                float const t630 = (t595 ? NAN : t629);
-                float const t631 = (t594 ? t593 : t630);
-                float const t632 = (t466 - t631);
-                float const t633 = (v11 ? t466 : t632);
-                float const t634 = (t473 ? t633 : (-INFINITY));
-                bool const t635 = (t634 > c254[i0]);
-                float const t636 = (t635 ? t634 : c254[i0]);
-                r268[i0] = t636;
+                r268[i0] = t462;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
                 r267[i0] = c253[i0];
-            }
-            #pragma omp simd
-            for (int i0 = 0; i0 < 32; ++i0) {
                 r268[i0] = c254[i0];
             }
         }
         memcpy(c253, r267, sizeof(int32_t) * 32);
         memcpy(c254, r268, sizeof(float) * 32);
     }
-    float v637 = (-INFINITY);
-    #pragma omp simd reduction(max:v637)
+    float v463 = (-INFINITY);
+    #pragma omp simd reduction(max:v463)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t638 = (c254[i0] != c254[i0]);
-        float const t639 = (t638 ? (-INFINITY) : c254[i0]);
-        v637 = tj_rmax(v637, t639);
+        bool const t464 = (c254[i0] != c254[i0]);
+        float const t465 = (t464 ? (-INFINITY) : c254[i0]);
+        v463 = tj_rmax(v463, t465);
     }
-    int32_t v640 = 0;
-    #pragma omp simd reduction(+:v640)
+    int32_t v466 = 0;
+    #pragma omp simd reduction(+:v466)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t641 = (c254[i0] == c254[i0]);
-        int32_t const t642 = (int32_t)t641;
-        v640 = (v640 + t642);
+        bool const t467 = (c254[i0] == c254[i0]);
+        int32_t const t468 = (int32_t)t467;
+        v466 = (v466 + t468);
     }
-    bool const v643 = (v640 != 0);
-    float const v644 = (v643 ? v637 : NAN);
-    int32_t* const v645 = (idx_ptr + v2);
-    int32_t v646 = tj_highest<int32_t>();
-    #pragma omp simd reduction(min:v646)
+    bool const v469 = (v466 != 0);
+    float const v470 = (v469 ? v463 : NAN);
+    int32_t* const v471 = (idx_ptr + v2);
+    int32_t v472 = tj_highest<int32_t>();
+    #pragma omp simd reduction(min:v472)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t647 = (c254[i0] == v644);
-        bool const t648 = (c253[i0] < V);
-        bool const t649 = (bool)(t647 & t648);
-        int32_t const t650 = (t649 ? c253[i0] : V);
-        v646 = tj_rmin(v646, t650);
+        bool const t473 = (c254[i0] == v470);
+        bool const t474 = (c253[i0] < V);
+        bool const t475 = (bool)(t473 & t474);
+        int32_t const t476 = (t475 ? c253[i0] : V);
+        v472 = tj_rmin(v472, t476);
     }
-    *(v645) = v646;
+    *(v471) = v472;
 }
 
 // Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
