@@ -30,6 +30,9 @@ for all rows), x = logits * (1 / T) in fp32:
   draw is a function of its logits, its parameters, its seed and its offset only: the same in any
   batch and, in the strict policy (log and exp defined there), on every target.
 T = 0 means greedy for that row. Engines pass seed = the request's seed and offset = its step.
+The passes run where they can change the draw: where a cut applies, each value's key and exp(x - m)
+are computed once into scratch rows that the bisections' 33 passes read (the same values, so the
+same bits); blocks whose maximum is below the threshold are skipped; a greedy row draws no noise.
 """
 from __future__ import annotations
 
@@ -98,36 +101,38 @@ def _key(x):
 
 
 @kernel
-def _count_at_least(x_row, bmax_row, V, scale, t, BLOCK: tl.constexpr):
+def _count_at_least(keys_row, bmax_row, V, t, BLOCK: tl.constexpr):
     """How many values of the row have a key >= t (exact; blocks whose maximum is below t hold none)."""
     acc = tl.zeros([BLOCK], dtype=tl.int32)
     for start in range(0, V, BLOCK):
         if _key(tl.load(bmax_row + start // BLOCK)).to(tl.int64) >= t:
             cols = start + tl.arange(0, BLOCK)
-            x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * scale
-            acc += tl.where((cols < V) & (_key(x).to(tl.int64) >= t), 1, 0)
+            keys = tl.load(keys_row + cols, mask=cols < V, other=0)
+            acc += tl.where((cols < V) & (keys.to(tl.int64) >= t), 1, 0)
     return tl.sum(acc, axis=0)
 
 
 @kernel
-def _mass_at_least(x_row, bmax_row, V, scale, m, t, BLOCK: tl.constexpr):
+def _mass_at_least(keys_row, e_row, bmax_row, V, t, BLOCK: tl.constexpr):
     """sum of exp(x - m) over the values with a key >= t (BLOCK lanes, then one fold); a skipped
     block would add exactly 0 to every lane."""
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, V, BLOCK):
         if _key(tl.load(bmax_row + start // BLOCK)).to(tl.int64) >= t:
             cols = start + tl.arange(0, BLOCK)
-            x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * scale
-            acc += tl.where((cols < V) & (_key(x).to(tl.int64) >= t), tl.exp(x - m), 0.0)
+            keys = tl.load(keys_row + cols, mask=cols < V, other=0)
+            acc += tl.where((cols < V) & (keys.to(tl.int64) >= t), tl.load(e_row + cols, mask=cols < V, other=0.0), 0.0)
     return tl.sum(acc, axis=0)
 
 
 @kernel
-def sample_kernel(x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB,
+def sample_kernel(x_ptr, idx_ptr, bmax_ptr, keys_ptr, e_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB,
                   BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * sx
     bmax_row = bmax_ptr + row * NB
+    keys_row = keys_ptr + row * V
+    e_row = e_ptr + row * V
     temp = tl.load(temp_ptr + row)
     greedy_row = temp == 0.0
     scale = tl.where(greedy_row, 1.0, 1.0 / tl.where(greedy_row, 1.0, temp))
@@ -140,22 +145,32 @@ def sample_kernel(x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, of
         bm = tl.max(tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * scale, axis=0)
         tl.store(bmax_row + start // BLOCK, bm)
         m = tl.maximum(m, bm)
+    # each value's key and exp(x - m), once (scratch rows): the bisections below read them 33 times
+    cut_k = (top_k > 0) & (top_k < V) & ~greedy_row
+    cut_p = (top_p < 1.0) & ~greedy_row
+    for start in range(0, tl.where(cut_k | cut_p, V, 0), BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * scale
+        tl.store(keys_row + cols, _key(x), mask=cols < V)
+        tl.store(e_row + cols, tl.exp(x - m), mask=cols < V)
+    tl.debug_barrier()   # the passes below read what other lanes of this program stored
     # thresholds as keys: keep key >= t; t always satisfies the condition, hi never does
     t = (top_k * 0).to(tl.int64) - 2139095041    # the key of -inf: every value is >= it
     hi_key = _key(m).to(tl.int64) + 1
     hi = hi_key
-    for _ in range(0, tl.where((top_k > 0) & (top_k < V) & ~greedy_row, 33, 0)):
+    for _ in range(0, tl.where(cut_k, 33, 0)):
         mid = t + (hi - t) // 2
-        ok = _count_at_least(x_row, bmax_row, V, scale, mid, BLOCK) >= top_k
+        ok = _count_at_least(keys_row, bmax_row, V, mid, BLOCK) >= top_k
         t = tl.where(ok, mid, t)
         hi = tl.where(ok, hi, mid)
-    target = top_p * _mass_at_least(x_row, bmax_row, V, scale, m, t, BLOCK)
     hi = hi_key
-    for _ in range(0, tl.where((top_p < 1.0) & ~greedy_row, 33, 0)):
-        mid = t + (hi - t) // 2
-        ok = _mass_at_least(x_row, bmax_row, V, scale, m, mid, BLOCK) >= target
-        t = tl.where(ok, mid, t)
-        hi = tl.where(ok, hi, mid)
+    if cut_p:
+        target = top_p * _mass_at_least(keys_row, e_row, bmax_row, V, t, BLOCK)
+        for _ in range(0, 33):
+            mid = t + (hi - t) // 2
+            ok = _mass_at_least(keys_row, e_row, bmax_row, V, mid, BLOCK) >= target
+            t = tl.where(ok, mid, t)
+            hi = tl.where(ok, hi, mid)
     # Gumbel-max over the kept tokens; ties to the lowest index
     seed_lo = tl.load(seed_ptr + 2 * row)
     seed_hi = tl.load(seed_ptr + 2 * row + 1)
@@ -166,9 +181,11 @@ def sample_kernel(x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, of
         if _key(tl.load(bmax_row + start // BLOCK)).to(tl.int64) >= t:
             cols = start + tl.arange(0, BLOCK)
             x = tl.load(x_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) * scale
-            bits, _, _, _ = tl.philox(seed_lo, cols, offset + cols * 0, cols * 0, seed_hi + cols * 0)
-            u = tl.maximum(tl.uint_to_uniform_float(bits), 1e-30)   # u = 0 (p = 2**-31) would give -inf
-            score = tl.where(greedy_row, x, x - tl.log(-tl.log(u)))
+            score = x
+            if not greedy_row:   # a greedy row draws no noise: its score is x itself
+                bits, _, _, _ = tl.philox(seed_lo, cols, offset + cols * 0, cols * 0, seed_hi + cols * 0)
+                u = tl.maximum(tl.uint_to_uniform_float(bits), 1e-30)   # u = 0 (p = 2**-31) would give -inf
+                score = x - tl.log(-tl.log(u))
             score = tl.where((cols < V) & (_key(x).to(tl.int64) >= t), score, float("-inf"))
             better = score > best_v   # a lane sees ascending columns: a tie keeps the lower index
             best_i = tl.where(better, cols, best_i)
@@ -272,8 +289,10 @@ def sample(logits: torch.Tensor, temperature=1.0, top_k=0, top_p=1.0, *, seed=0,
         cfg = dict(config) if config else select(SAMPLE, None, V=x2.shape[1])
         nb = cdiv(x2.shape[1], cfg["BLOCK"])
         bmax = torch.empty(rows, nb, dtype=torch.float32, device=dev)
-        sample_kernel[(rows,)](x2, idx, bmax, temp, k, p, seeds.view(torch.int32), off, x2.shape[1], x2.stride(0),
-                               nb, **cfg)
+        keys = torch.empty(rows, x2.shape[1], dtype=torch.int32, device=dev)   # the cut passes' scratch
+        e = torch.empty(rows, x2.shape[1], dtype=torch.float32, device=dev)
+        sample_kernel[(rows,)](x2, idx, bmax, keys, e, temp, k, p, seeds.view(torch.int32), off, x2.shape[1],
+                               x2.stride(0), nb, **cfg)
     return idx.to(torch.int64).reshape(logits.shape[:-1])
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import targets.kunlun
-from compiler import numerics, use_target
+from compiler import kernel, language as tl, numerics, use_target
 from compiler.target import register_target
 from examples import example_kernels as K
 import kernels as KL
@@ -500,3 +500,30 @@ def test_inspect_shows_the_xpu_source_and_the_lm_footprint(capsys):
     assert re.search(r"LM \w+ @0: 1024 bytes, float\[256\].*\(x\)\n  LM (\w+) @1024: 1024 bytes.*\(y\)\n"
                      r"  LM \w+ @1024: 1024 bytes, float\[256\], live \d+\.\.\d+, in place over \1", section), section
     assert "total 2048 bytes of LM arena + 1024 stack reserve = 3072 of 8192 bytes per core (xpu2)" in section
+
+
+@kernel
+def _carried_int64(x_ptr, out_ptr, n):
+    t = (n * 0).to(tl.int64) - 3000000000   # needs all 64 bits
+    hi = (n * 0).to(tl.int64) + 5           # fits 32
+    if tl.load(x_ptr) > 0.0:
+        t = t + 7
+        hi = hi * 2
+    i = (n * 0).to(tl.int64)
+    while i < 3:
+        t = t + 1
+        i = i + 1
+    tl.store(out_ptr, t)
+    tl.store(out_ptr + 1, hi + i)
+
+
+@pytest.mark.parametrize("arch", ["xpu2", "xpu3"])
+def test_an_int64_that_an_if_or_a_while_carries_keeps_one_width_across_its_slot(arch):
+    """The chip's 64-bit values are narrowed to 32 bits where their uses allow: an if's result and
+    what its branches yield (a bisection's bounds, as the sample op keeps them), a while's carried
+    value, its block arguments and its yield, are one slot of one width (an if whose branches
+    yielded int32 into int64 results was an internal error)."""
+    x, out = torch.ones(1), torch.zeros(2, dtype=torch.int64)
+    with use_target(f"kunlun:{arch}"):
+        _carried_int64[(1,)](x, out, 4)
+    assert out.tolist() == [-3000000000 + 7 + 3, 13]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from compiler import dtypes as D
 from compiler.ir import Block, Function, Op, TileType, Value
-from compiler.ir.ops import CAST, CONST, FOR, LOAD, OPS, REDUCE, STORE, WHERE, YIELD
+from compiler.ir.ops import CAST, CONST, FOR, IF, LOAD, OPS, REDUCE, STORE, WHERE, WHILE, YIELD
 
 from .rebuild import Emitter
 
@@ -29,8 +29,8 @@ def _needs_width(op: Op, v: Value) -> bool:
     d = OPS[op.name]
     if d.has("ring") or op.name == WHERE:   # exact modulo 2**32 (where: on its branches)
         return False
-    if d.kind == "view" or op.name in (FOR, YIELD):
-        return False
+    if d.kind == "view" or op.name in (FOR, WHILE, YIELD):
+        return False   # carried: as wide as the slot it joins (wide_values)
     if op.name == CAST:
         to = op.attrs["to"]
         return not (to.is_int() and not to.is_bool() and (to.bits < 64 or to is D.int64))
@@ -45,7 +45,9 @@ def _needs_width(op: Op, v: Value) -> bool:
 
 def wide_values(fn: Function) -> set[int]:
     """Ids of the int64 values that keep 64 bits."""
-    groups: dict[int, list[Value]] = {}   # a loop's carried value: init, body argument, yield, result
+    # the values that are one slot: a loop's carried value (init, block arguments, yield, result),
+    # an if's result and what each branch yields for it
+    groups: dict[int, list[Value]] = {}
 
     def join(*vals):
         members = []
@@ -61,6 +63,13 @@ def wide_values(fn: Function) -> set[int]:
             join(body.args[0], *op.operands[:3])
             for init, arg, y, r in zip(op.operands[3:], body.args[1:], body.ops[-1].operands, op.results):
                 join(init, arg, y, r)
+        if op.name == IF:
+            for i, r in enumerate(op.results):
+                join(r, *(b.ops[-1].operands[i] for b in op.blocks))
+        if op.name == WHILE:
+            cond, body = op.blocks
+            for i, r in enumerate(op.results):
+                join(op.operands[i], cond.args[i], body.args[i], body.ops[-1].operands[i], r)
         if op.name == LOAD and op.results[0].dtype is D.int64:
             wide.append(op.results[0])
         wide += [v for v in op.operands if v.dtype is D.int64 and _needs_width(op, v)]
@@ -132,6 +141,8 @@ def _reads_wide(op: Op, v: Value, wide: set[int]) -> bool:
     if op.name == FOR:
         i = op.operands.index(v)
         return id(op.blocks[0].args[0]) in wide if i < 3 else id(op.results[i - 3]) in wide
+    if op.name == WHILE:
+        return id(op.results[op.operands.index(v)]) in wide
     if op.name in (YIELD, CAST) or _needs_width(op, v):
         return True   # a yield's slot is wide with its value; a cast narrows or converts itself
     return any(id(r) in wide for r in op.results)

@@ -8,6 +8,8 @@ static inline void sample_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
                                       float* x_ptr,
                                       int32_t* idx_ptr,
                                       float* bmax_ptr,
+                                      int32_t* keys_ptr,
+                                      float* e_ptr,
                                       float* temp_ptr,
                                       int32_t* k_ptr,
                                       float* p_ptr,
@@ -25,634 +27,749 @@ static inline void sample_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
     int64_t const v6 = (int64_t)NB;
     int64_t const v7 = (v2 * v6);
     float* const v8 = (bmax_ptr + v7);
-    float* const v9 = (temp_ptr + v2);
-    float const v10 = *(v9);
-    bool const v11 = (v10 == 0.0f);
-    float const v12 = (v11 ? 1.0f : v10);
-    float const v13 = (1.0f / v12);
-    float const v14 = (v11 ? 1.0f : v13);
-    int32_t* const v15 = (k_ptr + v2);
-    int32_t const v16 = *(v15);
-    float* const v17 = (p_ptr + v2);
-    float const v18 = *(v17);
-    float c19 = (-INFINITY);
-    const uint64_t n20 = tj_trip_count<int32_t>(0, V, 32);
-    for (uint64_t k21 = 0; k21 < n20; ++k21) {
-        const int32_t v22 = (int32_t)(0 + (int32_t)k21 * 32);
-        float v23 = (-INFINITY);
-        int inb24 = tj_affine_cmp<int32_t>((v22 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
-        if (inb24 < 0) {
-            inb24 = 1;
-            #pragma omp simd reduction(&:inb24)
+    int64_t const v9 = (int64_t)V;
+    int64_t const v10 = (v2 * v9);
+    int32_t* const v11 = (keys_ptr + v10);
+    float* const v12 = (e_ptr + v10);
+    float* const v13 = (temp_ptr + v2);
+    float const v14 = *(v13);
+    bool const v15 = (v14 == 0.0f);
+    float const v16 = (v15 ? 1.0f : v14);
+    float const v17 = (1.0f / v16);
+    float const v18 = (v15 ? 1.0f : v17);
+    int32_t* const v19 = (k_ptr + v2);
+    int32_t const v20 = *(v19);
+    float* const v21 = (p_ptr + v2);
+    float const v22 = *(v21);
+    float c23 = (-INFINITY);
+    const uint64_t n24 = tj_trip_count<int32_t>(0, V, 32);
+    for (uint64_t k25 = 0; k25 < n24; ++k25) {
+        const int32_t v26 = (int32_t)(0 + (int32_t)k25 * 32);
+        float v27 = (-INFINITY);
+        int inb28 = tj_affine_cmp<int32_t>((v26 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
+        if (inb28 < 0) {
+            inb28 = 1;
+            #pragma omp simd reduction(&:inb28)
             for (int i0 = 0; i0 < 32; ++i0) {
-                int32_t const t25 = (v22 + i0);
-                bool const t26 = (t25 < V);
-                inb24 &= (int)(t26);
+                int32_t const t29 = (v26 + i0);
+                bool const t30 = (t29 < V);
+                inb28 &= (int)(t30);
             }
         }
-        if (inb24) {
-            #pragma omp simd reduction(max:v23)
+        if (inb28) {
+            #pragma omp simd reduction(max:v27)
             for (int i0 = 0; i0 < 32; ++i0) {
-                float* const t27 = (v5 + ((int64_t)v22 + (int64_t)i0));
-                float const t28 = (true ? *(t27) : (-INFINITY));
-                float const t29 = (t28 * v14);
-                bool const t30 = (t29 != t29);
-                float const t31 = (t30 ? (-INFINITY) : t29);
-                v23 = tj_rmax(v23, t31);
+                float* const t31 = (v5 + ((int64_t)v26 + (int64_t)i0));
+                float const t32 = (true ? *(t31) : (-INFINITY));
+                float const t33 = (t32 * v18);
+                bool const t34 = (t33 != t33);
+                float const t35 = (t34 ? (-INFINITY) : t33);
+                v27 = tj_rmax(v27, t35);
             }
         } else {
-            #pragma omp simd reduction(max:v23)
+            #pragma omp simd reduction(max:v27)
             for (int i0 = 0; i0 < 32; ++i0) {
-                float* const t32 = (v5 + ((int64_t)v22 + (int64_t)i0));
-                int32_t const t33 = (v22 + i0);
-                bool const t34 = (t33 < V);
-                float const t35 = (t34 ? *(t32) : (-INFINITY));
-                float const t36 = (t35 * v14);
-                bool const t37 = (t36 != t36);
-                float const t38 = (t37 ? (-INFINITY) : t36);
-                v23 = tj_rmax(v23, t38);
+                float* const t36 = (v5 + ((int64_t)v26 + (int64_t)i0));
+                int32_t const t37 = (v26 + i0);
+                bool const t38 = (t37 < V);
+                float const t39 = (t38 ? *(t36) : (-INFINITY));
+                float const t40 = (t39 * v18);
+                bool const t41 = (t40 != t40);
+                float const t42 = (t41 ? (-INFINITY) : t40);
+                v27 = tj_rmax(v27, t42);
             }
         }
-        int32_t v39 = 0;
-        if (inb24) {
-            #pragma omp simd reduction(+:v39)
+        int32_t v43 = 0;
+        if (inb28) {
+            #pragma omp simd reduction(+:v43)
             for (int i0 = 0; i0 < 32; ++i0) {
-                float* const t40 = (v5 + ((int64_t)v22 + (int64_t)i0));
-                float const t41 = (true ? *(t40) : (-INFINITY));
-                float const t42 = (t41 * v14);
-                bool const t43 = (t42 == t42);
-                int32_t const t44 = (int32_t)t43;
-                v39 = (v39 + t44);
+                float* const t44 = (v5 + ((int64_t)v26 + (int64_t)i0));
+                float const t45 = (true ? *(t44) : (-INFINITY));
+                float const t46 = (t45 * v18);
+                bool const t47 = (t46 == t46);
+                int32_t const t48 = (int32_t)t47;
+                v43 = (v43 + t48);
             }
         } else {
-            #pragma omp simd reduction(+:v39)
+            #pragma omp simd reduction(+:v43)
             for (int i0 = 0; i0 < 32; ++i0) {
-                float* const t45 = (v5 + ((int64_t)v22 + (int64_t)i0));
-                int32_t const t46 = (v22 + i0);
-                bool const t47 = (t46 < V);
-                float const t48 = (t47 ? *(t45) : (-INFINITY));
-                float const t49 = (t48 * v14);
-                bool const t50 = (t49 == t49);
-                int32_t const t51 = (int32_t)t50;
-                v39 = (v39 + t51);
+                float* const t49 = (v5 + ((int64_t)v26 + (int64_t)i0));
+                int32_t const t50 = (v26 + i0);
+                bool const t51 = (t50 < V);
+                float const t52 = (t51 ? *(t49) : (-INFINITY));
+                float const t53 = (t52 * v18);
+                bool const t54 = (t53 == t53);
+                int32_t const t55 = (int32_t)t54;
+                v43 = (v43 + t55);
             }
         }
-        bool const v52 = (v39 != 0);
-        float const v53 = (v52 ? v23 : NAN);
-        int32_t const v54 = tj_idiv(v22, 32);
-        float* const v55 = (v8 + v54);
-        *(v55) = v53;
-        float const v56 = tj_max(c19, v53);
-        float const y57 = v56;
-        c19 = y57;
+        bool const v56 = (v43 != 0);
+        float const v57 = (v56 ? v27 : NAN);
+        int32_t const v58 = tj_idiv(v26, 32);
+        float* const v59 = (v8 + v58);
+        *(v59) = v57;
+        float const v60 = tj_max(c23, v57);
+        float const y61 = v60;
+        c23 = y61;
     }
-    int32_t const v58 = (v16 * 0);
-    int64_t const v59 = (int64_t)v58;
-    int64_t const v60 = (v59 - INT64_C(2139095041));
-    int32_t const v61 = tj_bitcast<int32_t>(c19);
-    bool const v62 = (v61 < 0);
-    int32_t const v63 = (v61 ^ 2147483647);
-    int32_t const v64 = (v62 ? v63 : v61);
-    int64_t const v65 = (int64_t)v64;
-    int64_t const v66 = (v65 + INT64_C(1));
-    bool const v67 = (v16 > 0);
-    bool const v68 = (v16 < V);
-    bool const v69 = (bool)(v67 & v68);
-    bool const v70 = (!v11);
-    bool const v71 = (bool)(v69 & v70);
-    int32_t const v72 = (v71 ? 33 : 0);
-    int64_t c73 = v66;
-    int64_t c74 = v60;
-    const uint64_t n75 = tj_trip_count<int32_t>(0, v72, 1);
-    for (uint64_t k76 = 0; k76 < n75; ++k76) {
-        const int32_t v77 = (int32_t)(0 + (int32_t)k76 * 1);
-        int64_t const v78 = (c73 - c74);
-        int64_t const v79 = tj_idiv(v78, INT64_C(2));
-        int64_t const v80 = (c74 + v79);
-        alignas(64) int32_t c81[32];
+    bool const v62 = (v20 > 0);
+    bool const v63 = (v20 < V);
+    bool const v64 = (bool)(v62 & v63);
+    bool const v65 = (!v15);
+    bool const v66 = (bool)(v64 & v65);
+    bool const v67 = (v22 < 1.0f);
+    bool const v68 = (bool)(v67 & v65);
+    bool const v69 = (bool)(v66 | v68);
+    int32_t const v70 = (v69 ? V : 0);
+    const uint64_t n71 = tj_trip_count<int32_t>(0, v70, 32);
+    for (uint64_t k72 = 0; k72 < n71; ++k72) {
+        const int32_t v73 = (int32_t)(0 + (int32_t)k72 * 32);
+        alignas(64) float v74[32];
+        int inb75 = tj_affine_cmp<int32_t>((v73 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
+        if (inb75 < 0) {
+            inb75 = 1;
+            #pragma omp simd reduction(&:inb75)
+            for (int i0 = 0; i0 < 32; ++i0) {
+                int32_t const t76 = (v73 + i0);
+                bool const t77 = (t76 < V);
+                inb75 &= (int)(t77);
+            }
+        }
+        if (inb75) {
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                float* const t78 = (v5 + ((int64_t)v73 + (int64_t)i0));
+                v74[i0] = *(t78);
+            }
+        } else {
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                float* const t79 = (v5 + ((int64_t)v73 + (int64_t)i0));
+                int32_t const t80 = (v73 + i0);
+                bool const t81 = (t80 < V);
+                v74[i0] = (t81 ? *(t79) : (-INFINITY));
+            }
+        }
+        int lo82 = 0, hi83 = 32;
+        if (tj_span<int32_t>((v73 + 0), V, 0, (int32_t)1, (int32_t)0, 32, &lo82, &hi83)) {
+            #pragma omp simd
+            for (int i0 = lo82; i0 < hi83; ++i0) {
+                int32_t* const t84 = (v11 + ((int64_t)v73 + (int64_t)i0));
+                float const t85 = (v74[i0] * v18);
+                int32_t const t86 = tj_bitcast<int32_t>(t85);
+                bool const t87 = (t86 < 0);
+                int32_t const t88 = (t86 ^ 2147483647);
+                int32_t const t89 = (t87 ? t88 : t86);
+                *(t84) = t89;
+            }
+        } else {
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                int32_t* const t90 = (v11 + ((int64_t)v73 + (int64_t)i0));
+                float const t91 = (v74[i0] * v18);
+                int32_t const t92 = tj_bitcast<int32_t>(t91);
+                bool const t93 = (t92 < 0);
+                int32_t const t94 = (t92 ^ 2147483647);
+                int32_t const t95 = (t93 ? t94 : t92);
+                int32_t const t96 = (v73 + i0);
+                bool const t97 = (t96 < V);
+                if (t97) *(t90) = t95;
+            }
+        }
+        int lo98 = 0, hi99 = 32;
+        if (tj_span<int32_t>((v73 + 0), V, 0, (int32_t)1, (int32_t)0, 32, &lo98, &hi99)) {
+            #pragma omp simd
+            for (int i0 = lo98; i0 < hi99; ++i0) {
+                float* const t100 = (v12 + ((int64_t)v73 + (int64_t)i0));
+                float const t101 = (v74[i0] * v18);
+                float const t102 = (t101 - c23);
+                bool const t103 = (t102 < -104.0f);
+                float const t104 = (t103 ? -104.0f : t102);
+                bool const t105 = (t104 > 89.0f);
+                float const t106 = (t105 ? 89.0f : t104);
+                float const t107 = fmaf(t106, 1.4426950408889634f, 12582912.0f);
+                float const t108 = (t107 - 12582912.0f);
+                float const t109 = fmaf(t108, -0.693145751953125f, t106);
+                float const t110 = fmaf(t108, -1.428606765330187e-06f, t109);
+                float const t111 = fmaf(0.0001984126984126984f, t110, 0.001388888888888889f);
+                float const t112 = fmaf(t111, t110, 0.008333333333333333f);
+                float const t113 = fmaf(t112, t110, 0.041666666666666664f);
+                float const t114 = fmaf(t113, t110, 0.16666666666666666f);
+                float const t115 = fmaf(t114, t110, 0.5f);
+                float const t116 = fmaf(t115, t110, 1.0f);
+                float const t117 = fmaf(t116, t110, 1.0f);
+                int32_t const t118 = tj_bitcast<int32_t>(t107);
+                int32_t const t119 = (t118 - 1262485504);
+                int32_t const t120 = tj_shr(t119, 1);
+                int32_t const t121 = (t120 + 127);
+                int32_t const t122 = tj_shl(t121, 23);
+                float const t123 = tj_bitcast<float>(t122);
+                float const t124 = (t117 * t123);
+                int32_t const t125 = (t119 - t120);
+                int32_t const t126 = (t125 + 127);
+                int32_t const t127 = tj_shl(t126, 23);
+                float const t128 = tj_bitcast<float>(t127);
+                float const t129 = (t124 * t128);
+                *(t100) = t129;
+            }
+        } else {
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                float* const t130 = (v12 + ((int64_t)v73 + (int64_t)i0));
+                float const t131 = (v74[i0] * v18);
+                float const t132 = (t131 - c23);
+                bool const t133 = (t132 < -104.0f);
+                float const t134 = (t133 ? -104.0f : t132);
+                bool const t135 = (t134 > 89.0f);
+                float const t136 = (t135 ? 89.0f : t134);
+                float const t137 = fmaf(t136, 1.4426950408889634f, 12582912.0f);
+                float const t138 = (t137 - 12582912.0f);
+                float const t139 = fmaf(t138, -0.693145751953125f, t136);
+                float const t140 = fmaf(t138, -1.428606765330187e-06f, t139);
+                float const t141 = fmaf(0.0001984126984126984f, t140, 0.001388888888888889f);
+                float const t142 = fmaf(t141, t140, 0.008333333333333333f);
+                float const t143 = fmaf(t142, t140, 0.041666666666666664f);
+                float const t144 = fmaf(t143, t140, 0.16666666666666666f);
+                float const t145 = fmaf(t144, t140, 0.5f);
+                float const t146 = fmaf(t145, t140, 1.0f);
+                float const t147 = fmaf(t146, t140, 1.0f);
+                int32_t const t148 = tj_bitcast<int32_t>(t137);
+                int32_t const t149 = (t148 - 1262485504);
+                int32_t const t150 = tj_shr(t149, 1);
+                int32_t const t151 = (t150 + 127);
+                int32_t const t152 = tj_shl(t151, 23);
+                float const t153 = tj_bitcast<float>(t152);
+                float const t154 = (t147 * t153);
+                int32_t const t155 = (t149 - t150);
+                int32_t const t156 = (t155 + 127);
+                int32_t const t157 = tj_shl(t156, 23);
+                float const t158 = tj_bitcast<float>(t157);
+                float const t159 = (t154 * t158);
+                int32_t const t160 = (v73 + i0);
+                bool const t161 = (t160 < V);
+                if (t161) *(t130) = t159;
+            }
+        }
+    }
+    // tl.debug_barrier(): this program's memory accesses already run in program order
+    int32_t const v162 = (v20 * 0);
+    int64_t const v163 = (int64_t)v162;
+    int64_t const v164 = (v163 - INT64_C(2139095041));
+    int32_t const v165 = tj_bitcast<int32_t>(c23);
+    bool const v166 = (v165 < 0);
+    int32_t const v167 = (v165 ^ 2147483647);
+    int32_t const v168 = (v166 ? v167 : v165);
+    int64_t const v169 = (int64_t)v168;
+    int64_t const v170 = (v169 + INT64_C(1));
+    int32_t const v171 = (v66 ? 33 : 0);
+    int64_t c172 = v170;
+    int64_t c173 = v164;
+    const uint64_t n174 = tj_trip_count<int32_t>(0, v171, 1);
+    for (uint64_t k175 = 0; k175 < n174; ++k175) {
+        const int32_t v176 = (int32_t)(0 + (int32_t)k175 * 1);
+        int64_t const v177 = (c172 - c173);
+        int64_t const v178 = tj_idiv(v177, INT64_C(2));
+        int64_t const v179 = (c173 + v178);
+        alignas(64) int32_t c180[32];
         #pragma omp simd
         for (int i0 = 0; i0 < 32; ++i0) {
-            c81[i0] = 0;
+            c180[i0] = 0;
         }
-        const uint64_t n82 = tj_trip_count<int32_t>(0, V, 32);
-        for (uint64_t k83 = 0; k83 < n82; ++k83) {
-            const int32_t v84 = (int32_t)(0 + (int32_t)k83 * 32);
-            int32_t const v85 = tj_idiv(v84, 32);
-            float* const v86 = (v8 + v85);
-            float const v87 = *(v86);
-            int32_t const v88 = tj_bitcast<int32_t>(v87);
-            bool const v89 = (v88 < 0);
-            int32_t const v90 = (v88 ^ 2147483647);
-            int32_t const v91 = (v89 ? v90 : v88);
-            int64_t const v92 = (int64_t)v91;
-            bool const v93 = (v92 >= v80);
-            alignas(64) int32_t r94[32];
-            if (v93) {
+        const uint64_t n181 = tj_trip_count<int32_t>(0, V, 32);
+        for (uint64_t k182 = 0; k182 < n181; ++k182) {
+            const int32_t v183 = (int32_t)(0 + (int32_t)k182 * 32);
+            int32_t const v184 = tj_idiv(v183, 32);
+            float* const v185 = (v8 + v184);
+            float const v186 = *(v185);
+            int32_t const v187 = tj_bitcast<int32_t>(v186);
+            bool const v188 = (v187 < 0);
+            int32_t const v189 = (v187 ^ 2147483647);
+            int32_t const v190 = (v188 ? v189 : v187);
+            int64_t const v191 = (int64_t)v190;
+            bool const v192 = (v191 >= v179);
+            alignas(64) int32_t r193[32];
+            if (v192) {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t95 = (v84 + i0);
-                    bool const t96 = (t95 < V);
-                    float* const t97 = (v5 + ((int64_t)v84 + (int64_t)i0));
-                    float const t98 = (t96 ? *(t97) : (-INFINITY));
-                    float const t99 = (t98 * v14);
-                    int32_t const t100 = tj_bitcast<int32_t>(t99);
-                    bool const t101 = (t100 < 0);
-                    int32_t const t102 = (t100 ^ 2147483647);
-                    int32_t const t103 = (t101 ? t102 : t100);
-                    int64_t const t104 = (int64_t)t103;
-                    bool const t105 = (t104 >= v80);
-                    bool const t106 = (bool)(t96 & t105);
-                    int32_t const t107 = (t106 ? 1 : 0);
-                    int32_t const t108 = (c81[i0] + t107);
-                    r94[i0] = t108;
+                    int32_t const t194 = (v183 + i0);
+                    bool const t195 = (t194 < V);
+                    int32_t* const t196 = (v11 + ((int64_t)v183 + (int64_t)i0));
+                    int32_t const t197 = (t195 ? *(t196) : 0);
+                    int64_t const t198 = (int64_t)t197;
+                    bool const t199 = (t198 >= v179);
+                    bool const t200 = (bool)(t195 & t199);
+                    int32_t const t201 = (t200 ? 1 : 0);
+                    int32_t const t202 = (c180[i0] + t201);
+                    r193[i0] = t202;
                 }
             } else {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    r94[i0] = c81[i0];
+                    r193[i0] = c180[i0];
                 }
             }
-            memcpy(c81, r94, sizeof(int32_t) * 32);
+            memcpy(c180, r193, sizeof(int32_t) * 32);
         }
-        int32_t v109 = 0;
-        #pragma omp simd reduction(+:v109)
+        int32_t v203 = 0;
+        #pragma omp simd reduction(+:v203)
         for (int i0 = 0; i0 < 32; ++i0) {
-            v109 = (v109 + c81[i0]);
+            v203 = (v203 + c180[i0]);
         }
-        bool const v110 = (v109 >= v16);
-        int64_t const v111 = (v110 ? v80 : c74);
-        int64_t const v112 = (v110 ? c73 : v80);
-        int64_t const y113 = v112;
-        int64_t const y114 = v111;
-        c73 = y113;
-        c74 = y114;
+        bool const v204 = (v203 >= v20);
+        int64_t const v205 = (v204 ? v179 : c173);
+        int64_t const v206 = (v204 ? c172 : v179);
+        int64_t const y207 = v206;
+        int64_t const y208 = v205;
+        c172 = y207;
+        c173 = y208;
     }
-    alignas(64) float c115[32];
-    #pragma omp simd
-    for (int i0 = 0; i0 < 32; ++i0) {
-        c115[i0] = 0.0f;
-    }
-    const uint64_t n116 = tj_trip_count<int32_t>(0, V, 32);
-    for (uint64_t k117 = 0; k117 < n116; ++k117) {
-        const int32_t v118 = (int32_t)(0 + (int32_t)k117 * 32);
-        int32_t const v119 = tj_idiv(v118, 32);
-        float* const v120 = (v8 + v119);
-        float const v121 = *(v120);
-        int32_t const v122 = tj_bitcast<int32_t>(v121);
-        bool const v123 = (v122 < 0);
-        int32_t const v124 = (v122 ^ 2147483647);
-        int32_t const v125 = (v123 ? v124 : v122);
-        int64_t const v126 = (int64_t)v125;
-        bool const v127 = (v126 >= c74);
-        alignas(64) float r128[32];
-        if (v127) {
-            #pragma omp simd
-            for (int i0 = 0; i0 < 32; ++i0) {
-                int32_t const t129 = (v118 + i0);
-                bool const t130 = (t129 < V);
-                float* const t131 = (v5 + ((int64_t)v118 + (int64_t)i0));
-                float const t132 = (t130 ? *(t131) : (-INFINITY));
-                float const t133 = (t132 * v14);
-                int32_t const t134 = tj_bitcast<int32_t>(t133);
-                bool const t135 = (t134 < 0);
-                int32_t const t136 = (t134 ^ 2147483647);
-                int32_t const t137 = (t135 ? t136 : t134);
-                int64_t const t138 = (int64_t)t137;
-                bool const t139 = (t138 >= c74);
-                bool const t140 = (bool)(t130 & t139);
-                float const t141 = (t133 - c19);
-                bool const t142 = (t141 < -104.0f);
-                float const t143 = (t142 ? -104.0f : t141);
-                bool const t144 = (t143 > 89.0f);
-                float const t145 = (t144 ? 89.0f : t143);
-                float const t146 = fmaf(t145, 1.4426950408889634f, 12582912.0f);
-                float const t147 = (t146 - 12582912.0f);
-                float const t148 = fmaf(t147, -0.693145751953125f, t145);
-                float const t149 = fmaf(t147, -1.428606765330187e-06f, t148);
-                float const t150 = fmaf(0.0001984126984126984f, t149, 0.001388888888888889f);
-                float const t151 = fmaf(t150, t149, 0.008333333333333333f);
-                float const t152 = fmaf(t151, t149, 0.041666666666666664f);
-                float const t153 = fmaf(t152, t149, 0.16666666666666666f);
-                float const t154 = fmaf(t153, t149, 0.5f);
-                float const t155 = fmaf(t154, t149, 1.0f);
-                float const t156 = fmaf(t155, t149, 1.0f);
-                int32_t const t157 = tj_bitcast<int32_t>(t146);
-                int32_t const t158 = (t157 - 1262485504);
-                int32_t const t159 = tj_shr(t158, 1);
-                int32_t const t160 = (t159 + 127);
-                int32_t const t161 = tj_shl(t160, 23);
-                float const t162 = tj_bitcast<float>(t161);
-                float const t163 = (t156 * t162);
-                int32_t const t164 = (t158 - t159);
-                int32_t const t165 = (t164 + 127);
-                int32_t const t166 = tj_shl(t165, 23);
-                float const t167 = tj_bitcast<float>(t166);
-                float const t168 = (t163 * t167);
-                float const t169 = (t140 ? t168 : 0.0f);
-                float const t170 = (c115[i0] + t169);
-                r128[i0] = t170;
-            }
-        } else {
-            #pragma omp simd
-            for (int i0 = 0; i0 < 32; ++i0) {
-                r128[i0] = c115[i0];
-            }
-        }
-        memcpy(c115, r128, sizeof(float) * 32);
-    }
-    float v171 = 0.0f;
-    #pragma omp simd reduction(+:v171)
-    for (int i0 = 0; i0 < 32; ++i0) {
-        v171 = (v171 + c115[i0]);
-    }
-    float const v172 = (v18 * v171);
-    bool const v173 = (v18 < 1.0f);
-    bool const v174 = (bool)(v173 & v70);
-    int32_t const v175 = (v174 ? 33 : 0);
-    int64_t c176 = v66;
-    int64_t c177 = c74;
-    const uint64_t n178 = tj_trip_count<int32_t>(0, v175, 1);
-    for (uint64_t k179 = 0; k179 < n178; ++k179) {
-        const int32_t v180 = (int32_t)(0 + (int32_t)k179 * 1);
-        int64_t const v181 = (c176 - c177);
-        int64_t const v182 = tj_idiv(v181, INT64_C(2));
-        int64_t const v183 = (c177 + v182);
-        alignas(64) float c184[32];
+    int64_t r209;
+    int64_t r210;
+    if (v68) {
+        alignas(64) float c211[32];
         #pragma omp simd
         for (int i0 = 0; i0 < 32; ++i0) {
-            c184[i0] = 0.0f;
+            c211[i0] = 0.0f;
         }
-        const uint64_t n185 = tj_trip_count<int32_t>(0, V, 32);
-        for (uint64_t k186 = 0; k186 < n185; ++k186) {
-            const int32_t v187 = (int32_t)(0 + (int32_t)k186 * 32);
-            int32_t const v188 = tj_idiv(v187, 32);
-            float* const v189 = (v8 + v188);
-            float const v190 = *(v189);
-            int32_t const v191 = tj_bitcast<int32_t>(v190);
-            bool const v192 = (v191 < 0);
-            int32_t const v193 = (v191 ^ 2147483647);
-            int32_t const v194 = (v192 ? v193 : v191);
-            int64_t const v195 = (int64_t)v194;
-            bool const v196 = (v195 >= v183);
-            alignas(64) float r197[32];
-            if (v196) {
+        const uint64_t n212 = tj_trip_count<int32_t>(0, V, 32);
+        for (uint64_t k213 = 0; k213 < n212; ++k213) {
+            const int32_t v214 = (int32_t)(0 + (int32_t)k213 * 32);
+            int32_t const v215 = tj_idiv(v214, 32);
+            float* const v216 = (v8 + v215);
+            float const v217 = *(v216);
+            int32_t const v218 = tj_bitcast<int32_t>(v217);
+            bool const v219 = (v218 < 0);
+            int32_t const v220 = (v218 ^ 2147483647);
+            int32_t const v221 = (v219 ? v220 : v218);
+            int64_t const v222 = (int64_t)v221;
+            bool const v223 = (v222 >= c173);
+            alignas(64) float r224[32];
+            if (v223) {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t198 = (v187 + i0);
-                    bool const t199 = (t198 < V);
-                    float* const t200 = (v5 + ((int64_t)v187 + (int64_t)i0));
-                    float const t201 = (t199 ? *(t200) : (-INFINITY));
-                    float const t202 = (t201 * v14);
-                    int32_t const t203 = tj_bitcast<int32_t>(t202);
-                    bool const t204 = (t203 < 0);
-                    int32_t const t205 = (t203 ^ 2147483647);
-                    int32_t const t206 = (t204 ? t205 : t203);
-                    int64_t const t207 = (int64_t)t206;
-                    bool const t208 = (t207 >= v183);
-                    bool const t209 = (bool)(t199 & t208);
-                    float const t210 = (t202 - c19);
-                    bool const t211 = (t210 < -104.0f);
-                    float const t212 = (t211 ? -104.0f : t210);
-                    bool const t213 = (t212 > 89.0f);
-                    float const t214 = (t213 ? 89.0f : t212);
-                    float const t215 = fmaf(t214, 1.4426950408889634f, 12582912.0f);
-                    float const t216 = (t215 - 12582912.0f);
-                    float const t217 = fmaf(t216, -0.693145751953125f, t214);
-                    float const t218 = fmaf(t216, -1.428606765330187e-06f, t217);
-                    float const t219 = fmaf(0.0001984126984126984f, t218, 0.001388888888888889f);
-                    float const t220 = fmaf(t219, t218, 0.008333333333333333f);
-                    float const t221 = fmaf(t220, t218, 0.041666666666666664f);
-                    float const t222 = fmaf(t221, t218, 0.16666666666666666f);
-                    float const t223 = fmaf(t222, t218, 0.5f);
-                    float const t224 = fmaf(t223, t218, 1.0f);
-                    float const t225 = fmaf(t224, t218, 1.0f);
-                    int32_t const t226 = tj_bitcast<int32_t>(t215);
-                    int32_t const t227 = (t226 - 1262485504);
-                    int32_t const t228 = tj_shr(t227, 1);
-                    int32_t const t229 = (t228 + 127);
-                    int32_t const t230 = tj_shl(t229, 23);
-                    float const t231 = tj_bitcast<float>(t230);
-                    float const t232 = (t225 * t231);
-                    int32_t const t233 = (t227 - t228);
-                    int32_t const t234 = (t233 + 127);
-                    int32_t const t235 = tj_shl(t234, 23);
-                    float const t236 = tj_bitcast<float>(t235);
-                    float const t237 = (t232 * t236);
-                    float const t238 = (t209 ? t237 : 0.0f);
-                    float const t239 = (c184[i0] + t238);
-                    r197[i0] = t239;
+                    int32_t const t225 = (v214 + i0);
+                    bool const t226 = (t225 < V);
+                    int32_t* const t227 = (v11 + ((int64_t)v214 + (int64_t)i0));
+                    int32_t const t228 = (t226 ? *(t227) : 0);
+                    int64_t const t229 = (int64_t)t228;
+                    bool const t230 = (t229 >= c173);
+                    bool const t231 = (bool)(t226 & t230);
+                    float* const t232 = (v12 + ((int64_t)v214 + (int64_t)i0));
+                    float const t233 = (t226 ? *(t232) : 0.0f);
+                    float const t234 = (t231 ? t233 : 0.0f);
+                    float const t235 = (c211[i0] + t234);
+                    r224[i0] = t235;
                 }
             } else {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    r197[i0] = c184[i0];
+                    r224[i0] = c211[i0];
                 }
             }
-            memcpy(c184, r197, sizeof(float) * 32);
+            memcpy(c211, r224, sizeof(float) * 32);
         }
-        float v240 = 0.0f;
-        #pragma omp simd reduction(+:v240)
+        float v236 = 0.0f;
+        #pragma omp simd reduction(+:v236)
         for (int i0 = 0; i0 < 32; ++i0) {
-            v240 = (v240 + c184[i0]);
+            v236 = (v236 + c211[i0]);
         }
-        bool const v241 = (v240 >= v172);
-        int64_t const v242 = (v241 ? v183 : c177);
-        int64_t const v243 = (v241 ? c176 : v183);
-        int64_t const y244 = v243;
-        int64_t const y245 = v242;
-        c176 = y244;
-        c177 = y245;
-    }
-    int64_t const v246 = (INT64_C(2) * v2);
-    int32_t* const v247 = (seed_ptr + v246);
-    int32_t const v248 = *(v247);
-    int32_t* const v249 = (v247 + 1);
-    int32_t const v250 = *(v249);
-    int32_t* const v251 = (off_ptr + v2);
-    int32_t const v252 = *(v251);
-    alignas(64) int32_t c253[32];
-    #pragma omp simd
-    for (int i0 = 0; i0 < 32; ++i0) {
-        c253[i0] = V;
-    }
-    alignas(64) float c254[32];
-    #pragma omp simd
-    for (int i0 = 0; i0 < 32; ++i0) {
-        c254[i0] = (-INFINITY);
-    }
-    const uint64_t n255 = tj_trip_count<int32_t>(0, V, 32);
-    for (uint64_t k256 = 0; k256 < n255; ++k256) {
-        const int32_t v257 = (int32_t)(0 + (int32_t)k256 * 32);
-        int32_t const v258 = tj_idiv(v257, 32);
-        float* const v259 = (v8 + v258);
-        float const v260 = *(v259);
-        int32_t const v261 = tj_bitcast<int32_t>(v260);
-        bool const v262 = (v261 < 0);
-        int32_t const v263 = (v261 ^ 2147483647);
-        int32_t const v264 = (v262 ? v263 : v261);
-        int64_t const v265 = (int64_t)v264;
-        bool const v266 = (v265 >= c177);
-        alignas(64) int32_t r267[32];
-        alignas(64) float r268[32];
-        if (v266) {
-            int32_t const v269 = tj_shr(v248, 31);
-            int32_t const v270 = (v248 + (-1640531527));
-            int32_t const v271 = (v269 + (-1150833019));
-            int32_t const v272 = (v270 + (-1640531527));
-            int32_t const v273 = (v271 + (-1150833019));
-            int32_t const v274 = (v272 + (-1640531527));
-            int32_t const v275 = (v273 + (-1150833019));
-            int32_t const v276 = (v274 + (-1640531527));
-            int32_t const v277 = (v275 + (-1150833019));
-            int32_t const v278 = (v276 + (-1640531527));
-            int32_t const v279 = (v277 + (-1150833019));
-            int32_t const v280 = (v278 + (-1640531527));
-            int32_t const v281 = (v279 + (-1150833019));
-            int32_t const v282 = (v280 + (-1640531527));
-            int32_t const v283 = (v281 + (-1150833019));
-            int32_t const v284 = (v282 + (-1640531527));
-            int32_t const v285 = (v283 + (-1150833019));
-            int32_t const v286 = (v284 + (-1640531527));
+        float const v237 = (v22 * v236);
+        int64_t c238 = v170;
+        int64_t c239 = c173;
+        const uint64_t n240 = tj_trip_count<int32_t>(0, 33, 1);
+        for (uint64_t k241 = 0; k241 < n240; ++k241) {
+            const int32_t v242 = (int32_t)(0 + (int32_t)k241 * 1);
+            int64_t const v243 = (c238 - c239);
+            int64_t const v244 = tj_idiv(v243, INT64_C(2));
+            int64_t const v245 = (c239 + v244);
+            alignas(64) float c246[32];
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
-                int32_t const t287 = (v257 + i0);
-                bool const t288 = (t287 < V);
-                float* const t289 = (v5 + ((int64_t)v257 + (int64_t)i0));
-                float const t290 = (t288 ? *(t289) : (-INFINITY));
-                float const t291 = (t290 * v14);
-                int32_t const t292 = tj_bitcast<int32_t>(t291);
-                bool const t293 = (t292 < 0);
-                int32_t const t294 = (t292 ^ 2147483647);
-                int32_t const t295 = (t293 ? t294 : t292);
-                int64_t const t296 = (int64_t)t295;
-                bool const t297 = (t296 >= c177);
-                bool const t298 = (bool)(t288 & t297);
-                int32_t const t299 = tj_umulhi((-766435501), t287);
-                int32_t const t300 = (t287 * 0);
-                int32_t const t301 = (v250 + t300);
-                int32_t const t302 = (t299 ^ t301);
-                int32_t const t303 = (t302 ^ v269);
-                int32_t const t304 = tj_umulhi((-845247145), t303);
-                int32_t const t305 = (t300 * (-845247145));
-                int32_t const t306 = (t304 ^ t305);
-                int32_t const t307 = (t306 ^ v270);
-                int32_t const t308 = tj_umulhi((-766435501), t307);
-                int32_t const t309 = tj_umulhi((-845247145), t300);
-                int32_t const t310 = (v252 + t300);
-                int32_t const t311 = (t309 ^ t310);
-                int32_t const t312 = (t311 ^ v248);
-                int32_t const t313 = (t312 * (-766435501));
-                int32_t const t314 = (t308 ^ t313);
-                int32_t const t315 = (t314 ^ v273);
-                int32_t const t316 = tj_umulhi((-845247145), t315);
-                int32_t const t317 = tj_umulhi((-766435501), t312);
-                int32_t const t318 = (t287 * (-766435501));
-                int32_t const t319 = (t317 ^ t318);
-                int32_t const t320 = (t319 ^ v271);
-                int32_t const t321 = (t320 * (-845247145));
-                int32_t const t322 = (t316 ^ t321);
-                int32_t const t323 = (t322 ^ v274);
-                int32_t const t324 = tj_umulhi((-766435501), t323);
-                int32_t const t325 = tj_umulhi((-845247145), t320);
-                int32_t const t326 = (t303 * (-845247145));
-                int32_t const t327 = (t325 ^ t326);
-                int32_t const t328 = (t327 ^ v272);
-                int32_t const t329 = (t328 * (-766435501));
-                int32_t const t330 = (t324 ^ t329);
-                int32_t const t331 = (t330 ^ v277);
-                int32_t const t332 = tj_umulhi((-845247145), t331);
-                int32_t const t333 = tj_umulhi((-766435501), t328);
-                int32_t const t334 = (t307 * (-766435501));
-                int32_t const t335 = (t333 ^ t334);
-                int32_t const t336 = (t335 ^ v275);
-                int32_t const t337 = (t336 * (-845247145));
-                int32_t const t338 = (t332 ^ t337);
-                int32_t const t339 = (t338 ^ v278);
-                int32_t const t340 = tj_umulhi((-766435501), t339);
-                int32_t const t341 = tj_umulhi((-845247145), t336);
-                int32_t const t342 = (t315 * (-845247145));
-                int32_t const t343 = (t341 ^ t342);
-                int32_t const t344 = (t343 ^ v276);
-                int32_t const t345 = (t344 * (-766435501));
-                int32_t const t346 = (t340 ^ t345);
-                int32_t const t347 = (t346 ^ v281);
-                int32_t const t348 = tj_umulhi((-845247145), t347);
-                int32_t const t349 = tj_umulhi((-766435501), t344);
-                int32_t const t350 = (t323 * (-766435501));
-                int32_t const t351 = (t349 ^ t350);
-                int32_t const t352 = (t351 ^ v279);
-                int32_t const t353 = (t352 * (-845247145));
-                int32_t const t354 = (t348 ^ t353);
-                int32_t const t355 = (t354 ^ v282);
-                int32_t const t356 = tj_umulhi((-766435501), t355);
-                int32_t const t357 = tj_umulhi((-845247145), t352);
-                int32_t const t358 = (t331 * (-845247145));
-                int32_t const t359 = (t357 ^ t358);
-                int32_t const t360 = (t359 ^ v280);
-                int32_t const t361 = (t360 * (-766435501));
-                int32_t const t362 = (t356 ^ t361);
-                int32_t const t363 = (t362 ^ v285);
-                int32_t const t364 = tj_umulhi((-845247145), t363);
-                int32_t const t365 = tj_umulhi((-766435501), t360);
-                int32_t const t366 = (t339 * (-766435501));
-                int32_t const t367 = (t365 ^ t366);
-                int32_t const t368 = (t367 ^ v283);
-                int32_t const t369 = (t368 * (-845247145));
-                int32_t const t370 = (t364 ^ t369);
-                int32_t const t371 = (t370 ^ v286);
-                uint32_t const t372 = tj_bitcast<uint32_t>(t371);
-                int32_t const t373 = tj_bitcast<int32_t>(t372);
-                bool const t374 = (t373 < 0);
-                int32_t const t375 = (~t373);
-                int32_t const t376 = (t374 ? t375 : t373);
-                float const t377 = (float)t376;
-                float const t378 = (t377 * 4.6566127342e-10f);
-                float const t379 = tj_max(t378, 1e-30f);
-                bool const t380 = (t379 != t379);
-                bool const t381 = (t379 < 0.0f);
-                bool const t382 = (t379 == 0.0f);
-                bool const t383 = (t379 == INFINITY);
-                bool const t384 = (t379 < 1.1754943508222875e-38f);
-                float const t385 = (t379 * 8388608.0f);
-                float const t386 = (t384 ? t385 : t379);
-                int32_t const t387 = tj_bitcast<int32_t>(t386);
-                int32_t const t388 = (t387 & 8388607);
-                int32_t const t389 = (t388 | 1065353216);
-                float const t390 = tj_bitcast<float>(t389);
-                bool const t391 = (t390 > 1.4142135623730951f);
-                int32_t const t392 = tj_shr(t387, 23);
-                int32_t const t393 = (t392 & 255);
-                int32_t const t394 = (t393 - 127);
-                int32_t const t395 = (t394 - 23);
-                int32_t const t396 = (t384 ? t395 : t394);
-                int32_t const t397 = (t396 + 1);
-                int32_t const t398 = (t391 ? t397 : t396);
-                float const t399 = (float)t398;
-                float const t400 = (t390 * 0.5f);
-                float const t401 = (t391 ? t400 : t390);
-                float const t402 = (t401 - 1.0f);
-                float const t403 = (t402 + 2.0f);
-                float const t404 = (t402 / t403);
-                float const t405 = (t404 * t404);
-                float const t406 = fmaf(0.18181818181818182f, t405, 0.2222222222222222f);
-                float const t407 = fmaf(t406, t405, 0.2857142857142857f);
-                float const t408 = fmaf(t407, t405, 0.4f);
-                float const t409 = fmaf(t408, t405, 0.6666666666666666f);
-                float const t410 = fmaf(t409, t405, 2.0f);
-                float const t411 = (t404 * t410);
-                float const t412 = fmaf(t399, 1.428606765330187e-06f, t411);
-                float const t413 = fmaf(t399, 0.693145751953125f, t412);
-                float const t414 = (t383 ? t379 : t413);
-                float const t415 = (t382 ? (-INFINITY) : t414);
-                float const t416 = (t381 ? NAN : t415);
-                float const t417 = (t380 ? t379 : t416);
-                float const t418 = (-t417);
-                bool const t419 = (t418 != t418);
-                bool const t420 = (t418 < 0.0f);
-                bool const t421 = (t418 == 0.0f);
-                bool const t422 = (t418 == INFINITY);
-                bool const t423 = (t418 < 1.1754943508222875e-38f);
-                float const t424 = (t418 * 8388608.0f);
-                float const t425 = (t423 ? t424 : t418);
-                int32_t const t426 = tj_bitcast<int32_t>(t425);
-                int32_t const t427 = (t426 & 8388607);
-                int32_t const t428 = (t427 | 1065353216);
-                float const t429 = tj_bitcast<float>(t428);
-                bool const t430 = (t429 > 1.4142135623730951f);
-                int32_t const t431 = tj_shr(t426, 23);
-                int32_t const t432 = (t431 & 255);
-                int32_t const t433 = (t432 - 127);
-                int32_t const t434 = (t433 - 23);
-                int32_t const t435 = (t423 ? t434 : t433);
-                int32_t const t436 = (t435 + 1);
-                int32_t const t437 = (t430 ? t436 : t435);
-                float const t438 = (float)t437;
-                float const t439 = (t429 * 0.5f);
-                float const t440 = (t430 ? t439 : t429);
-                float const t441 = (t440 - 1.0f);
-                float const t442 = (t441 + 2.0f);
-                float const t443 = (t441 / t442);
-                float const t444 = (t443 * t443);
-                float const t445 = fmaf(0.18181818181818182f, t444, 0.2222222222222222f);
-                float const t446 = fmaf(t445, t444, 0.2857142857142857f);
-                float const t447 = fmaf(t446, t444, 0.4f);
-                float const t448 = fmaf(t447, t444, 0.6666666666666666f);
-                float const t449 = fmaf(t448, t444, 2.0f);
-                float const t450 = (t443 * t449);
-                float const t451 = fmaf(t438, 1.428606765330187e-06f, t450);
-                float const t452 = fmaf(t438, 0.693145751953125f, t451);
-                float const t453 = (t422 ? t418 : t452);
-                float const t454 = (t421 ? (-INFINITY) : t453);
-                float const t455 = (t420 ? NAN : t454);
-                float const t456 = (t419 ? t418 : t455);
-                float const t457 = (t291 - t456);
-                float const t458 = (v11 ? t291 : t457);
-                float const t459 = (t298 ? t458 : (-INFINITY));
-                bool const t460 = (t459 > c254[i0]);
-                int32_t const t461 = (t460 ? t287 : c253[i0]);
-                float const t462 = (t460 ? t459 : c254[i0]);
-                r267[i0] = t461;
-                r268[i0] = t462;
+                c246[i0] = 0.0f;
+            }
+            const uint64_t n247 = tj_trip_count<int32_t>(0, V, 32);
+            for (uint64_t k248 = 0; k248 < n247; ++k248) {
+                const int32_t v249 = (int32_t)(0 + (int32_t)k248 * 32);
+                int32_t const v250 = tj_idiv(v249, 32);
+                float* const v251 = (v8 + v250);
+                float const v252 = *(v251);
+                int32_t const v253 = tj_bitcast<int32_t>(v252);
+                bool const v254 = (v253 < 0);
+                int32_t const v255 = (v253 ^ 2147483647);
+                int32_t const v256 = (v254 ? v255 : v253);
+                int64_t const v257 = (int64_t)v256;
+                bool const v258 = (v257 >= v245);
+                alignas(64) float r259[32];
+                if (v258) {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        int32_t const t260 = (v249 + i0);
+                        bool const t261 = (t260 < V);
+                        int32_t* const t262 = (v11 + ((int64_t)v249 + (int64_t)i0));
+                        int32_t const t263 = (t261 ? *(t262) : 0);
+                        int64_t const t264 = (int64_t)t263;
+                        bool const t265 = (t264 >= v245);
+                        bool const t266 = (bool)(t261 & t265);
+                        float* const t267 = (v12 + ((int64_t)v249 + (int64_t)i0));
+                        float const t268 = (t261 ? *(t267) : 0.0f);
+                        float const t269 = (t266 ? t268 : 0.0f);
+                        float const t270 = (c246[i0] + t269);
+                        r259[i0] = t270;
+                    }
+                } else {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        r259[i0] = c246[i0];
+                    }
+                }
+                memcpy(c246, r259, sizeof(float) * 32);
+            }
+            float v271 = 0.0f;
+            #pragma omp simd reduction(+:v271)
+            for (int i0 = 0; i0 < 32; ++i0) {
+                v271 = (v271 + c246[i0]);
+            }
+            bool const v272 = (v271 >= v237);
+            int64_t const v273 = (v272 ? v245 : c239);
+            int64_t const v274 = (v272 ? c238 : v245);
+            int64_t const y275 = v274;
+            int64_t const y276 = v273;
+            c238 = y275;
+            c239 = y276;
+        }
+        r209 = c238;
+        r210 = c239;
+    } else {
+        r209 = v170;
+        r210 = c173;
+    }
+    int64_t const v277 = (INT64_C(2) * v2);
+    int32_t* const v278 = (seed_ptr + v277);
+    int32_t const v279 = *(v278);
+    int32_t* const v280 = (v278 + 1);
+    int32_t const v281 = *(v280);
+    int32_t* const v282 = (off_ptr + v2);
+    int32_t const v283 = *(v282);
+    alignas(64) int32_t c284[32];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 32; ++i0) {
+        c284[i0] = V;
+    }
+    alignas(64) float c285[32];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 32; ++i0) {
+        c285[i0] = (-INFINITY);
+    }
+    const uint64_t n286 = tj_trip_count<int32_t>(0, V, 32);
+    for (uint64_t k287 = 0; k287 < n286; ++k287) {
+        const int32_t v288 = (int32_t)(0 + (int32_t)k287 * 32);
+        int32_t const v289 = tj_idiv(v288, 32);
+        float* const v290 = (v8 + v289);
+        float const v291 = *(v290);
+        int32_t const v292 = tj_bitcast<int32_t>(v291);
+        bool const v293 = (v292 < 0);
+        int32_t const v294 = (v292 ^ 2147483647);
+        int32_t const v295 = (v293 ? v294 : v292);
+        int64_t const v296 = (int64_t)v295;
+        bool const v297 = (v296 >= r210);
+        alignas(64) int32_t r298[32];
+        alignas(64) float r299[32];
+        if (v297) {
+            alignas(64) float v300[32];
+            int inb301 = tj_affine_cmp<int32_t>((v288 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
+            if (inb301 < 0) {
+                inb301 = 1;
+                #pragma omp simd reduction(&:inb301)
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    int32_t const t302 = (v288 + i0);
+                    bool const t303 = (t302 < V);
+                    inb301 &= (int)(t303);
+                }
+            }
+            if (inb301) {
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    float* const t304 = (v5 + ((int64_t)v288 + (int64_t)i0));
+                    float const t305 = (true ? *(t304) : (-INFINITY));
+                    v300[i0] = (t305 * v18);
+                }
+            } else {
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    float* const t306 = (v5 + ((int64_t)v288 + (int64_t)i0));
+                    int32_t const t307 = (v288 + i0);
+                    bool const t308 = (t307 < V);
+                    float const t309 = (t308 ? *(t306) : (-INFINITY));
+                    v300[i0] = (t309 * v18);
+                }
+            }
+            alignas(64) float r310[32];
+            if (v65) {
+                int32_t const v311 = tj_shr(v279, 31);
+                int32_t const v312 = (v279 + (-1640531527));
+                int32_t const v313 = (v311 + (-1150833019));
+                int32_t const v314 = (v312 + (-1640531527));
+                int32_t const v315 = (v313 + (-1150833019));
+                int32_t const v316 = (v314 + (-1640531527));
+                int32_t const v317 = (v315 + (-1150833019));
+                int32_t const v318 = (v316 + (-1640531527));
+                int32_t const v319 = (v317 + (-1150833019));
+                int32_t const v320 = (v318 + (-1640531527));
+                int32_t const v321 = (v319 + (-1150833019));
+                int32_t const v322 = (v320 + (-1640531527));
+                int32_t const v323 = (v321 + (-1150833019));
+                int32_t const v324 = (v322 + (-1640531527));
+                int32_t const v325 = (v323 + (-1150833019));
+                int32_t const v326 = (v324 + (-1640531527));
+                int32_t const v327 = (v325 + (-1150833019));
+                int32_t const v328 = (v326 + (-1640531527));
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    int32_t const t329 = (v288 + i0);
+                    int32_t const t330 = tj_umulhi((-766435501), t329);
+                    int32_t const t331 = (t329 * 0);
+                    int32_t const t332 = (v281 + t331);
+                    int32_t const t333 = (t330 ^ t332);
+                    int32_t const t334 = (t333 ^ v311);
+                    int32_t const t335 = tj_umulhi((-845247145), t334);
+                    int32_t const t336 = (t331 * (-845247145));
+                    int32_t const t337 = (t335 ^ t336);
+                    int32_t const t338 = (t337 ^ v312);
+                    int32_t const t339 = tj_umulhi((-766435501), t338);
+                    int32_t const t340 = tj_umulhi((-845247145), t331);
+                    int32_t const t341 = (v283 + t331);
+                    int32_t const t342 = (t340 ^ t341);
+                    int32_t const t343 = (t342 ^ v279);
+                    int32_t const t344 = (t343 * (-766435501));
+                    int32_t const t345 = (t339 ^ t344);
+                    int32_t const t346 = (t345 ^ v315);
+                    int32_t const t347 = tj_umulhi((-845247145), t346);
+                    int32_t const t348 = tj_umulhi((-766435501), t343);
+                    int32_t const t349 = (t329 * (-766435501));
+                    int32_t const t350 = (t348 ^ t349);
+                    int32_t const t351 = (t350 ^ v313);
+                    int32_t const t352 = (t351 * (-845247145));
+                    int32_t const t353 = (t347 ^ t352);
+                    int32_t const t354 = (t353 ^ v316);
+                    int32_t const t355 = tj_umulhi((-766435501), t354);
+                    int32_t const t356 = tj_umulhi((-845247145), t351);
+                    int32_t const t357 = (t334 * (-845247145));
+                    int32_t const t358 = (t356 ^ t357);
+                    int32_t const t359 = (t358 ^ v314);
+                    int32_t const t360 = (t359 * (-766435501));
+                    int32_t const t361 = (t355 ^ t360);
+                    int32_t const t362 = (t361 ^ v319);
+                    int32_t const t363 = tj_umulhi((-845247145), t362);
+                    int32_t const t364 = tj_umulhi((-766435501), t359);
+                    int32_t const t365 = (t338 * (-766435501));
+                    int32_t const t366 = (t364 ^ t365);
+                    int32_t const t367 = (t366 ^ v317);
+                    int32_t const t368 = (t367 * (-845247145));
+                    int32_t const t369 = (t363 ^ t368);
+                    int32_t const t370 = (t369 ^ v320);
+                    int32_t const t371 = tj_umulhi((-766435501), t370);
+                    int32_t const t372 = tj_umulhi((-845247145), t367);
+                    int32_t const t373 = (t346 * (-845247145));
+                    int32_t const t374 = (t372 ^ t373);
+                    int32_t const t375 = (t374 ^ v318);
+                    int32_t const t376 = (t375 * (-766435501));
+                    int32_t const t377 = (t371 ^ t376);
+                    int32_t const t378 = (t377 ^ v323);
+                    int32_t const t379 = tj_umulhi((-845247145), t378);
+                    int32_t const t380 = tj_umulhi((-766435501), t375);
+                    int32_t const t381 = (t354 * (-766435501));
+                    int32_t const t382 = (t380 ^ t381);
+                    int32_t const t383 = (t382 ^ v321);
+                    int32_t const t384 = (t383 * (-845247145));
+                    int32_t const t385 = (t379 ^ t384);
+                    int32_t const t386 = (t385 ^ v324);
+                    int32_t const t387 = tj_umulhi((-766435501), t386);
+                    int32_t const t388 = tj_umulhi((-845247145), t383);
+                    int32_t const t389 = (t362 * (-845247145));
+                    int32_t const t390 = (t388 ^ t389);
+                    int32_t const t391 = (t390 ^ v322);
+                    int32_t const t392 = (t391 * (-766435501));
+                    int32_t const t393 = (t387 ^ t392);
+                    int32_t const t394 = (t393 ^ v327);
+                    int32_t const t395 = tj_umulhi((-845247145), t394);
+                    int32_t const t396 = tj_umulhi((-766435501), t391);
+                    int32_t const t397 = (t370 * (-766435501));
+                    int32_t const t398 = (t396 ^ t397);
+                    int32_t const t399 = (t398 ^ v325);
+                    int32_t const t400 = (t399 * (-845247145));
+                    int32_t const t401 = (t395 ^ t400);
+                    int32_t const t402 = (t401 ^ v328);
+                    uint32_t const t403 = tj_bitcast<uint32_t>(t402);
+                    int32_t const t404 = tj_bitcast<int32_t>(t403);
+                    bool const t405 = (t404 < 0);
+                    int32_t const t406 = (~t404);
+                    int32_t const t407 = (t405 ? t406 : t404);
+                    float const t408 = (float)t407;
+                    float const t409 = (t408 * 4.6566127342e-10f);
+                    float const t410 = tj_max(t409, 1e-30f);
+                    bool const t411 = (t410 != t410);
+                    bool const t412 = (t410 < 0.0f);
+                    bool const t413 = (t410 == 0.0f);
+                    bool const t414 = (t410 == INFINITY);
+                    bool const t415 = (t410 < 1.1754943508222875e-38f);
+                    float const t416 = (t410 * 8388608.0f);
+                    float const t417 = (t415 ? t416 : t410);
+                    int32_t const t418 = tj_bitcast<int32_t>(t417);
+                    int32_t const t419 = (t418 & 8388607);
+                    int32_t const t420 = (t419 | 1065353216);
+                    float const t421 = tj_bitcast<float>(t420);
+                    bool const t422 = (t421 > 1.4142135623730951f);
+                    int32_t const t423 = tj_shr(t418, 23);
+                    int32_t const t424 = (t423 & 255);
+                    int32_t const t425 = (t424 - 127);
+                    int32_t const t426 = (t425 - 23);
+                    int32_t const t427 = (t415 ? t426 : t425);
+                    int32_t const t428 = (t427 + 1);
+                    int32_t const t429 = (t422 ? t428 : t427);
+                    float const t430 = (float)t429;
+                    float const t431 = (t421 * 0.5f);
+                    float const t432 = (t422 ? t431 : t421);
+                    float const t433 = (t432 - 1.0f);
+                    float const t434 = (t433 + 2.0f);
+                    float const t435 = (t433 / t434);
+                    float const t436 = (t435 * t435);
+                    float const t437 = fmaf(0.18181818181818182f, t436, 0.2222222222222222f);
+                    float const t438 = fmaf(t437, t436, 0.2857142857142857f);
+                    float const t439 = fmaf(t438, t436, 0.4f);
+                    float const t440 = fmaf(t439, t436, 0.6666666666666666f);
+                    float const t441 = fmaf(t440, t436, 2.0f);
+                    float const t442 = (t435 * t441);
+                    float const t443 = fmaf(t430, 1.428606765330187e-06f, t442);
+                    float const t444 = fmaf(t430, 0.693145751953125f, t443);
+                    float const t445 = (t414 ? t410 : t444);
+                    float const t446 = (t413 ? (-INFINITY) : t445);
+                    float const t447 = (t412 ? NAN : t446);
+                    float const t448 = (t411 ? t410 : t447);
+                    float const t449 = (-t448);
+                    bool const t450 = (t449 != t449);
+                    bool const t451 = (t449 < 0.0f);
+                    bool const t452 = (t449 == 0.0f);
+                    bool const t453 = (t449 == INFINITY);
+                    bool const t454 = (t449 < 1.1754943508222875e-38f);
+                    float const t455 = (t449 * 8388608.0f);
+                    float const t456 = (t454 ? t455 : t449);
+                    int32_t const t457 = tj_bitcast<int32_t>(t456);
+                    int32_t const t458 = (t457 & 8388607);
+                    int32_t const t459 = (t458 | 1065353216);
+                    float const t460 = tj_bitcast<float>(t459);
+                    bool const t461 = (t460 > 1.4142135623730951f);
+                    int32_t const t462 = tj_shr(t457, 23);
+                    int32_t const t463 = (t462 & 255);
+                    int32_t const t464 = (t463 - 127);
+                    int32_t const t465 = (t464 - 23);
+                    int32_t const t466 = (t454 ? t465 : t464);
+                    int32_t const t467 = (t466 + 1);
+                    int32_t const t468 = (t461 ? t467 : t466);
+                    float const t469 = (float)t468;
+                    float const t470 = (t460 * 0.5f);
+                    float const t471 = (t461 ? t470 : t460);
+                    float const t472 = (t471 - 1.0f);
+                    float const t473 = (t472 + 2.0f);
+                    float const t474 = (t472 / t473);
+                    float const t475 = (t474 * t474);
+                    float const t476 = fmaf(0.18181818181818182f, t475, 0.2222222222222222f);
+                    float const t477 = fmaf(t476, t475, 0.2857142857142857f);
+                    float const t478 = fmaf(t477, t475, 0.4f);
+                    float const t479 = fmaf(t478, t475, 0.6666666666666666f);
+                    float const t480 = fmaf(t479, t475, 2.0f);
+                    float const t481 = (t474 * t480);
+                    float const t482 = fmaf(t469, 1.428606765330187e-06f, t481);
+                    float const t483 = fmaf(t469, 0.693145751953125f, t482);
+                    float const t484 = (t453 ? t449 : t483);
+                    float const t485 = (t452 ? (-INFINITY) : t484);
+                    float const t486 = (t451 ? NAN : t485);
+                    float const t487 = (t450 ? t449 : t486);
+                    float const t488 = (v300[i0] - t487);
+                    r310[i0] = t488;
+                }
+            } else {
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    r310[i0] = v300[i0];
+                }
+            }
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                int32_t const t489 = (v288 + i0);
+                bool const t490 = (t489 < V);
+                int32_t const t491 = tj_bitcast<int32_t>(v300[i0]);
+                bool const t492 = (t491 < 0);
+                int32_t const t493 = (t491 ^ 2147483647);
+                int32_t const t494 = (t492 ? t493 : t491);
+                int64_t const t495 = (int64_t)t494;
+                bool const t496 = (t495 >= r210);
+                bool const t497 = (bool)(t490 & t496);
+                float const t498 = (t497 ? r310[i0] : (-INFINITY));
+                bool const t499 = (t498 > c285[i0]);
+                int32_t const t500 = (t499 ? t489 : c284[i0]);
+                float const t501 = (t499 ? t498 : c285[i0]);
+                r298[i0] = t500;
+                r299[i0] = t501;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
-                r267[i0] = c253[i0];
-                r268[i0] = c254[i0];
+                r298[i0] = c284[i0];
+                r299[i0] = c285[i0];
             }
         }
-        memcpy(c253, r267, sizeof(int32_t) * 32);
-        memcpy(c254, r268, sizeof(float) * 32);
+        memcpy(c284, r298, sizeof(int32_t) * 32);
+        memcpy(c285, r299, sizeof(float) * 32);
     }
-    float v463 = (-INFINITY);
-    #pragma omp simd reduction(max:v463)
+    float v502 = (-INFINITY);
+    #pragma omp simd reduction(max:v502)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t464 = (c254[i0] != c254[i0]);
-        float const t465 = (t464 ? (-INFINITY) : c254[i0]);
-        v463 = tj_rmax(v463, t465);
+        bool const t503 = (c285[i0] != c285[i0]);
+        float const t504 = (t503 ? (-INFINITY) : c285[i0]);
+        v502 = tj_rmax(v502, t504);
     }
-    int32_t v466 = 0;
-    #pragma omp simd reduction(+:v466)
+    int32_t v505 = 0;
+    #pragma omp simd reduction(+:v505)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t467 = (c254[i0] == c254[i0]);
-        int32_t const t468 = (int32_t)t467;
-        v466 = (v466 + t468);
+        bool const t506 = (c285[i0] == c285[i0]);
+        int32_t const t507 = (int32_t)t506;
+        v505 = (v505 + t507);
     }
-    bool const v469 = (v466 != 0);
-    float const v470 = (v469 ? v463 : NAN);
-    int32_t* const v471 = (idx_ptr + v2);
-    int32_t v472 = tj_highest<int32_t>();
-    #pragma omp simd reduction(min:v472)
+    bool const v508 = (v505 != 0);
+    float const v509 = (v508 ? v502 : NAN);
+    int32_t* const v510 = (idx_ptr + v2);
+    int32_t v511 = tj_highest<int32_t>();
+    #pragma omp simd reduction(min:v511)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t473 = (c254[i0] == v470);
-        bool const t474 = (c253[i0] < V);
-        bool const t475 = (bool)(t473 & t474);
-        int32_t const t476 = (t475 ? c253[i0] : V);
-        v472 = tj_rmin(v472, t476);
+        bool const t512 = (c285[i0] == v509);
+        bool const t513 = (c284[i0] < V);
+        bool const t514 = (bool)(t512 & t513);
+        int32_t const t515 = (t514 ? c284[i0] : V);
+        v511 = tj_rmin(v511, t515);
     }
-    *(v471) = v472;
+    *(v510) = v511;
 }
 
 // Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
 // tj_run_programs decides (the grain rule, tilejit_cpu.h) from this kernel's measured time per program.
 static int64_t sample_kernel_ns_per_program = 0;
-static void sample_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* x_ptr, int32_t* idx_ptr, float* bmax_ptr, float* temp_ptr, int32_t* k_ptr, float* p_ptr, int32_t* seed_ptr, int32_t* off_ptr, int32_t V, int32_t sx, int32_t NB,
+static void sample_kernel_run(int32_t g0, int32_t g1, int32_t g2, float* x_ptr, int32_t* idx_ptr, float* bmax_ptr, int32_t* keys_ptr, float* e_ptr, float* temp_ptr, int32_t* k_ptr, float* p_ptr, int32_t* seed_ptr, int32_t* off_ptr, int32_t V, int32_t sx, int32_t NB,
                            tj_status* tj_st) {
     tj_run_programs((int64_t)g0 * g1 * g2, &sample_kernel_ns_per_program, tj_st, [&](int64_t p) {
         sample_kernel_program((int32_t)(p % g0), (int32_t)((p / g0) % g1), (int32_t)(p / ((int64_t)g0 * g1)),
-                           g0, g1, g2, x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB, tj_st);
+                           g0, g1, g2, x_ptr, idx_ptr, bmax_ptr, keys_ptr, e_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB, tj_st);
     });
 }
 
 // The entry for ctypes: the status first, then the grid and the parameters.
-extern "C" int tj_launch(tj_status* tj_st, int32_t g0, int32_t g1, int32_t g2, float* x_ptr, int32_t* idx_ptr, float* bmax_ptr, float* temp_ptr, int32_t* k_ptr, float* p_ptr, int32_t* seed_ptr, int32_t* off_ptr, int32_t V, int32_t sx, int32_t NB) {
-    sample_kernel_run(g0, g1, g2, x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB, tj_st);
+extern "C" int tj_launch(tj_status* tj_st, int32_t g0, int32_t g1, int32_t g2, float* x_ptr, int32_t* idx_ptr, float* bmax_ptr, int32_t* keys_ptr, float* e_ptr, float* temp_ptr, int32_t* k_ptr, float* p_ptr, int32_t* seed_ptr, int32_t* off_ptr, int32_t V, int32_t sx, int32_t NB) {
+    sample_kernel_run(g0, g1, g2, x_ptr, idx_ptr, bmax_ptr, keys_ptr, e_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB, tj_st);
     return tj_st->code;
 }
 
 // The packed entry of the compiled launch path: one tj_arg per parameter.
 extern "C" int tj_launch_packed(tj_status* tj_st, const int32_t* g, const tj_arg* a) {
     (void)a;
-    sample_kernel_run(g[0], g[1], g[2], (float*)a[0].p, (int32_t*)a[1].p, (float*)a[2].p, (float*)a[3].p, (int32_t*)a[4].p, (float*)a[5].p, (int32_t*)a[6].p, (int32_t*)a[7].p, (int32_t)a[8].i, (int32_t)a[9].i, (int32_t)a[10].i, tj_st);
+    sample_kernel_run(g[0], g[1], g[2], (float*)a[0].p, (int32_t*)a[1].p, (float*)a[2].p, (int32_t*)a[3].p, (float*)a[4].p, (float*)a[5].p, (int32_t*)a[6].p, (float*)a[7].p, (int32_t*)a[8].p, (int32_t*)a[9].p, (int32_t)a[10].i, (int32_t)a[11].i, (int32_t)a[12].i, tj_st);
     return tj_st->code;
 }

@@ -6,7 +6,7 @@ import triton.language as tl
 
 
 @triton.jit
-def sample_kernel(x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB):
+def sample_kernel(x_ptr, idx_ptr, bmax_ptr, keys_ptr, e_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, off_ptr, V, sx, NB):
     v0 = tl.program_id(0)
     v1 = v0.to(tl.int64)
     v2 = sx.to(tl.int64)
@@ -15,328 +15,344 @@ def sample_kernel(x_ptr, idx_ptr, bmax_ptr, temp_ptr, k_ptr, p_ptr, seed_ptr, of
     v5 = NB.to(tl.int64)
     v6 = v1 * v5
     v7 = bmax_ptr + v6
-    v8 = temp_ptr + v1
-    v9 = tl.load(v8)
-    v11 = v9 == 0.0
-    v13 = tl.where(v11, 1.0, v9)
-    v14 = 1.0 / v13
-    v15 = tl.where(v11, 1.0, v14)
-    v16 = k_ptr + v1
-    v17 = tl.load(v16)
-    v18 = p_ptr + v1
-    v19 = tl.load(v18)
-    v24 = tl.full([], -float("inf"), tl.float32)
-    for v23 in range(0, V, 128):
-        v26 = tl.arange(0, 128)
-        v28 = v23 + v26
-        v30 = v4 + v28
-        v32 = v28 < V
-        v34 = tl.load(v30, mask=v32, other=-float("inf"))
-        v36 = v34 * v15
-        v37 = tl.max(v36, axis=0)
-        v38 = v23 // 128
-        v39 = v7 + v38
-        tl.store(v39, v37)
-        v40 = tl.maximum(v24, v37)
-        v24 = v40
-    v25 = v24
-    v41 = v17 * 0
-    v42 = v41.to(tl.int64)
-    v44 = v42 - 2139095041
-    v45 = v25.to(tl.int32, bitcast=True)
-    v46 = v45 < 0
-    v48 = v45 ^ 2147483647
-    v49 = tl.where(v46, v48, v45)
-    v50 = v49.to(tl.int64)
-    v52 = v50 + 1
-    v53 = v17 > 0
-    v54 = v17 < V
-    v55 = v53 & v54
-    v56 = ~v11
-    v57 = v55 & v56
-    v59 = tl.where(v57, tl.full([], 33, tl.int32), tl.full([], 0, tl.int32))
-    v62 = v52
-    v63 = v44
-    for v61 in range(0, v59, 1):
-        v66 = v62 - v63
-        v68 = v66 // 2
-        v69 = v63 + v68
-        v72 = tl.full([128], 0, tl.int32)
-        for v71 in range(0, V, 128):
-            v74 = v71 // 128
-            v75 = v7 + v74
-            v76 = tl.load(v75)
-            v77 = v76.to(tl.int32, bitcast=True)
-            v78 = v77 < 0
-            v79 = v77 ^ 2147483647
-            v80 = tl.where(v78, v79, v77)
-            v81 = v80.to(tl.int64)
-            v82 = v81 >= v69
-            if v82:
-                v84 = tl.arange(0, 128)
-                v86 = v71 + v84
-                v88 = v4 + v86
-                v90 = v86 < V
-                v92 = tl.load(v88, mask=v90, other=-float("inf"))
-                v94 = v92 * v15
-                v95 = v94.to(tl.int32, bitcast=True)
-                v96 = v95 < 0
-                v98 = v95 ^ 2147483647
-                v99 = tl.where(v96, v98, v95)
-                v100 = v99.to(tl.int64)
-                v102 = v100 >= v69
-                v103 = v90 & v102
-                v105 = tl.where(v103, tl.full([128], 1, tl.int32), tl.full([128], 0, tl.int32))
-                v106 = v72 + v105
-                v83 = v106
+    v8 = V.to(tl.int64)
+    v9 = v1 * v8
+    v10 = keys_ptr + v9
+    v11 = e_ptr + v9
+    v12 = temp_ptr + v1
+    v13 = tl.load(v12)
+    v15 = v13 == 0.0
+    v17 = tl.where(v15, 1.0, v13)
+    v18 = 1.0 / v17
+    v19 = tl.where(v15, 1.0, v18)
+    v20 = k_ptr + v1
+    v21 = tl.load(v20)
+    v22 = p_ptr + v1
+    v23 = tl.load(v22)
+    v28 = tl.full([], -float("inf"), tl.float32)
+    for v27 in range(0, V, 128):
+        v30 = tl.arange(0, 128)
+        v32 = v27 + v30
+        v34 = v4 + v32
+        v36 = v32 < V
+        v38 = tl.load(v34, mask=v36, other=-float("inf"))
+        v40 = v38 * v19
+        v41 = tl.max(v40, axis=0)
+        v42 = v27 // 128
+        v43 = v7 + v42
+        tl.store(v43, v41)
+        v44 = tl.maximum(v28, v41)
+        v28 = v44
+    v29 = v28
+    v45 = v21 > 0
+    v46 = v21 < V
+    v47 = v45 & v46
+    v48 = ~v15
+    v49 = v47 & v48
+    v50 = v23 < 1.0
+    v51 = v50 & v48
+    v52 = v49 | v51
+    v53 = tl.where(v52, V, 0)
+    for v54 in range(0, v53, 128):
+        v55 = tl.arange(0, 128)
+        v57 = v54 + v55
+        v59 = v4 + v57
+        v61 = v57 < V
+        v63 = tl.load(v59, mask=v61, other=-float("inf"))
+        v65 = v63 * v19
+        v67 = v10 + v57
+        v68 = v65.to(tl.int32, bitcast=True)
+        v70 = v68 < 0
+        v72 = v68 ^ 2147483647
+        v73 = tl.where(v70, v72, v68)
+        tl.store(v67, v73, mask=v61)
+        v75 = v11 + v57
+        v77 = v65 - v29
+        v78 = tl.exp(v77)
+        tl.store(v75, v78, mask=v61)
+    tl.debug_barrier()
+    v79 = v21 * 0
+    v80 = v79.to(tl.int64)
+    v82 = v80 - 2139095041
+    v83 = v29.to(tl.int32, bitcast=True)
+    v84 = v83 < 0
+    v86 = v83 ^ 2147483647
+    v87 = tl.where(v84, v86, v83)
+    v88 = v87.to(tl.int64)
+    v90 = v88 + 1
+    v92 = tl.where(v49, tl.full([], 33, tl.int32), tl.full([], 0, tl.int32))
+    v95 = v90
+    v96 = v82
+    for v94 in range(0, v92, 1):
+        v99 = v95 - v96
+        v101 = v99 // 2
+        v102 = v96 + v101
+        v105 = tl.full([128], 0, tl.int32)
+        for v104 in range(0, V, 128):
+            v107 = v104 // 128
+            v108 = v7 + v107
+            v109 = tl.load(v108)
+            v110 = v109.to(tl.int32, bitcast=True)
+            v111 = v110 < 0
+            v112 = v110 ^ 2147483647
+            v113 = tl.where(v111, v112, v110)
+            v114 = v113.to(tl.int64)
+            v115 = v114 >= v102
+            if v115:
+                v117 = tl.arange(0, 128)
+                v119 = v104 + v117
+                v121 = v10 + v119
+                v123 = v119 < V
+                v124 = tl.load(v121, mask=v123, other=0)
+                v125 = v124.to(tl.int64)
+                v127 = v125 >= v102
+                v128 = v123 & v127
+                v130 = tl.where(v128, tl.full([128], 1, tl.int32), tl.full([128], 0, tl.int32))
+                v131 = v105 + v130
+                v116 = v131
             else:
-                v83 = v72
-            v72 = v83
-        v73 = v72
-        v107 = tl.sum(v73, axis=0)
-        v108 = v107 >= v17
-        v109 = tl.where(v108, v69, v63)
-        v110 = tl.where(v108, v62, v69)
-        v62, v63 = v110, v109
-    v65 = v63
-    v113 = tl.full([128], 0.0, tl.float32)
-    for v112 in range(0, V, 128):
-        v115 = v112 // 128
-        v116 = v7 + v115
-        v117 = tl.load(v116)
-        v118 = v117.to(tl.int32, bitcast=True)
-        v119 = v118 < 0
-        v120 = v118 ^ 2147483647
-        v121 = tl.where(v119, v120, v118)
-        v122 = v121.to(tl.int64)
-        v123 = v122 >= v65
-        if v123:
-            v125 = tl.arange(0, 128)
-            v127 = v112 + v125
-            v129 = v4 + v127
-            v131 = v127 < V
-            v133 = tl.load(v129, mask=v131, other=-float("inf"))
-            v135 = v133 * v15
-            v136 = v135.to(tl.int32, bitcast=True)
-            v138 = v136 < 0
-            v140 = v136 ^ 2147483647
-            v141 = tl.where(v138, v140, v136)
-            v142 = v141.to(tl.int64)
-            v144 = v142 >= v65
-            v145 = v131 & v144
-            v147 = v135 - v25
-            v148 = tl.exp(v147)
-            v149 = tl.where(v145, v148, 0.0)
-            v150 = v113 + v149
-            v124 = v150
-        else:
-            v124 = v113
-        v113 = v124
-    v114 = v113
-    v151 = tl.sum(v114, axis=0)
-    v152 = v19 * v151
-    v153 = v19 < 1.0
-    v154 = v153 & v56
-    v155 = tl.where(v154, tl.full([], 33, tl.int32), tl.full([], 0, tl.int32))
-    v157 = v52
-    v158 = v65
-    for v156 in range(0, v155, 1):
-        v161 = v157 - v158
-        v163 = v161 // 2
-        v164 = v158 + v163
-        v166 = tl.full([128], 0.0, tl.float32)
-        for v165 in range(0, V, 128):
-            v168 = v165 // 128
-            v169 = v7 + v168
-            v170 = tl.load(v169)
-            v171 = v170.to(tl.int32, bitcast=True)
-            v172 = v171 < 0
-            v173 = v171 ^ 2147483647
-            v174 = tl.where(v172, v173, v171)
-            v175 = v174.to(tl.int64)
-            v176 = v175 >= v164
-            if v176:
-                v178 = tl.arange(0, 128)
-                v180 = v165 + v178
-                v182 = v4 + v180
-                v184 = v180 < V
-                v186 = tl.load(v182, mask=v184, other=-float("inf"))
-                v188 = v186 * v15
-                v189 = v188.to(tl.int32, bitcast=True)
-                v191 = v189 < 0
-                v193 = v189 ^ 2147483647
-                v194 = tl.where(v191, v193, v189)
-                v195 = v194.to(tl.int64)
-                v197 = v195 >= v164
-                v198 = v184 & v197
-                v200 = v188 - v25
-                v201 = tl.exp(v200)
-                v202 = tl.where(v198, v201, 0.0)
-                v203 = v166 + v202
-                v177 = v203
+                v116 = v105
+            v105 = v116
+        v106 = v105
+        v132 = tl.sum(v106, axis=0)
+        v133 = v132 >= v21
+        v134 = tl.where(v133, v102, v96)
+        v135 = tl.where(v133, v95, v102)
+        v95, v96 = v135, v134
+    v98 = v96
+    if v51:
+        v140 = tl.full([128], 0.0, tl.float32)
+        for v139 in range(0, V, 128):
+            v142 = v139 // 128
+            v143 = v7 + v142
+            v144 = tl.load(v143)
+            v145 = v144.to(tl.int32, bitcast=True)
+            v146 = v145 < 0
+            v147 = v145 ^ 2147483647
+            v148 = tl.where(v146, v147, v145)
+            v149 = v148.to(tl.int64)
+            v150 = v149 >= v98
+            if v150:
+                v152 = tl.arange(0, 128)
+                v154 = v139 + v152
+                v156 = v10 + v154
+                v158 = v154 < V
+                v160 = tl.load(v156, mask=v158, other=0)
+                v161 = v160.to(tl.int64)
+                v163 = v161 >= v98
+                v164 = v158 & v163
+                v166 = v11 + v154
+                v167 = tl.load(v166, mask=v158, other=0.0)
+                v168 = tl.where(v164, v167, 0.0)
+                v169 = v140 + v168
+                v151 = v169
             else:
-                v177 = v166
-            v166 = v177
-        v167 = v166
-        v204 = tl.sum(v167, axis=0)
-        v205 = v204 >= v152
-        v206 = tl.where(v205, v164, v158)
-        v207 = tl.where(v205, v157, v164)
-        v157, v158 = v207, v206
-    v160 = v158
-    v209 = 2 * v1
-    v210 = seed_ptr + v209
-    v211 = tl.load(v210)
-    v212 = v210 + tl.full([], 1, tl.int32)
-    v213 = tl.load(v212)
-    v214 = off_ptr + v1
-    v215 = tl.load(v214)
-    v217 = tl.broadcast_to(V, [128])
-    v219 = v217
-    v220 = tl.full([128], -float("inf"), tl.float32)
-    for v218 in range(0, V, 128):
-        v223 = v218 // 128
-        v224 = v7 + v223
-        v225 = tl.load(v224)
-        v226 = v225.to(tl.int32, bitcast=True)
-        v227 = v226 < 0
-        v228 = v226 ^ 2147483647
-        v229 = tl.where(v227, v228, v226)
-        v230 = v229.to(tl.int64)
-        v231 = v230 >= v160
-        if v231:
-            v234 = tl.arange(0, 128)
-            v236 = v218 + v234
-            v238 = v4 + v236
-            v239 = v236 < V
-            v240 = tl.load(v238, mask=v239, other=-float("inf"))
-            v242 = v240 * v15
-            v244 = v236 * 0
-            v246 = v215 + v244
-            v248 = v213 + v244
-            v250 = v211 >> 31
-            v252 = tl.umulhi((-845247145), v244)
-            v253 = v252 ^ v246
-            v255 = v253 ^ v211
-            v257 = tl.umulhi((-766435501), v236)
-            v258 = v257 ^ v248
-            v260 = v258 ^ v250
-            v261 = v244 * (-845247145)
-            v262 = v236 * (-766435501)
-            v264 = v211 + (-1640531527)
-            v266 = v250 + (-1150833019)
-            v267 = tl.umulhi((-845247145), v260)
-            v268 = v267 ^ v261
-            v270 = v268 ^ v264
-            v271 = tl.umulhi((-766435501), v255)
-            v272 = v271 ^ v262
-            v274 = v272 ^ v266
-            v275 = v260 * (-845247145)
-            v276 = v255 * (-766435501)
-            v277 = v264 + (-1640531527)
-            v278 = v266 + (-1150833019)
-            v279 = tl.umulhi((-845247145), v274)
-            v280 = v279 ^ v275
-            v282 = v280 ^ v277
-            v283 = tl.umulhi((-766435501), v270)
-            v284 = v283 ^ v276
-            v286 = v284 ^ v278
-            v287 = v274 * (-845247145)
-            v288 = v270 * (-766435501)
-            v289 = v277 + (-1640531527)
-            v290 = v278 + (-1150833019)
-            v291 = tl.umulhi((-845247145), v286)
-            v292 = v291 ^ v287
-            v294 = v292 ^ v289
-            v295 = tl.umulhi((-766435501), v282)
-            v296 = v295 ^ v288
-            v298 = v296 ^ v290
-            v299 = v286 * (-845247145)
-            v300 = v282 * (-766435501)
-            v301 = v289 + (-1640531527)
-            v302 = v290 + (-1150833019)
-            v303 = tl.umulhi((-845247145), v298)
-            v304 = v303 ^ v299
-            v306 = v304 ^ v301
-            v307 = tl.umulhi((-766435501), v294)
-            v308 = v307 ^ v300
-            v310 = v308 ^ v302
-            v311 = v298 * (-845247145)
-            v312 = v294 * (-766435501)
-            v313 = v301 + (-1640531527)
-            v314 = v302 + (-1150833019)
-            v315 = tl.umulhi((-845247145), v310)
-            v316 = v315 ^ v311
-            v318 = v316 ^ v313
-            v319 = tl.umulhi((-766435501), v306)
-            v320 = v319 ^ v312
-            v322 = v320 ^ v314
-            v323 = v310 * (-845247145)
-            v324 = v306 * (-766435501)
-            v325 = v313 + (-1640531527)
-            v326 = v314 + (-1150833019)
-            v327 = tl.umulhi((-845247145), v322)
-            v328 = v327 ^ v323
-            v330 = v328 ^ v325
-            v331 = tl.umulhi((-766435501), v318)
-            v332 = v331 ^ v324
-            v334 = v332 ^ v326
-            v335 = v322 * (-845247145)
-            v336 = v318 * (-766435501)
-            v337 = v325 + (-1640531527)
-            v338 = v326 + (-1150833019)
-            v339 = tl.umulhi((-845247145), v334)
-            v340 = v339 ^ v335
-            v342 = v340 ^ v337
-            v343 = tl.umulhi((-766435501), v330)
-            v344 = v343 ^ v336
-            v346 = v344 ^ v338
-            v347 = v330 * (-766435501)
-            v348 = v337 + (-1640531527)
-            v349 = v338 + (-1150833019)
-            v350 = tl.umulhi((-766435501), v342)
-            v351 = v350 ^ v347
-            v353 = v351 ^ v349
-            v354 = v346 * (-845247145)
-            v355 = v348 + (-1640531527)
-            v356 = tl.umulhi((-845247145), v353)
-            v357 = v356 ^ v354
-            v359 = v357 ^ v355
-            v360 = v359.to(tl.uint32, bitcast=True)
-            v361 = v360.to(tl.int32, bitcast=True)
-            v362 = v361 < 0
-            v363 = ~v361
-            v364 = tl.where(v362, v363, v361)
-            v366 = v364.to(tl.float32)
-            v367 = v366 * 4.6566127342e-10
-            v369 = tl.maximum(v367, 1e-30)
-            v370 = tl.log(v369)
-            v371 = -v370
-            v372 = tl.log(v371)
-            v373 = v242 - v372
-            v375 = tl.where(v11, v242, v373)
-            v376 = v242.to(tl.int32, bitcast=True)
-            v377 = v376 < 0
-            v379 = v376 ^ 2147483647
-            v380 = tl.where(v377, v379, v376)
-            v381 = v380.to(tl.int64)
-            v383 = v381 >= v160
-            v384 = v239 & v383
-            v385 = tl.where(v384, v375, -float("inf"))
-            v386 = v385 > v220
-            v387 = tl.where(v386, v236, v219)
-            v388 = tl.where(v386, v385, v220)
-            v232, v233 = v387, v388
+                v151 = v140
+            v140 = v151
+        v141 = v140
+        v170 = tl.sum(v141, axis=0)
+        v171 = v23 * v170
+        v173 = v90
+        v174 = v98
+        for v172 in range(0, 33, 1):
+            v177 = v173 - v174
+            v179 = v177 // 2
+            v180 = v174 + v179
+            v182 = tl.full([128], 0.0, tl.float32)
+            for v181 in range(0, V, 128):
+                v184 = v181 // 128
+                v185 = v7 + v184
+                v186 = tl.load(v185)
+                v187 = v186.to(tl.int32, bitcast=True)
+                v188 = v187 < 0
+                v189 = v187 ^ 2147483647
+                v190 = tl.where(v188, v189, v187)
+                v191 = v190.to(tl.int64)
+                v192 = v191 >= v180
+                if v192:
+                    v194 = tl.arange(0, 128)
+                    v196 = v181 + v194
+                    v198 = v10 + v196
+                    v200 = v196 < V
+                    v202 = tl.load(v198, mask=v200, other=0)
+                    v203 = v202.to(tl.int64)
+                    v205 = v203 >= v180
+                    v206 = v200 & v205
+                    v208 = v11 + v196
+                    v209 = tl.load(v208, mask=v200, other=0.0)
+                    v210 = tl.where(v206, v209, 0.0)
+                    v211 = v182 + v210
+                    v193 = v211
+                else:
+                    v193 = v182
+                v182 = v193
+            v183 = v182
+            v212 = tl.sum(v183, axis=0)
+            v213 = v212 >= v171
+            v214 = tl.where(v213, v180, v174)
+            v215 = tl.where(v213, v173, v180)
+            v173, v174 = v215, v214
+        v175 = v173
+        v176 = v174
+        v136, v137 = v175, v176
+    else:
+        v136, v137 = v90, v98
+    v217 = 2 * v1
+    v218 = seed_ptr + v217
+    v219 = tl.load(v218)
+    v220 = v218 + tl.full([], 1, tl.int32)
+    v221 = tl.load(v220)
+    v222 = off_ptr + v1
+    v223 = tl.load(v222)
+    v225 = tl.broadcast_to(V, [128])
+    v227 = v225
+    v228 = tl.full([128], -float("inf"), tl.float32)
+    for v226 in range(0, V, 128):
+        v231 = v226 // 128
+        v232 = v7 + v231
+        v233 = tl.load(v232)
+        v234 = v233.to(tl.int32, bitcast=True)
+        v235 = v234 < 0
+        v236 = v234 ^ 2147483647
+        v237 = tl.where(v235, v236, v234)
+        v238 = v237.to(tl.int64)
+        v239 = v238 >= v137
+        if v239:
+            v242 = tl.arange(0, 128)
+            v244 = v226 + v242
+            v246 = v4 + v244
+            v247 = v244 < V
+            v248 = tl.load(v246, mask=v247, other=-float("inf"))
+            v250 = v248 * v19
+            if v48:
+                v253 = v244 * 0
+                v255 = v223 + v253
+                v257 = v221 + v253
+                v259 = v219 >> 31
+                v261 = tl.umulhi((-845247145), v253)
+                v262 = v261 ^ v255
+                v264 = v262 ^ v219
+                v266 = tl.umulhi((-766435501), v244)
+                v267 = v266 ^ v257
+                v269 = v267 ^ v259
+                v270 = v253 * (-845247145)
+                v271 = v244 * (-766435501)
+                v273 = v219 + (-1640531527)
+                v275 = v259 + (-1150833019)
+                v276 = tl.umulhi((-845247145), v269)
+                v277 = v276 ^ v270
+                v279 = v277 ^ v273
+                v280 = tl.umulhi((-766435501), v264)
+                v281 = v280 ^ v271
+                v283 = v281 ^ v275
+                v284 = v269 * (-845247145)
+                v285 = v264 * (-766435501)
+                v286 = v273 + (-1640531527)
+                v287 = v275 + (-1150833019)
+                v288 = tl.umulhi((-845247145), v283)
+                v289 = v288 ^ v284
+                v291 = v289 ^ v286
+                v292 = tl.umulhi((-766435501), v279)
+                v293 = v292 ^ v285
+                v295 = v293 ^ v287
+                v296 = v283 * (-845247145)
+                v297 = v279 * (-766435501)
+                v298 = v286 + (-1640531527)
+                v299 = v287 + (-1150833019)
+                v300 = tl.umulhi((-845247145), v295)
+                v301 = v300 ^ v296
+                v303 = v301 ^ v298
+                v304 = tl.umulhi((-766435501), v291)
+                v305 = v304 ^ v297
+                v307 = v305 ^ v299
+                v308 = v295 * (-845247145)
+                v309 = v291 * (-766435501)
+                v310 = v298 + (-1640531527)
+                v311 = v299 + (-1150833019)
+                v312 = tl.umulhi((-845247145), v307)
+                v313 = v312 ^ v308
+                v315 = v313 ^ v310
+                v316 = tl.umulhi((-766435501), v303)
+                v317 = v316 ^ v309
+                v319 = v317 ^ v311
+                v320 = v307 * (-845247145)
+                v321 = v303 * (-766435501)
+                v322 = v310 + (-1640531527)
+                v323 = v311 + (-1150833019)
+                v324 = tl.umulhi((-845247145), v319)
+                v325 = v324 ^ v320
+                v327 = v325 ^ v322
+                v328 = tl.umulhi((-766435501), v315)
+                v329 = v328 ^ v321
+                v331 = v329 ^ v323
+                v332 = v319 * (-845247145)
+                v333 = v315 * (-766435501)
+                v334 = v322 + (-1640531527)
+                v335 = v323 + (-1150833019)
+                v336 = tl.umulhi((-845247145), v331)
+                v337 = v336 ^ v332
+                v339 = v337 ^ v334
+                v340 = tl.umulhi((-766435501), v327)
+                v341 = v340 ^ v333
+                v343 = v341 ^ v335
+                v344 = v331 * (-845247145)
+                v345 = v327 * (-766435501)
+                v346 = v334 + (-1640531527)
+                v347 = v335 + (-1150833019)
+                v348 = tl.umulhi((-845247145), v343)
+                v349 = v348 ^ v344
+                v351 = v349 ^ v346
+                v352 = tl.umulhi((-766435501), v339)
+                v353 = v352 ^ v345
+                v355 = v353 ^ v347
+                v356 = v339 * (-766435501)
+                v357 = v346 + (-1640531527)
+                v358 = v347 + (-1150833019)
+                v359 = tl.umulhi((-766435501), v351)
+                v360 = v359 ^ v356
+                v362 = v360 ^ v358
+                v363 = v355 * (-845247145)
+                v364 = v357 + (-1640531527)
+                v365 = tl.umulhi((-845247145), v362)
+                v366 = v365 ^ v363
+                v368 = v366 ^ v364
+                v369 = v368.to(tl.uint32, bitcast=True)
+                v370 = v369.to(tl.int32, bitcast=True)
+                v371 = v370 < 0
+                v372 = ~v370
+                v373 = tl.where(v371, v372, v370)
+                v375 = v373.to(tl.float32)
+                v376 = v375 * 4.6566127342e-10
+                v378 = tl.maximum(v376, 1e-30)
+                v379 = tl.log(v378)
+                v380 = -v379
+                v381 = tl.log(v380)
+                v382 = v250 - v381
+                v251 = v382
+            else:
+                v251 = v250
+            v383 = v250.to(tl.int32, bitcast=True)
+            v385 = v383 < 0
+            v387 = v383 ^ 2147483647
+            v388 = tl.where(v385, v387, v383)
+            v389 = v388.to(tl.int64)
+            v391 = v389 >= v137
+            v392 = v247 & v391
+            v393 = tl.where(v392, v251, -float("inf"))
+            v394 = v393 > v228
+            v395 = tl.where(v394, v244, v227)
+            v396 = tl.where(v394, v393, v228)
+            v240, v241 = v395, v396
         else:
-            v232, v233 = v219, v220
-        v219, v220 = v232, v233
-    v221 = v219
-    v222 = v220
-    v389 = tl.max(v222, axis=0)
-    v390 = idx_ptr + v1
-    v392 = v222 == v389
-    v393 = v221 < V
-    v394 = v392 & v393
-    v395 = tl.where(v394, v221, V)
-    v396 = tl.min(v395, axis=0)
-    tl.store(v390, v396)
+            v240, v241 = v227, v228
+        v227, v228 = v240, v241
+    v229 = v227
+    v230 = v228
+    v397 = tl.max(v230, axis=0)
+    v398 = idx_ptr + v1
+    v400 = v230 == v397
+    v401 = v229 < V
+    v402 = v400 & v401
+    v403 = tl.where(v402, v229, V)
+    v404 = tl.min(v403, axis=0)
+    tl.store(v398, v404)
