@@ -102,26 +102,37 @@ def _key(x):
 
 @kernel
 def _count_at_least(keys_row, bmax_row, V, t, BLOCK: tl.constexpr):
-    """How many values of the row have a key >= t (exact; blocks whose maximum is below t hold none)."""
+    """How many values of the row have a key >= t (int32: exact; blocks whose maximum is below t
+    hold none)."""
     acc = tl.zeros([BLOCK], dtype=tl.int32)
     for start in range(0, V, BLOCK):
-        if _key(tl.load(bmax_row + start // BLOCK)).to(tl.int64) >= t:
+        if _key(tl.load(bmax_row + start // BLOCK)) >= t:
             cols = start + tl.arange(0, BLOCK)
             keys = tl.load(keys_row + cols, mask=cols < V, other=0)
-            acc += tl.where((cols < V) & (keys.to(tl.int64) >= t), 1, 0)
+            acc += tl.where((cols < V) & (keys >= t), 1, 0)
+    return tl.sum(acc, axis=0)
+
+
+@kernel
+def _blocks_at_least(bmax_row, NB, t, BLOCK: tl.constexpr):
+    """How many blocks of the row have a maximum whose key is >= t (int32)."""
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for start in range(0, NB, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        acc += tl.where((i < NB) & (_key(tl.load(bmax_row + i, mask=i < NB, other=float("-inf"))) >= t), 1, 0)
     return tl.sum(acc, axis=0)
 
 
 @kernel
 def _mass_at_least(keys_row, e_row, bmax_row, V, t, BLOCK: tl.constexpr):
-    """sum of exp(x - m) over the values with a key >= t (BLOCK lanes, then one fold); a skipped
-    block would add exactly 0 to every lane."""
+    """sum of exp(x - m) over the values with a key >= t (int32; BLOCK lanes, then one fold); a
+    skipped block would add exactly 0 to every lane."""
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, V, BLOCK):
-        if _key(tl.load(bmax_row + start // BLOCK)).to(tl.int64) >= t:
+        if _key(tl.load(bmax_row + start // BLOCK)) >= t:
             cols = start + tl.arange(0, BLOCK)
             keys = tl.load(keys_row + cols, mask=cols < V, other=0)
-            acc += tl.where((cols < V) & (keys.to(tl.int64) >= t), tl.load(e_row + cols, mask=cols < V, other=0.0), 0.0)
+            acc += tl.where((cols < V) & (keys >= t), tl.load(e_row + cols, mask=cols < V, other=0.0), 0.0)
     return tl.sum(acc, axis=0)
 
 
@@ -154,21 +165,31 @@ def sample_kernel(x_ptr, idx_ptr, bmax_ptr, keys_ptr, e_ptr, temp_ptr, k_ptr, p_
         tl.store(keys_row + cols, _key(x), mask=cols < V)
         tl.store(e_row + cols, tl.exp(x - m), mask=cols < V)
     tl.debug_barrier()   # the passes below read what other lanes of this program stored
-    # thresholds as keys: keep key >= t; t always satisfies the condition, hi never does
+    # thresholds as keys, by bisection until hi = t + 1: keep key >= t; t always satisfies the
+    # condition, hi never does, so the threshold found does not depend on where t starts. Every mid
+    # lies in [key(-inf), key(m)] and is compared in int32.
     t = (top_k * 0).to(tl.int64) - 2139095041    # the key of -inf: every value is >= it
     hi_key = _key(m).to(tl.int64) + 1
     hi = hi_key
-    for _ in range(0, tl.where(cut_k, 33, 0)):
-        mid = t + (hi - t) // 2
-        ok = _count_at_least(keys_row, bmax_row, V, mid, BLOCK) >= top_k
-        t = tl.where(ok, mid, t)
-        hi = tl.where(ok, hi, mid)
+    if cut_k & (top_k <= NB):   # start at the k-th largest block maximum: the k largest blocks hold k values >= it
+        while hi - t > 1:
+            mid = t + (hi - t) // 2
+            ok = _blocks_at_least(bmax_row, NB, mid.to(tl.int32), BLOCK) >= top_k
+            t = tl.where(ok, mid, t)
+            hi = tl.where(ok, hi, mid)
+        hi = hi_key
+    if cut_k:
+        while hi - t > 1:
+            mid = t + (hi - t) // 2
+            ok = _count_at_least(keys_row, bmax_row, V, mid.to(tl.int32), BLOCK) >= top_k
+            t = tl.where(ok, mid, t)
+            hi = tl.where(ok, hi, mid)
     hi = hi_key
     if cut_p:
-        target = top_p * _mass_at_least(keys_row, e_row, bmax_row, V, t, BLOCK)
-        for _ in range(0, 33):
+        target = top_p * _mass_at_least(keys_row, e_row, bmax_row, V, t.to(tl.int32), BLOCK)
+        while hi - t > 1:
             mid = t + (hi - t) // 2
-            ok = _mass_at_least(keys_row, e_row, bmax_row, V, mid, BLOCK) >= target
+            ok = _mass_at_least(keys_row, e_row, bmax_row, V, mid.to(tl.int32), BLOCK) >= target
             t = tl.where(ok, mid, t)
             hi = tl.where(ok, hi, mid)
     # Gumbel-max over the kept tokens; ties to the lowest index

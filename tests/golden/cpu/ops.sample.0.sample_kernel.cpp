@@ -261,493 +261,583 @@ static inline void sample_kernel_program(int32_t pid0, int32_t pid1, int32_t pid
     int32_t const v168 = (v166 ? v167 : v165);
     int64_t const v169 = (int64_t)v168;
     int64_t const v170 = (v169 + INT64_C(1));
-    int32_t const v171 = (v66 ? 33 : 0);
-    int64_t c172 = v170;
-    int64_t c173 = v164;
-    const uint64_t n174 = tj_trip_count<int32_t>(0, v171, 1);
-    for (uint64_t k175 = 0; k175 < n174; ++k175) {
-        const int32_t v176 = (int32_t)(0 + (int32_t)k175 * 1);
-        int64_t const v177 = (c172 - c173);
-        int64_t const v178 = tj_idiv(v177, INT64_C(2));
-        int64_t const v179 = (c173 + v178);
-        alignas(64) int32_t c180[32];
-        #pragma omp simd
-        for (int i0 = 0; i0 < 32; ++i0) {
-            c180[i0] = 0;
-        }
-        const uint64_t n181 = tj_trip_count<int32_t>(0, V, 32);
-        for (uint64_t k182 = 0; k182 < n181; ++k182) {
-            const int32_t v183 = (int32_t)(0 + (int32_t)k182 * 32);
-            int32_t const v184 = tj_idiv(v183, 32);
-            float* const v185 = (v8 + v184);
-            float const v186 = *(v185);
-            int32_t const v187 = tj_bitcast<int32_t>(v186);
-            bool const v188 = (v187 < 0);
-            int32_t const v189 = (v187 ^ 2147483647);
-            int32_t const v190 = (v188 ? v189 : v187);
-            int64_t const v191 = (int64_t)v190;
-            bool const v192 = (v191 >= v179);
-            alignas(64) int32_t r193[32];
-            if (v192) {
-                #pragma omp simd
-                for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t194 = (v183 + i0);
-                    bool const t195 = (t194 < V);
-                    int32_t* const t196 = (v11 + ((int64_t)v183 + (int64_t)i0));
-                    int32_t const t197 = (t195 ? *(t196) : 0);
-                    int64_t const t198 = (int64_t)t197;
-                    bool const t199 = (t198 >= v179);
-                    bool const t200 = (bool)(t195 & t199);
-                    int32_t const t201 = (t200 ? 1 : 0);
-                    int32_t const t202 = (c180[i0] + t201);
-                    r193[i0] = t202;
-                }
-            } else {
-                #pragma omp simd
-                for (int i0 = 0; i0 < 32; ++i0) {
-                    r193[i0] = c180[i0];
-                }
-            }
-            memcpy(c180, r193, sizeof(int32_t) * 32);
-        }
-        int32_t v203 = 0;
-        #pragma omp simd reduction(+:v203)
-        for (int i0 = 0; i0 < 32; ++i0) {
-            v203 = (v203 + c180[i0]);
-        }
-        bool const v204 = (v203 >= v20);
-        int64_t const v205 = (v204 ? v179 : c173);
-        int64_t const v206 = (v204 ? c172 : v179);
-        int64_t const y207 = v206;
-        int64_t const y208 = v205;
-        c172 = y207;
-        c173 = y208;
-    }
-    int64_t r209;
-    int64_t r210;
-    if (v68) {
-        alignas(64) float c211[32];
-        #pragma omp simd
-        for (int i0 = 0; i0 < 32; ++i0) {
-            c211[i0] = 0.0f;
-        }
-        const uint64_t n212 = tj_trip_count<int32_t>(0, V, 32);
-        for (uint64_t k213 = 0; k213 < n212; ++k213) {
-            const int32_t v214 = (int32_t)(0 + (int32_t)k213 * 32);
-            int32_t const v215 = tj_idiv(v214, 32);
-            float* const v216 = (v8 + v215);
-            float const v217 = *(v216);
-            int32_t const v218 = tj_bitcast<int32_t>(v217);
-            bool const v219 = (v218 < 0);
-            int32_t const v220 = (v218 ^ 2147483647);
-            int32_t const v221 = (v219 ? v220 : v218);
-            int64_t const v222 = (int64_t)v221;
-            bool const v223 = (v222 >= c173);
-            alignas(64) float r224[32];
-            if (v223) {
-                #pragma omp simd
-                for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t225 = (v214 + i0);
-                    bool const t226 = (t225 < V);
-                    int32_t* const t227 = (v11 + ((int64_t)v214 + (int64_t)i0));
-                    int32_t const t228 = (t226 ? *(t227) : 0);
-                    int64_t const t229 = (int64_t)t228;
-                    bool const t230 = (t229 >= c173);
-                    bool const t231 = (bool)(t226 & t230);
-                    float* const t232 = (v12 + ((int64_t)v214 + (int64_t)i0));
-                    float const t233 = (t226 ? *(t232) : 0.0f);
-                    float const t234 = (t231 ? t233 : 0.0f);
-                    float const t235 = (c211[i0] + t234);
-                    r224[i0] = t235;
-                }
-            } else {
-                #pragma omp simd
-                for (int i0 = 0; i0 < 32; ++i0) {
-                    r224[i0] = c211[i0];
-                }
-            }
-            memcpy(c211, r224, sizeof(float) * 32);
-        }
-        float v236 = 0.0f;
-        #pragma omp simd reduction(+:v236)
-        for (int i0 = 0; i0 < 32; ++i0) {
-            v236 = (v236 + c211[i0]);
-        }
-        float const v237 = (v22 * v236);
-        int64_t c238 = v170;
-        int64_t c239 = c173;
-        const uint64_t n240 = tj_trip_count<int32_t>(0, 33, 1);
-        for (uint64_t k241 = 0; k241 < n240; ++k241) {
-            const int32_t v242 = (int32_t)(0 + (int32_t)k241 * 1);
-            int64_t const v243 = (c238 - c239);
-            int64_t const v244 = tj_idiv(v243, INT64_C(2));
-            int64_t const v245 = (c239 + v244);
-            alignas(64) float c246[32];
+    bool const v171 = (v20 <= NB);
+    bool const v172 = (bool)(v66 & v171);
+    int64_t r173;
+    if (v172) {
+        int64_t c174 = v170;
+        int64_t c175 = v164;
+        while (true) {
+            int64_t const v176 = (c174 - c175);
+            bool const v177 = (v176 > INT64_C(1));
+            if (!(v177)) break;
+            int64_t const v178 = (c174 - c175);
+            int64_t const v179 = tj_idiv(v178, INT64_C(2));
+            int64_t const v180 = (c175 + v179);
+            int32_t const v181 = (int32_t)v180;
+            alignas(64) int32_t c182[32];
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
-                c246[i0] = 0.0f;
+                c182[i0] = 0;
             }
-            const uint64_t n247 = tj_trip_count<int32_t>(0, V, 32);
-            for (uint64_t k248 = 0; k248 < n247; ++k248) {
-                const int32_t v249 = (int32_t)(0 + (int32_t)k248 * 32);
-                int32_t const v250 = tj_idiv(v249, 32);
-                float* const v251 = (v8 + v250);
-                float const v252 = *(v251);
-                int32_t const v253 = tj_bitcast<int32_t>(v252);
-                bool const v254 = (v253 < 0);
-                int32_t const v255 = (v253 ^ 2147483647);
-                int32_t const v256 = (v254 ? v255 : v253);
-                int64_t const v257 = (int64_t)v256;
-                bool const v258 = (v257 >= v245);
-                alignas(64) float r259[32];
-                if (v258) {
+            const uint64_t n183 = tj_trip_count<int32_t>(0, NB, 32);
+            for (uint64_t k184 = 0; k184 < n183; ++k184) {
+                const int32_t v185 = (int32_t)(0 + (int32_t)k184 * 32);
+                int inb186 = tj_affine_cmp<int32_t>((v185 + 0), NB, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
+                if (inb186 < 0) {
+                    inb186 = 1;
+                    #pragma omp simd reduction(&:inb186)
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        int32_t const t187 = (v185 + i0);
+                        bool const t188 = (t187 < NB);
+                        inb186 &= (int)(t188);
+                    }
+                }
+                if (inb186) {
                     #pragma omp simd
                     for (int i0 = 0; i0 < 32; ++i0) {
-                        int32_t const t260 = (v249 + i0);
-                        bool const t261 = (t260 < V);
-                        int32_t* const t262 = (v11 + ((int64_t)v249 + (int64_t)i0));
-                        int32_t const t263 = (t261 ? *(t262) : 0);
-                        int64_t const t264 = (int64_t)t263;
-                        bool const t265 = (t264 >= v245);
-                        bool const t266 = (bool)(t261 & t265);
-                        float* const t267 = (v12 + ((int64_t)v249 + (int64_t)i0));
-                        float const t268 = (t261 ? *(t267) : 0.0f);
-                        float const t269 = (t266 ? t268 : 0.0f);
-                        float const t270 = (c246[i0] + t269);
-                        r259[i0] = t270;
+                        float* const t189 = (v8 + ((int64_t)v185 + (int64_t)i0));
+                        float const t190 = (true ? *(t189) : (-INFINITY));
+                        int32_t const t191 = tj_bitcast<int32_t>(t190);
+                        bool const t192 = (t191 < 0);
+                        int32_t const t193 = (t191 ^ 2147483647);
+                        int32_t const t194 = (t192 ? t193 : t191);
+                        bool const t195 = (t194 >= v181);
+                        bool const t196 = (bool)(true & t195);
+                        int32_t const t197 = (t196 ? 1 : 0);
+                        int32_t const t198 = (c182[i0] + t197);
+                        c182[i0] = t198;
                     }
                 } else {
                     #pragma omp simd
                     for (int i0 = 0; i0 < 32; ++i0) {
-                        r259[i0] = c246[i0];
+                        int32_t const t199 = (v185 + i0);
+                        bool const t200 = (t199 < NB);
+                        float* const t201 = (v8 + ((int64_t)v185 + (int64_t)i0));
+                        float const t202 = (t200 ? *(t201) : (-INFINITY));
+                        int32_t const t203 = tj_bitcast<int32_t>(t202);
+                        bool const t204 = (t203 < 0);
+                        int32_t const t205 = (t203 ^ 2147483647);
+                        int32_t const t206 = (t204 ? t205 : t203);
+                        bool const t207 = (t206 >= v181);
+                        bool const t208 = (bool)(t200 & t207);
+                        int32_t const t209 = (t208 ? 1 : 0);
+                        int32_t const t210 = (c182[i0] + t209);
+                        c182[i0] = t210;
                     }
                 }
-                memcpy(c246, r259, sizeof(float) * 32);
             }
-            float v271 = 0.0f;
-            #pragma omp simd reduction(+:v271)
+            int32_t v211 = 0;
+            #pragma omp simd reduction(+:v211)
             for (int i0 = 0; i0 < 32; ++i0) {
-                v271 = (v271 + c246[i0]);
+                v211 = (v211 + c182[i0]);
             }
-            bool const v272 = (v271 >= v237);
-            int64_t const v273 = (v272 ? v245 : c239);
-            int64_t const v274 = (v272 ? c238 : v245);
-            int64_t const y275 = v274;
-            int64_t const y276 = v273;
-            c238 = y275;
-            c239 = y276;
+            bool const v212 = (v211 >= v20);
+            int64_t const v213 = (v212 ? v180 : c175);
+            int64_t const v214 = (v212 ? c174 : v180);
+            int64_t const y215 = v214;
+            int64_t const y216 = v213;
+            c174 = y215;
+            c175 = y216;
         }
-        r209 = c238;
-        r210 = c239;
+        r173 = c175;
     } else {
-        r209 = v170;
-        r210 = c173;
+        r173 = v164;
     }
-    int64_t const v277 = (INT64_C(2) * v2);
-    int32_t* const v278 = (seed_ptr + v277);
-    int32_t const v279 = *(v278);
-    int32_t* const v280 = (v278 + 1);
-    int32_t const v281 = *(v280);
-    int32_t* const v282 = (off_ptr + v2);
-    int32_t const v283 = *(v282);
-    alignas(64) int32_t c284[32];
-    #pragma omp simd
-    for (int i0 = 0; i0 < 32; ++i0) {
-        c284[i0] = V;
-    }
-    alignas(64) float c285[32];
-    #pragma omp simd
-    for (int i0 = 0; i0 < 32; ++i0) {
-        c285[i0] = (-INFINITY);
-    }
-    const uint64_t n286 = tj_trip_count<int32_t>(0, V, 32);
-    for (uint64_t k287 = 0; k287 < n286; ++k287) {
-        const int32_t v288 = (int32_t)(0 + (int32_t)k287 * 32);
-        int32_t const v289 = tj_idiv(v288, 32);
-        float* const v290 = (v8 + v289);
-        float const v291 = *(v290);
-        int32_t const v292 = tj_bitcast<int32_t>(v291);
-        bool const v293 = (v292 < 0);
-        int32_t const v294 = (v292 ^ 2147483647);
-        int32_t const v295 = (v293 ? v294 : v292);
-        int64_t const v296 = (int64_t)v295;
-        bool const v297 = (v296 >= r210);
-        alignas(64) int32_t r298[32];
-        alignas(64) float r299[32];
-        if (v297) {
-            alignas(64) float v300[32];
-            int inb301 = tj_affine_cmp<int32_t>((v288 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
-            if (inb301 < 0) {
-                inb301 = 1;
-                #pragma omp simd reduction(&:inb301)
-                for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t302 = (v288 + i0);
-                    bool const t303 = (t302 < V);
-                    inb301 &= (int)(t303);
-                }
+    int64_t r217;
+    int64_t r218;
+    if (v66) {
+        int64_t c219 = v170;
+        int64_t c220 = r173;
+        while (true) {
+            int64_t const v221 = (c219 - c220);
+            bool const v222 = (v221 > INT64_C(1));
+            if (!(v222)) break;
+            int64_t const v223 = (c219 - c220);
+            int64_t const v224 = tj_idiv(v223, INT64_C(2));
+            int64_t const v225 = (c220 + v224);
+            int32_t const v226 = (int32_t)v225;
+            alignas(64) int32_t c227[32];
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                c227[i0] = 0;
             }
-            if (inb301) {
+            const uint64_t n228 = tj_trip_count<int32_t>(0, V, 32);
+            for (uint64_t k229 = 0; k229 < n228; ++k229) {
+                const int32_t v230 = (int32_t)(0 + (int32_t)k229 * 32);
+                int32_t const v231 = tj_idiv(v230, 32);
+                float* const v232 = (v8 + v231);
+                float const v233 = *(v232);
+                int32_t const v234 = tj_bitcast<int32_t>(v233);
+                bool const v235 = (v234 < 0);
+                int32_t const v236 = (v234 ^ 2147483647);
+                int32_t const v237 = (v235 ? v236 : v234);
+                bool const v238 = (v237 >= v226);
+                alignas(64) int32_t r239[32];
+                if (v238) {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        int32_t const t240 = (v230 + i0);
+                        bool const t241 = (t240 < V);
+                        int32_t* const t242 = (v11 + ((int64_t)v230 + (int64_t)i0));
+                        int32_t const t243 = (t241 ? *(t242) : 0);
+                        bool const t244 = (t243 >= v226);
+                        bool const t245 = (bool)(t241 & t244);
+                        int32_t const t246 = (t245 ? 1 : 0);
+                        int32_t const t247 = (c227[i0] + t246);
+                        r239[i0] = t247;
+                    }
+                } else {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        r239[i0] = c227[i0];
+                    }
+                }
+                memcpy(c227, r239, sizeof(int32_t) * 32);
+            }
+            int32_t v248 = 0;
+            #pragma omp simd reduction(+:v248)
+            for (int i0 = 0; i0 < 32; ++i0) {
+                v248 = (v248 + c227[i0]);
+            }
+            bool const v249 = (v248 >= v20);
+            int64_t const v250 = (v249 ? v225 : c220);
+            int64_t const v251 = (v249 ? c219 : v225);
+            int64_t const y252 = v251;
+            int64_t const y253 = v250;
+            c219 = y252;
+            c220 = y253;
+        }
+        r217 = c219;
+        r218 = c220;
+    } else {
+        r217 = v170;
+        r218 = r173;
+    }
+    int64_t r254;
+    int64_t r255;
+    if (v68) {
+        int32_t const v256 = (int32_t)r218;
+        alignas(64) float c257[32];
+        #pragma omp simd
+        for (int i0 = 0; i0 < 32; ++i0) {
+            c257[i0] = 0.0f;
+        }
+        const uint64_t n258 = tj_trip_count<int32_t>(0, V, 32);
+        for (uint64_t k259 = 0; k259 < n258; ++k259) {
+            const int32_t v260 = (int32_t)(0 + (int32_t)k259 * 32);
+            int32_t const v261 = tj_idiv(v260, 32);
+            float* const v262 = (v8 + v261);
+            float const v263 = *(v262);
+            int32_t const v264 = tj_bitcast<int32_t>(v263);
+            bool const v265 = (v264 < 0);
+            int32_t const v266 = (v264 ^ 2147483647);
+            int32_t const v267 = (v265 ? v266 : v264);
+            bool const v268 = (v267 >= v256);
+            alignas(64) float r269[32];
+            if (v268) {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    float* const t304 = (v5 + ((int64_t)v288 + (int64_t)i0));
-                    float const t305 = (true ? *(t304) : (-INFINITY));
-                    v300[i0] = (t305 * v18);
+                    int32_t const t270 = (v260 + i0);
+                    bool const t271 = (t270 < V);
+                    int32_t* const t272 = (v11 + ((int64_t)v260 + (int64_t)i0));
+                    int32_t const t273 = (t271 ? *(t272) : 0);
+                    bool const t274 = (t273 >= v256);
+                    bool const t275 = (bool)(t271 & t274);
+                    float* const t276 = (v12 + ((int64_t)v260 + (int64_t)i0));
+                    float const t277 = (t271 ? *(t276) : 0.0f);
+                    float const t278 = (t275 ? t277 : 0.0f);
+                    float const t279 = (c257[i0] + t278);
+                    r269[i0] = t279;
                 }
             } else {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    float* const t306 = (v5 + ((int64_t)v288 + (int64_t)i0));
-                    int32_t const t307 = (v288 + i0);
-                    bool const t308 = (t307 < V);
-                    float const t309 = (t308 ? *(t306) : (-INFINITY));
-                    v300[i0] = (t309 * v18);
+                    r269[i0] = c257[i0];
                 }
             }
-            alignas(64) float r310[32];
+            memcpy(c257, r269, sizeof(float) * 32);
+        }
+        float v280 = 0.0f;
+        #pragma omp simd reduction(+:v280)
+        for (int i0 = 0; i0 < 32; ++i0) {
+            v280 = (v280 + c257[i0]);
+        }
+        float const v281 = (v22 * v280);
+        int64_t c282 = v170;
+        int64_t c283 = r218;
+        while (true) {
+            int64_t const v284 = (c282 - c283);
+            bool const v285 = (v284 > INT64_C(1));
+            if (!(v285)) break;
+            int64_t const v286 = (c282 - c283);
+            int64_t const v287 = tj_idiv(v286, INT64_C(2));
+            int64_t const v288 = (c283 + v287);
+            int32_t const v289 = (int32_t)v288;
+            alignas(64) float c290[32];
+            #pragma omp simd
+            for (int i0 = 0; i0 < 32; ++i0) {
+                c290[i0] = 0.0f;
+            }
+            const uint64_t n291 = tj_trip_count<int32_t>(0, V, 32);
+            for (uint64_t k292 = 0; k292 < n291; ++k292) {
+                const int32_t v293 = (int32_t)(0 + (int32_t)k292 * 32);
+                int32_t const v294 = tj_idiv(v293, 32);
+                float* const v295 = (v8 + v294);
+                float const v296 = *(v295);
+                int32_t const v297 = tj_bitcast<int32_t>(v296);
+                bool const v298 = (v297 < 0);
+                int32_t const v299 = (v297 ^ 2147483647);
+                int32_t const v300 = (v298 ? v299 : v297);
+                bool const v301 = (v300 >= v289);
+                alignas(64) float r302[32];
+                if (v301) {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        int32_t const t303 = (v293 + i0);
+                        bool const t304 = (t303 < V);
+                        int32_t* const t305 = (v11 + ((int64_t)v293 + (int64_t)i0));
+                        int32_t const t306 = (t304 ? *(t305) : 0);
+                        bool const t307 = (t306 >= v289);
+                        bool const t308 = (bool)(t304 & t307);
+                        float* const t309 = (v12 + ((int64_t)v293 + (int64_t)i0));
+                        float const t310 = (t304 ? *(t309) : 0.0f);
+                        float const t311 = (t308 ? t310 : 0.0f);
+                        float const t312 = (c290[i0] + t311);
+                        r302[i0] = t312;
+                    }
+                } else {
+                    #pragma omp simd
+                    for (int i0 = 0; i0 < 32; ++i0) {
+                        r302[i0] = c290[i0];
+                    }
+                }
+                memcpy(c290, r302, sizeof(float) * 32);
+            }
+            float v313 = 0.0f;
+            #pragma omp simd reduction(+:v313)
+            for (int i0 = 0; i0 < 32; ++i0) {
+                v313 = (v313 + c290[i0]);
+            }
+            bool const v314 = (v313 >= v281);
+            int64_t const v315 = (v314 ? v288 : c283);
+            int64_t const v316 = (v314 ? c282 : v288);
+            int64_t const y317 = v316;
+            int64_t const y318 = v315;
+            c282 = y317;
+            c283 = y318;
+        }
+        r254 = c282;
+        r255 = c283;
+    } else {
+        r254 = v170;
+        r255 = r218;
+    }
+    int64_t const v319 = (INT64_C(2) * v2);
+    int32_t* const v320 = (seed_ptr + v319);
+    int32_t const v321 = *(v320);
+    int32_t* const v322 = (v320 + 1);
+    int32_t const v323 = *(v322);
+    int32_t* const v324 = (off_ptr + v2);
+    int32_t const v325 = *(v324);
+    alignas(64) int32_t c326[32];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 32; ++i0) {
+        c326[i0] = V;
+    }
+    alignas(64) float c327[32];
+    #pragma omp simd
+    for (int i0 = 0; i0 < 32; ++i0) {
+        c327[i0] = (-INFINITY);
+    }
+    const uint64_t n328 = tj_trip_count<int32_t>(0, V, 32);
+    for (uint64_t k329 = 0; k329 < n328; ++k329) {
+        const int32_t v330 = (int32_t)(0 + (int32_t)k329 * 32);
+        int32_t const v331 = tj_idiv(v330, 32);
+        float* const v332 = (v8 + v331);
+        float const v333 = *(v332);
+        int32_t const v334 = tj_bitcast<int32_t>(v333);
+        bool const v335 = (v334 < 0);
+        int32_t const v336 = (v334 ^ 2147483647);
+        int32_t const v337 = (v335 ? v336 : v334);
+        int64_t const v338 = (int64_t)v337;
+        bool const v339 = (v338 >= r255);
+        alignas(64) int32_t r340[32];
+        alignas(64) float r341[32];
+        if (v339) {
+            alignas(64) float v342[32];
+            int inb343 = tj_affine_cmp<int32_t>((v330 + 0), V, 0, (int32_t)0, (int32_t)31, (int32_t)0, (int32_t)0, (int32_t)0, (int32_t)31);
+            if (inb343 < 0) {
+                inb343 = 1;
+                #pragma omp simd reduction(&:inb343)
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    int32_t const t344 = (v330 + i0);
+                    bool const t345 = (t344 < V);
+                    inb343 &= (int)(t345);
+                }
+            }
+            if (inb343) {
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    float* const t346 = (v5 + ((int64_t)v330 + (int64_t)i0));
+                    float const t347 = (true ? *(t346) : (-INFINITY));
+                    v342[i0] = (t347 * v18);
+                }
+            } else {
+                #pragma omp simd
+                for (int i0 = 0; i0 < 32; ++i0) {
+                    float* const t348 = (v5 + ((int64_t)v330 + (int64_t)i0));
+                    int32_t const t349 = (v330 + i0);
+                    bool const t350 = (t349 < V);
+                    float const t351 = (t350 ? *(t348) : (-INFINITY));
+                    v342[i0] = (t351 * v18);
+                }
+            }
+            alignas(64) float r352[32];
             if (v65) {
-                int32_t const v311 = tj_shr(v279, 31);
-                int32_t const v312 = (v279 + (-1640531527));
-                int32_t const v313 = (v311 + (-1150833019));
-                int32_t const v314 = (v312 + (-1640531527));
-                int32_t const v315 = (v313 + (-1150833019));
-                int32_t const v316 = (v314 + (-1640531527));
-                int32_t const v317 = (v315 + (-1150833019));
-                int32_t const v318 = (v316 + (-1640531527));
-                int32_t const v319 = (v317 + (-1150833019));
-                int32_t const v320 = (v318 + (-1640531527));
-                int32_t const v321 = (v319 + (-1150833019));
-                int32_t const v322 = (v320 + (-1640531527));
-                int32_t const v323 = (v321 + (-1150833019));
-                int32_t const v324 = (v322 + (-1640531527));
-                int32_t const v325 = (v323 + (-1150833019));
-                int32_t const v326 = (v324 + (-1640531527));
-                int32_t const v327 = (v325 + (-1150833019));
-                int32_t const v328 = (v326 + (-1640531527));
+                int32_t const v353 = tj_shr(v321, 31);
+                int32_t const v354 = (v321 + (-1640531527));
+                int32_t const v355 = (v353 + (-1150833019));
+                int32_t const v356 = (v354 + (-1640531527));
+                int32_t const v357 = (v355 + (-1150833019));
+                int32_t const v358 = (v356 + (-1640531527));
+                int32_t const v359 = (v357 + (-1150833019));
+                int32_t const v360 = (v358 + (-1640531527));
+                int32_t const v361 = (v359 + (-1150833019));
+                int32_t const v362 = (v360 + (-1640531527));
+                int32_t const v363 = (v361 + (-1150833019));
+                int32_t const v364 = (v362 + (-1640531527));
+                int32_t const v365 = (v363 + (-1150833019));
+                int32_t const v366 = (v364 + (-1640531527));
+                int32_t const v367 = (v365 + (-1150833019));
+                int32_t const v368 = (v366 + (-1640531527));
+                int32_t const v369 = (v367 + (-1150833019));
+                int32_t const v370 = (v368 + (-1640531527));
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    int32_t const t329 = (v288 + i0);
-                    int32_t const t330 = tj_umulhi((-766435501), t329);
-                    int32_t const t331 = (t329 * 0);
-                    int32_t const t332 = (v281 + t331);
-                    int32_t const t333 = (t330 ^ t332);
-                    int32_t const t334 = (t333 ^ v311);
-                    int32_t const t335 = tj_umulhi((-845247145), t334);
-                    int32_t const t336 = (t331 * (-845247145));
-                    int32_t const t337 = (t335 ^ t336);
-                    int32_t const t338 = (t337 ^ v312);
-                    int32_t const t339 = tj_umulhi((-766435501), t338);
-                    int32_t const t340 = tj_umulhi((-845247145), t331);
-                    int32_t const t341 = (v283 + t331);
-                    int32_t const t342 = (t340 ^ t341);
-                    int32_t const t343 = (t342 ^ v279);
-                    int32_t const t344 = (t343 * (-766435501));
-                    int32_t const t345 = (t339 ^ t344);
-                    int32_t const t346 = (t345 ^ v315);
-                    int32_t const t347 = tj_umulhi((-845247145), t346);
-                    int32_t const t348 = tj_umulhi((-766435501), t343);
-                    int32_t const t349 = (t329 * (-766435501));
-                    int32_t const t350 = (t348 ^ t349);
-                    int32_t const t351 = (t350 ^ v313);
-                    int32_t const t352 = (t351 * (-845247145));
-                    int32_t const t353 = (t347 ^ t352);
-                    int32_t const t354 = (t353 ^ v316);
-                    int32_t const t355 = tj_umulhi((-766435501), t354);
-                    int32_t const t356 = tj_umulhi((-845247145), t351);
-                    int32_t const t357 = (t334 * (-845247145));
-                    int32_t const t358 = (t356 ^ t357);
-                    int32_t const t359 = (t358 ^ v314);
-                    int32_t const t360 = (t359 * (-766435501));
-                    int32_t const t361 = (t355 ^ t360);
-                    int32_t const t362 = (t361 ^ v319);
-                    int32_t const t363 = tj_umulhi((-845247145), t362);
-                    int32_t const t364 = tj_umulhi((-766435501), t359);
-                    int32_t const t365 = (t338 * (-766435501));
-                    int32_t const t366 = (t364 ^ t365);
-                    int32_t const t367 = (t366 ^ v317);
-                    int32_t const t368 = (t367 * (-845247145));
-                    int32_t const t369 = (t363 ^ t368);
-                    int32_t const t370 = (t369 ^ v320);
-                    int32_t const t371 = tj_umulhi((-766435501), t370);
-                    int32_t const t372 = tj_umulhi((-845247145), t367);
-                    int32_t const t373 = (t346 * (-845247145));
-                    int32_t const t374 = (t372 ^ t373);
-                    int32_t const t375 = (t374 ^ v318);
-                    int32_t const t376 = (t375 * (-766435501));
-                    int32_t const t377 = (t371 ^ t376);
-                    int32_t const t378 = (t377 ^ v323);
-                    int32_t const t379 = tj_umulhi((-845247145), t378);
-                    int32_t const t380 = tj_umulhi((-766435501), t375);
-                    int32_t const t381 = (t354 * (-766435501));
-                    int32_t const t382 = (t380 ^ t381);
-                    int32_t const t383 = (t382 ^ v321);
-                    int32_t const t384 = (t383 * (-845247145));
-                    int32_t const t385 = (t379 ^ t384);
-                    int32_t const t386 = (t385 ^ v324);
-                    int32_t const t387 = tj_umulhi((-766435501), t386);
-                    int32_t const t388 = tj_umulhi((-845247145), t383);
-                    int32_t const t389 = (t362 * (-845247145));
-                    int32_t const t390 = (t388 ^ t389);
-                    int32_t const t391 = (t390 ^ v322);
-                    int32_t const t392 = (t391 * (-766435501));
-                    int32_t const t393 = (t387 ^ t392);
-                    int32_t const t394 = (t393 ^ v327);
-                    int32_t const t395 = tj_umulhi((-845247145), t394);
-                    int32_t const t396 = tj_umulhi((-766435501), t391);
-                    int32_t const t397 = (t370 * (-766435501));
-                    int32_t const t398 = (t396 ^ t397);
-                    int32_t const t399 = (t398 ^ v325);
-                    int32_t const t400 = (t399 * (-845247145));
-                    int32_t const t401 = (t395 ^ t400);
-                    int32_t const t402 = (t401 ^ v328);
-                    uint32_t const t403 = tj_bitcast<uint32_t>(t402);
-                    int32_t const t404 = tj_bitcast<int32_t>(t403);
-                    bool const t405 = (t404 < 0);
-                    int32_t const t406 = (~t404);
-                    int32_t const t407 = (t405 ? t406 : t404);
-                    float const t408 = (float)t407;
-                    float const t409 = (t408 * 4.6566127342e-10f);
-                    float const t410 = tj_max(t409, 1e-30f);
-                    bool const t411 = (t410 != t410);
-                    bool const t412 = (t410 < 0.0f);
-                    bool const t413 = (t410 == 0.0f);
-                    bool const t414 = (t410 == INFINITY);
-                    bool const t415 = (t410 < 1.1754943508222875e-38f);
-                    float const t416 = (t410 * 8388608.0f);
-                    float const t417 = (t415 ? t416 : t410);
-                    int32_t const t418 = tj_bitcast<int32_t>(t417);
-                    int32_t const t419 = (t418 & 8388607);
-                    int32_t const t420 = (t419 | 1065353216);
-                    float const t421 = tj_bitcast<float>(t420);
-                    bool const t422 = (t421 > 1.4142135623730951f);
-                    int32_t const t423 = tj_shr(t418, 23);
-                    int32_t const t424 = (t423 & 255);
-                    int32_t const t425 = (t424 - 127);
-                    int32_t const t426 = (t425 - 23);
-                    int32_t const t427 = (t415 ? t426 : t425);
-                    int32_t const t428 = (t427 + 1);
-                    int32_t const t429 = (t422 ? t428 : t427);
-                    float const t430 = (float)t429;
-                    float const t431 = (t421 * 0.5f);
-                    float const t432 = (t422 ? t431 : t421);
-                    float const t433 = (t432 - 1.0f);
-                    float const t434 = (t433 + 2.0f);
-                    float const t435 = (t433 / t434);
-                    float const t436 = (t435 * t435);
-                    float const t437 = fmaf(0.18181818181818182f, t436, 0.2222222222222222f);
-                    float const t438 = fmaf(t437, t436, 0.2857142857142857f);
-                    float const t439 = fmaf(t438, t436, 0.4f);
-                    float const t440 = fmaf(t439, t436, 0.6666666666666666f);
-                    float const t441 = fmaf(t440, t436, 2.0f);
-                    float const t442 = (t435 * t441);
-                    float const t443 = fmaf(t430, 1.428606765330187e-06f, t442);
-                    float const t444 = fmaf(t430, 0.693145751953125f, t443);
-                    float const t445 = (t414 ? t410 : t444);
-                    float const t446 = (t413 ? (-INFINITY) : t445);
-                    float const t447 = (t412 ? NAN : t446);
-                    float const t448 = (t411 ? t410 : t447);
-                    float const t449 = (-t448);
-                    bool const t450 = (t449 != t449);
-                    bool const t451 = (t449 < 0.0f);
-                    bool const t452 = (t449 == 0.0f);
-                    bool const t453 = (t449 == INFINITY);
-                    bool const t454 = (t449 < 1.1754943508222875e-38f);
-                    float const t455 = (t449 * 8388608.0f);
-                    float const t456 = (t454 ? t455 : t449);
-                    int32_t const t457 = tj_bitcast<int32_t>(t456);
-                    int32_t const t458 = (t457 & 8388607);
-                    int32_t const t459 = (t458 | 1065353216);
-                    float const t460 = tj_bitcast<float>(t459);
-                    bool const t461 = (t460 > 1.4142135623730951f);
-                    int32_t const t462 = tj_shr(t457, 23);
-                    int32_t const t463 = (t462 & 255);
-                    int32_t const t464 = (t463 - 127);
-                    int32_t const t465 = (t464 - 23);
-                    int32_t const t466 = (t454 ? t465 : t464);
-                    int32_t const t467 = (t466 + 1);
-                    int32_t const t468 = (t461 ? t467 : t466);
-                    float const t469 = (float)t468;
-                    float const t470 = (t460 * 0.5f);
-                    float const t471 = (t461 ? t470 : t460);
-                    float const t472 = (t471 - 1.0f);
-                    float const t473 = (t472 + 2.0f);
-                    float const t474 = (t472 / t473);
-                    float const t475 = (t474 * t474);
-                    float const t476 = fmaf(0.18181818181818182f, t475, 0.2222222222222222f);
-                    float const t477 = fmaf(t476, t475, 0.2857142857142857f);
-                    float const t478 = fmaf(t477, t475, 0.4f);
-                    float const t479 = fmaf(t478, t475, 0.6666666666666666f);
-                    float const t480 = fmaf(t479, t475, 2.0f);
-                    float const t481 = (t474 * t480);
-                    float const t482 = fmaf(t469, 1.428606765330187e-06f, t481);
-                    float const t483 = fmaf(t469, 0.693145751953125f, t482);
-                    float const t484 = (t453 ? t449 : t483);
-                    float const t485 = (t452 ? (-INFINITY) : t484);
-                    float const t486 = (t451 ? NAN : t485);
-                    float const t487 = (t450 ? t449 : t486);
-                    float const t488 = (v300[i0] - t487);
-                    r310[i0] = t488;
+                    int32_t const t371 = (v330 + i0);
+                    int32_t const t372 = tj_umulhi((-766435501), t371);
+                    int32_t const t373 = (t371 * 0);
+                    int32_t const t374 = (v323 + t373);
+                    int32_t const t375 = (t372 ^ t374);
+                    int32_t const t376 = (t375 ^ v353);
+                    int32_t const t377 = tj_umulhi((-845247145), t376);
+                    int32_t const t378 = (t373 * (-845247145));
+                    int32_t const t379 = (t377 ^ t378);
+                    int32_t const t380 = (t379 ^ v354);
+                    int32_t const t381 = tj_umulhi((-766435501), t380);
+                    int32_t const t382 = tj_umulhi((-845247145), t373);
+                    int32_t const t383 = (v325 + t373);
+                    int32_t const t384 = (t382 ^ t383);
+                    int32_t const t385 = (t384 ^ v321);
+                    int32_t const t386 = (t385 * (-766435501));
+                    int32_t const t387 = (t381 ^ t386);
+                    int32_t const t388 = (t387 ^ v357);
+                    int32_t const t389 = tj_umulhi((-845247145), t388);
+                    int32_t const t390 = tj_umulhi((-766435501), t385);
+                    int32_t const t391 = (t371 * (-766435501));
+                    int32_t const t392 = (t390 ^ t391);
+                    int32_t const t393 = (t392 ^ v355);
+                    int32_t const t394 = (t393 * (-845247145));
+                    int32_t const t395 = (t389 ^ t394);
+                    int32_t const t396 = (t395 ^ v358);
+                    int32_t const t397 = tj_umulhi((-766435501), t396);
+                    int32_t const t398 = tj_umulhi((-845247145), t393);
+                    int32_t const t399 = (t376 * (-845247145));
+                    int32_t const t400 = (t398 ^ t399);
+                    int32_t const t401 = (t400 ^ v356);
+                    int32_t const t402 = (t401 * (-766435501));
+                    int32_t const t403 = (t397 ^ t402);
+                    int32_t const t404 = (t403 ^ v361);
+                    int32_t const t405 = tj_umulhi((-845247145), t404);
+                    int32_t const t406 = tj_umulhi((-766435501), t401);
+                    int32_t const t407 = (t380 * (-766435501));
+                    int32_t const t408 = (t406 ^ t407);
+                    int32_t const t409 = (t408 ^ v359);
+                    int32_t const t410 = (t409 * (-845247145));
+                    int32_t const t411 = (t405 ^ t410);
+                    int32_t const t412 = (t411 ^ v362);
+                    int32_t const t413 = tj_umulhi((-766435501), t412);
+                    int32_t const t414 = tj_umulhi((-845247145), t409);
+                    int32_t const t415 = (t388 * (-845247145));
+                    int32_t const t416 = (t414 ^ t415);
+                    int32_t const t417 = (t416 ^ v360);
+                    int32_t const t418 = (t417 * (-766435501));
+                    int32_t const t419 = (t413 ^ t418);
+                    int32_t const t420 = (t419 ^ v365);
+                    int32_t const t421 = tj_umulhi((-845247145), t420);
+                    int32_t const t422 = tj_umulhi((-766435501), t417);
+                    int32_t const t423 = (t396 * (-766435501));
+                    int32_t const t424 = (t422 ^ t423);
+                    int32_t const t425 = (t424 ^ v363);
+                    int32_t const t426 = (t425 * (-845247145));
+                    int32_t const t427 = (t421 ^ t426);
+                    int32_t const t428 = (t427 ^ v366);
+                    int32_t const t429 = tj_umulhi((-766435501), t428);
+                    int32_t const t430 = tj_umulhi((-845247145), t425);
+                    int32_t const t431 = (t404 * (-845247145));
+                    int32_t const t432 = (t430 ^ t431);
+                    int32_t const t433 = (t432 ^ v364);
+                    int32_t const t434 = (t433 * (-766435501));
+                    int32_t const t435 = (t429 ^ t434);
+                    int32_t const t436 = (t435 ^ v369);
+                    int32_t const t437 = tj_umulhi((-845247145), t436);
+                    int32_t const t438 = tj_umulhi((-766435501), t433);
+                    int32_t const t439 = (t412 * (-766435501));
+                    int32_t const t440 = (t438 ^ t439);
+                    int32_t const t441 = (t440 ^ v367);
+                    int32_t const t442 = (t441 * (-845247145));
+                    int32_t const t443 = (t437 ^ t442);
+                    int32_t const t444 = (t443 ^ v370);
+                    uint32_t const t445 = tj_bitcast<uint32_t>(t444);
+                    int32_t const t446 = tj_bitcast<int32_t>(t445);
+                    bool const t447 = (t446 < 0);
+                    int32_t const t448 = (~t446);
+                    int32_t const t449 = (t447 ? t448 : t446);
+                    float const t450 = (float)t449;
+                    float const t451 = (t450 * 4.6566127342e-10f);
+                    float const t452 = tj_max(t451, 1e-30f);
+                    bool const t453 = (t452 != t452);
+                    bool const t454 = (t452 < 0.0f);
+                    bool const t455 = (t452 == 0.0f);
+                    bool const t456 = (t452 == INFINITY);
+                    bool const t457 = (t452 < 1.1754943508222875e-38f);
+                    float const t458 = (t452 * 8388608.0f);
+                    float const t459 = (t457 ? t458 : t452);
+                    int32_t const t460 = tj_bitcast<int32_t>(t459);
+                    int32_t const t461 = (t460 & 8388607);
+                    int32_t const t462 = (t461 | 1065353216);
+                    float const t463 = tj_bitcast<float>(t462);
+                    bool const t464 = (t463 > 1.4142135623730951f);
+                    int32_t const t465 = tj_shr(t460, 23);
+                    int32_t const t466 = (t465 & 255);
+                    int32_t const t467 = (t466 - 127);
+                    int32_t const t468 = (t467 - 23);
+                    int32_t const t469 = (t457 ? t468 : t467);
+                    int32_t const t470 = (t469 + 1);
+                    int32_t const t471 = (t464 ? t470 : t469);
+                    float const t472 = (float)t471;
+                    float const t473 = (t463 * 0.5f);
+                    float const t474 = (t464 ? t473 : t463);
+                    float const t475 = (t474 - 1.0f);
+                    float const t476 = (t475 + 2.0f);
+                    float const t477 = (t475 / t476);
+                    float const t478 = (t477 * t477);
+                    float const t479 = fmaf(0.18181818181818182f, t478, 0.2222222222222222f);
+                    float const t480 = fmaf(t479, t478, 0.2857142857142857f);
+                    float const t481 = fmaf(t480, t478, 0.4f);
+                    float const t482 = fmaf(t481, t478, 0.6666666666666666f);
+                    float const t483 = fmaf(t482, t478, 2.0f);
+                    float const t484 = (t477 * t483);
+                    float const t485 = fmaf(t472, 1.428606765330187e-06f, t484);
+                    float const t486 = fmaf(t472, 0.693145751953125f, t485);
+                    float const t487 = (t456 ? t452 : t486);
+                    float const t488 = (t455 ? (-INFINITY) : t487);
+                    float const t489 = (t454 ? NAN : t488);
+                    float const t490 = (t453 ? t452 : t489);
+                    float const t491 = (-t490);
+                    bool const t492 = (t491 != t491);
+                    bool const t493 = (t491 < 0.0f);
+                    bool const t494 = (t491 == 0.0f);
+                    bool const t495 = (t491 == INFINITY);
+                    bool const t496 = (t491 < 1.1754943508222875e-38f);
+                    float const t497 = (t491 * 8388608.0f);
+                    float const t498 = (t496 ? t497 : t491);
+                    int32_t const t499 = tj_bitcast<int32_t>(t498);
+                    int32_t const t500 = (t499 & 8388607);
+                    int32_t const t501 = (t500 | 1065353216);
+                    float const t502 = tj_bitcast<float>(t501);
+                    bool const t503 = (t502 > 1.4142135623730951f);
+                    int32_t const t504 = tj_shr(t499, 23);
+                    int32_t const t505 = (t504 & 255);
+                    int32_t const t506 = (t505 - 127);
+                    int32_t const t507 = (t506 - 23);
+                    int32_t const t508 = (t496 ? t507 : t506);
+                    int32_t const t509 = (t508 + 1);
+                    int32_t const t510 = (t503 ? t509 : t508);
+                    float const t511 = (float)t510;
+                    float const t512 = (t502 * 0.5f);
+                    float const t513 = (t503 ? t512 : t502);
+                    float const t514 = (t513 - 1.0f);
+                    float const t515 = (t514 + 2.0f);
+                    float const t516 = (t514 / t515);
+                    float const t517 = (t516 * t516);
+                    float const t518 = fmaf(0.18181818181818182f, t517, 0.2222222222222222f);
+                    float const t519 = fmaf(t518, t517, 0.2857142857142857f);
+                    float const t520 = fmaf(t519, t517, 0.4f);
+                    float const t521 = fmaf(t520, t517, 0.6666666666666666f);
+                    float const t522 = fmaf(t521, t517, 2.0f);
+                    float const t523 = (t516 * t522);
+                    float const t524 = fmaf(t511, 1.428606765330187e-06f, t523);
+                    float const t525 = fmaf(t511, 0.693145751953125f, t524);
+                    float const t526 = (t495 ? t491 : t525);
+                    float const t527 = (t494 ? (-INFINITY) : t526);
+                    float const t528 = (t493 ? NAN : t527);
+                    float const t529 = (t492 ? t491 : t528);
+                    float const t530 = (v342[i0] - t529);
+                    r352[i0] = t530;
                 }
             } else {
                 #pragma omp simd
                 for (int i0 = 0; i0 < 32; ++i0) {
-                    r310[i0] = v300[i0];
+                    r352[i0] = v342[i0];
                 }
             }
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
-                int32_t const t489 = (v288 + i0);
-                bool const t490 = (t489 < V);
-                int32_t const t491 = tj_bitcast<int32_t>(v300[i0]);
-                bool const t492 = (t491 < 0);
-                int32_t const t493 = (t491 ^ 2147483647);
-                int32_t const t494 = (t492 ? t493 : t491);
-                int64_t const t495 = (int64_t)t494;
-                bool const t496 = (t495 >= r210);
-                bool const t497 = (bool)(t490 & t496);
-                float const t498 = (t497 ? r310[i0] : (-INFINITY));
-                bool const t499 = (t498 > c285[i0]);
-                int32_t const t500 = (t499 ? t489 : c284[i0]);
-                float const t501 = (t499 ? t498 : c285[i0]);
-                r298[i0] = t500;
-                r299[i0] = t501;
+                int32_t const t531 = (v330 + i0);
+                bool const t532 = (t531 < V);
+                int32_t const t533 = tj_bitcast<int32_t>(v342[i0]);
+                bool const t534 = (t533 < 0);
+                int32_t const t535 = (t533 ^ 2147483647);
+                int32_t const t536 = (t534 ? t535 : t533);
+                int64_t const t537 = (int64_t)t536;
+                bool const t538 = (t537 >= r255);
+                bool const t539 = (bool)(t532 & t538);
+                float const t540 = (t539 ? r352[i0] : (-INFINITY));
+                bool const t541 = (t540 > c327[i0]);
+                int32_t const t542 = (t541 ? t531 : c326[i0]);
+                float const t543 = (t541 ? t540 : c327[i0]);
+                r340[i0] = t542;
+                r341[i0] = t543;
             }
         } else {
             #pragma omp simd
             for (int i0 = 0; i0 < 32; ++i0) {
-                r298[i0] = c284[i0];
-                r299[i0] = c285[i0];
+                r340[i0] = c326[i0];
+                r341[i0] = c327[i0];
             }
         }
-        memcpy(c284, r298, sizeof(int32_t) * 32);
-        memcpy(c285, r299, sizeof(float) * 32);
+        memcpy(c326, r340, sizeof(int32_t) * 32);
+        memcpy(c327, r341, sizeof(float) * 32);
     }
-    float v502 = (-INFINITY);
-    #pragma omp simd reduction(max:v502)
+    float v544 = (-INFINITY);
+    #pragma omp simd reduction(max:v544)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t503 = (c285[i0] != c285[i0]);
-        float const t504 = (t503 ? (-INFINITY) : c285[i0]);
-        v502 = tj_rmax(v502, t504);
+        bool const t545 = (c327[i0] != c327[i0]);
+        float const t546 = (t545 ? (-INFINITY) : c327[i0]);
+        v544 = tj_rmax(v544, t546);
     }
-    int32_t v505 = 0;
-    #pragma omp simd reduction(+:v505)
+    int32_t v547 = 0;
+    #pragma omp simd reduction(+:v547)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t506 = (c285[i0] == c285[i0]);
-        int32_t const t507 = (int32_t)t506;
-        v505 = (v505 + t507);
+        bool const t548 = (c327[i0] == c327[i0]);
+        int32_t const t549 = (int32_t)t548;
+        v547 = (v547 + t549);
     }
-    bool const v508 = (v505 != 0);
-    float const v509 = (v508 ? v502 : NAN);
-    int32_t* const v510 = (idx_ptr + v2);
-    int32_t v511 = tj_highest<int32_t>();
-    #pragma omp simd reduction(min:v511)
+    bool const v550 = (v547 != 0);
+    float const v551 = (v550 ? v544 : NAN);
+    int32_t* const v552 = (idx_ptr + v2);
+    int32_t v553 = tj_highest<int32_t>();
+    #pragma omp simd reduction(min:v553)
     for (int i0 = 0; i0 < 32; ++i0) {
-        bool const t512 = (c285[i0] == v509);
-        bool const t513 = (c284[i0] < V);
-        bool const t514 = (bool)(t512 & t513);
-        int32_t const t515 = (t514 ? c284[i0] : V);
-        v511 = tj_rmin(v511, t515);
+        bool const t554 = (c327[i0] == v551);
+        bool const t555 = (c326[i0] < V);
+        bool const t556 = (bool)(t554 & t555);
+        int32_t const t557 = (t556 ? c326[i0] : V);
+        v553 = tj_rmin(v553, t557);
     }
-    *(v510) = v511;
+    *(v552) = v553;
 }
 
 // Entry point: every grid point runs once, on the calling thread or across the OpenMP team as
