@@ -151,10 +151,12 @@ class LoopLowering:
                 t = self.fresh("y")
                 self.emit(f"{self.d.reg_type(val.dtype)} const {t} = {self.ev(val, (), None)};")
                 staged.append(t)
-            elif id(val) in self.buffers and id(val) not in arg_ids:
+            elif id(val) in arg_ids and self._overwritten(val, op.operands, loop_args):
+                # another slot's value (`a, b = b, a`): phase 2 overwrites that slot, so a copy is read
+                staged.append(self.local_buffer(self.d.reg_type(val.dtype), self.fresh("m"), val.type.numel, val))
+                self.emit(f"{self.d.copy_buffer(staged[-1], self.name(val), val.type.numel, self.d.reg_type(val.dtype))};")
+            elif id(val) in self.buffers or id(val) in arg_ids:
                 staged.append(self.name(val))
-            elif id(val) in self.buffers:
-                staged.append(self._as_buffer(val))
             else:   # an expression: computed with the others of its shape (fill_together)
                 staged.append(self.local_buffer(self.d.reg_type(val.dtype), self.fresh("m"), val.type.numel, val))
                 temporaries.append((staged[-1], val))
@@ -168,6 +170,11 @@ class LoopLowering:
                 self.emit(f"{dst} = {src};")
             else:
                 self.emit(f"{self.d.copy_buffer(dst, src, arg.type.numel, self.d.reg_type(arg.dtype))};")
+
+    @staticmethod
+    def _overwritten(slot: Value, yielded: list[Value], loop_args: list[Value]) -> bool:
+        """Whether carried `slot` gets a new value at this yield (it is not yielded as itself)."""
+        return next(v for v, a in zip(yielded, loop_args) if a is slot) is not slot
 
     def update_in_place(self, arg: Value, val: Value) -> None:
         """Writes `val` element by element into the carried slot `arg`, which it reads only at the
