@@ -62,14 +62,22 @@ def test_the_tiles_yielded_together_hold_what_each_alone_would(in_if):
 
 
 @kernel
-def _rotate(x_ptr, y_ptr, z_ptr, o_ptr, n, BLOCK: tl.constexpr):
+def _rotate(x_ptr, y_ptr, z_ptr, o_ptr, n, WHILE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     a, b, c = tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)
     s, u = n * 0 + 1, n * 0 + 2
-    for _ in range(n):
-        a, b = b, a                    # a swap of two carried tiles
-        a, b, c = b, c * 1.0 + 0.0, a  # a rotation through an expression
-        s, u = u, s                    # and of two scalars
+    if WHILE:
+        i = 0
+        while i < n:
+            a, b = b, a
+            a, b, c = b, c * 1.0 + 0.0, a
+            s, u = u, s
+            i += 1
+    else:
+        for _ in range(n):
+            a, b = b, a                    # a swap of two carried tiles
+            a, b, c = b, c * 1.0 + 0.0, a  # a rotation through an expression
+            s, u = u, s                    # and of two scalars
     tl.store(o_ptr + offs, a)
     tl.store(o_ptr + BLOCK + offs, b)
     tl.store(o_ptr + 2 * BLOCK + offs, c + s * 1000.0 + u * 10000.0)
@@ -78,7 +86,8 @@ def _rotate(x_ptr, y_ptr, z_ptr, o_ptr, n, BLOCK: tl.constexpr):
 @pytest.mark.parametrize("target", ["cpu", pytest.param("kunlun:xpu3", marks=pytest.mark.emulation),
                                     pytest.param("gpu:interpret", marks=pytest.mark.emulation)])
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
-def test_carried_values_that_trade_places_each_get_the_others_old_value(target, n):
+@pytest.mark.parametrize("loop", ["for", "while"])
+def test_carried_values_that_trade_places_each_get_the_others_old_value(target, n, loop):
     """`a, b = b, a` on loop-carried tiles: every slot is written from the values the iteration
     started with (each slot yielded into another is read from a copy, as the slot it came from is
     overwritten in the same step); the cpu and kunlun targets had given both slots b's value."""
@@ -91,5 +100,5 @@ def test_carried_values_that_trade_places_each_get_the_others_old_value(target, 
         s, u = u, s
     o = torch.zeros(24)
     with compiler.use_target(target):
-        _rotate[(1,)](x, y, z, o, n, BLOCK=8)
+        _rotate[(1,)](x, y, z, o, n, WHILE=loop == "while", BLOCK=8)
     assert torch.equal(o, torch.cat([want[0], want[1], want[2] + s * 1000.0 + u * 10000.0]))
