@@ -715,8 +715,8 @@ def test_a_carried_tile_is_copied_in_the_vectors_its_loops_store(tmp_path):
     """A loop's carried tile is stored by 256-bit vector loops, then copied into its slot: built as
     tilejit builds it, the copy uses 256-bit moves too, never 512-bit ones (a 512-bit load of two
     256-bit stores waits for them to reach the cache: a tenth of the sample op's time)."""
-    if "avx512f" not in toolchain._cpu_flags().split():
-        pytest.skip("no AVX-512 on this host: no move here is wider than the loops' vectors")
+    if "__AVX512F__" not in toolchain.predefined_macros():
+        pytest.skip("the build's ISA has no AVX-512: no move is wider than the loops' vectors")
     cxx, arch = toolchain.find_compiler(), toolchain.march_flags()
     if not toolchain.move_flags(cxx, arch, wide_vectors=False):
         pytest.skip(f"{cxx} does not take {' '.join(toolchain.NARROW_MOVES)} (GCC 12 or later does)")
