@@ -294,9 +294,13 @@ class ReduceDotLowering:
         """A contiguous buffer holding `v`: views and expressions are copied first."""
         if id(v) in self.buffers:
             return self.name(v)
-        name = self.local_buffer(self.d.reg_type(v.dtype), self.fresh("m"), v.type.numel, v)
+        name = self.temporary(v)
         self.fill_together([(name, v)])
         return name
+
+    def temporary(self, v: Value) -> str:
+        """A fresh local array the size and register type of `v` (not recorded as v's buffer)."""
+        return self.local_buffer(self.d.reg_type(v.dtype), self.fresh("m"), v.type.numel, v)
 
     def fill_together(self, fills: list[tuple[str, Value]]) -> None:
         """Writes each value into its array (`name[i] = v[i]`), the values of one shape in one loop

@@ -153,12 +153,12 @@ class LoopLowering:
                 staged.append(t)
             elif id(val) in arg_ids and self._overwritten(val, op.operands, loop_args):
                 # another slot's value (`a, b = b, a`): phase 2 overwrites that slot, so a copy is read
-                staged.append(self.local_buffer(self.d.reg_type(val.dtype), self.fresh("m"), val.type.numel, val))
+                staged.append(self.temporary(val))
                 self.emit(f"{self.d.copy_buffer(staged[-1], self.name(val), val.type.numel, self.d.reg_type(val.dtype))};")
             elif id(val) in self.buffers or id(val) in arg_ids:
                 staged.append(self.name(val))
             else:   # an expression: computed with the others of its shape (fill_together)
-                staged.append(self.local_buffer(self.d.reg_type(val.dtype), self.fresh("m"), val.type.numel, val))
+                staged.append(self.temporary(val))
                 temporaries.append((staged[-1], val))
         self.fill_together(temporaries)
         # phase 2: copy into the carried slots
