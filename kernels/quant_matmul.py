@@ -71,7 +71,7 @@ def w8_matmul(a: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, group_si
         return c
     if K == 0:
         return c.zero_()
-    cfg = dict(config) if config else select(SPEC, None, N=N, K=K)
+    cfg = dict(config) if config else select(SPEC, None, N=N, K=K, M=M)
     w8_matmul_kernel[(cdiv(M, cfg["BLOCK_M"]), cdiv(N, cfg["BLOCK_N"]))](
         a, w, s2, c, M, N, K, group, a.stride(0), a.stride(1), w.stride(0), w.stride(1), s2.stride(0), c.stride(0),
         **cfg)
@@ -126,7 +126,7 @@ SPEC = OpSpec(
               "scratchpad": {"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 16},
               "simt": {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}},
     clamp=_clamp,
-    dims_of=lambda s: {"N": s["N"], "K": s["K"]},
+    dims_of=lambda s: {"N": s["N"], "K": s["K"], "M": s["M"]},
     problem=_problem,
     describe=lambda s: f"{s['M']}x{s['N']}x{s['K']}" + (f" g{s['group']}" if s.get("group") else ""),
     probe=_probe,
@@ -137,6 +137,10 @@ SPEC = OpSpec(
     tune_shapes=({"label": "decode o-proj int8", "M": 16, "N": 4096, "K": 4096, "group": 128},),
     quick_shapes=({"label": "tiny", "M": 16, "N": 64, "K": 64},),
     bit_neutral=frozenset({"BLOCK_M", "BLOCK_K"}),   # rows are grouped; k runs as one ascending fma chain
+    # a decode batch (M of 1 to 16) runs row blocks of its size where the target declares BLOCK_M
+    # bit-neutral: a 64-row block did 4x the dot's work at M = 16, on rows of zeros
+    follows={"BLOCK_M": "M"},
+    dot_rows=frozenset({"BLOCK_M"}),
 )
 SPECS = (SPEC,)
 

@@ -86,6 +86,34 @@ def _vectorised_lines(source: str, tmp_path) -> list[int]:
 
 
 @kernel
+def grouped_scales(w_ptr, s_ptr, y_ptr, GROUP, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    ks = tl.arange(0, BLOCK_K)[:, None]
+    ns = tl.arange(0, BLOCK_N)[None, :]
+    w = tl.load(w_ptr + ks * BLOCK_N + ns).to(tl.float32)
+    tl.store(y_ptr + ks * BLOCK_N + ns, w * tl.load(s_ptr + (ks // GROUP) * BLOCK_N + ns))
+
+
+def test_a_division_by_a_run_time_scalar_leaves_its_loop_one_version(tmp_path):
+    """A weight's group scale `s[k // GROUP]`: the header's integer division has no branch on the
+    divisor (0 and -1 are defined without one), so the host compiler does not unswitch the loop on
+    it; it did, and the version that ran stayed scalar (int8 dequantisation 1.6x slower)."""
+    w = torch.randint(-127, 128, (64, 32), dtype=torch.int8)
+    sc = torch.rand(4, 32)
+    y = torch.empty(64, 32)
+    ck = grouped_scales[(1,)](w, sc, y, 16, BLOCK_K=64, BLOCK_N=32)
+    assert torch.equal(y, w.float() * sc.repeat_interleave(16, 0))
+    if "__clang__" in toolchain.predefined_macros():
+        pytest.skip("reads GCC's loop report (-fopt-info-loop)")
+    src = tmp_path / "k.cpp"
+    src.write_text(ck.source)
+    flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
+    rep = subprocess.run([toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src), "-o",
+                          str(tmp_path / "k.o"), "-fopt-info-loop-optimized"], capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    assert "Unswitching loop" not in rep.stderr, rep.stderr
+
+
+@kernel
 def long_chain(x_ptr, y_ptr, n, STEPS: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
@@ -157,6 +185,9 @@ def _header_lib(tmp_path, extra_flags):
                    'extern "C" float bf2f(uint16_t h) { return tj_bf2f(h); }\n'
                    'extern "C" uint16_t f2bf(float f) { return tj_f2bf(f); }\n'
                    'extern "C" int32_t idiv(int32_t a, int32_t b) { return tj_idiv(a, b); }\n'
+                   'extern "C" int32_t imod(int32_t a, int32_t b) { return tj_imod(a, b); }\n'
+                   'extern "C" int64_t idiv64(int64_t a, int64_t b) { return tj_idiv(a, b); }\n'
+                   'extern "C" uint32_t udiv(uint32_t a, uint32_t b) { return tj_idiv(a, b); }\n'
                    'extern "C" int32_t f2i(float x) { return tj_f2i<int32_t>(x); }\n')
     out = tmp_path / f"conv{len(extra_flags)}.so"
     cmd = [toolchain.find_compiler(), "-O2", "-std=c++17", "-fPIC", "-shared", f"-I{toolchain.HEADER_DIR}",
@@ -168,6 +199,9 @@ def _header_lib(tmp_path, extra_flags):
     lib.bf2f.argtypes, lib.bf2f.restype = [ctypes.c_uint16], ctypes.c_float
     lib.f2bf.argtypes, lib.f2bf.restype = [ctypes.c_float], ctypes.c_uint16
     lib.idiv.argtypes, lib.idiv.restype = [ctypes.c_int32, ctypes.c_int32], ctypes.c_int32
+    lib.imod.argtypes, lib.imod.restype = [ctypes.c_int32, ctypes.c_int32], ctypes.c_int32
+    lib.idiv64.argtypes, lib.idiv64.restype = [ctypes.c_int64, ctypes.c_int64], ctypes.c_int64
+    lib.udiv.argtypes, lib.udiv.restype = [ctypes.c_uint32, ctypes.c_uint32], ctypes.c_uint32
     lib.f2i.argtypes, lib.f2i.restype = [ctypes.c_float], ctypes.c_int32
     return lib
 
@@ -199,6 +233,14 @@ def test_integer_guards_define_what_c_leaves_undefined(tmp_path):
     assert lib.idiv(7, 0) == 0
     assert lib.idiv(-(2 ** 31), -1) == -(2 ** 31)     # wraps instead of trapping
     assert lib.idiv(-7, 2) == -3                        # truncation toward zero, as Triton
+    assert lib.idiv64(-(2 ** 63), -1) == -(2 ** 63) and lib.udiv(2 ** 32 - 1, 2 ** 32 - 1) == 1
+    edges = [0, 1, 2, 3, 7, 16, 128, 2 ** 31 - 1, 2 ** 31 - 2]
+    for a in edges + [-v for v in edges] + [-(2 ** 31)]:
+        for b in edges + [-v for v in edges] + [-(2 ** 31)]:
+            q = 0 if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1)   # toward zero
+            q = (q + 2 ** 31) % 2 ** 32 - 2 ** 31                                          # int32 wrap
+            r = 0 if b in (0, -1) else a - b * q
+            assert (lib.idiv(a, b), lib.imod(a, b)) == (q, r), (a, b)
     assert lib.f2i(float("nan")) == 0 and lib.f2i(1e20) == 2 ** 31 - 1 and lib.f2i(-2.7) == -2
 
 

@@ -10,6 +10,7 @@ import torch
 
 import targets.kunlun
 from compiler import numerics, use_target
+from compiler.launch_record import recording
 from compiler.target import register_target
 import kernels.activation as AC
 import kernels.add_norm as AN
@@ -720,6 +721,18 @@ def test_w8_matmul_batch_invariant(policy):
     a, w, sc = _w8_inputs(F16, M=20, K=100, N=40)
     with numerics(policy):
         assert_batch_invariant(lambda idx: QM.w8_matmul(a[idx], w, sc), 20, lambda out: list(out))
+
+
+def test_w8_matmul_runs_row_blocks_of_a_decode_batch_size():
+    """BLOCK_M only groups rows (bit-neutral on cpu): a decode batch runs blocks of its own size,
+    not the default 64 rows of which all but M are zeros (4x the dot's work at M = 16)."""
+    a16, w, sc = _w8_inputs(F32, M=16, K=128, N=64, group=32)
+    for M, rows in ((1, 1), (5, 8), (16, 16)):
+        with recording() as launches:
+            c = QM.w8_matmul(a16[:M], w, sc, group_size=32)
+        (ck, grid, args), = launches
+        assert dict(zip(QM.w8_matmul_kernel.arg_names, args))["BLOCK_M"] == rows and tuple(grid)[0] == 1
+        torch.testing.assert_close(c, QM.w8_matmul_ref(a16[:M], w, sc, 32), rtol=1e-5, atol=5e-5)
 
 
 @pytest.mark.no_toolchain

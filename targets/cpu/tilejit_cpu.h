@@ -90,14 +90,21 @@ static inline void tj_f32x64_add_half(tj_f32x64& acc, const float* p, int h) {
 static inline void tj_f32x64_store(float* p, const tj_f32x64& acc) { std::memcpy(p, acc.v, sizeof acc.v); }
 
 // ---- integer helpers: defined results where C leaves behaviour undefined --------------------
+// Integer division and remainder without a branch (b = 0 gives 0; b = -1 negates, wrapping): a
+// divisor that does not change inside a loop leaves the loop one version, which vectorises (a
+// branch on it made GCC unswitch the loop into versions, and the one that ran stayed scalar).
 template <class T> static inline T tj_idiv(T a, T b) {
-    if (b == 0) return 0;
-    if (std::is_signed<T>::value && b == (T)-1) return (T)(0 - (typename std::make_unsigned<T>::type)a);
-    return a / b;
+    typedef typename std::make_unsigned<T>::type U;
+    const U neg = std::is_signed<T>::value ? (U)0 - (U)(b == (T)-1) : (U)0;   // all ones where b = -1
+    const U zero = (U)0 - (U)(b == 0);
+    const T d = (T)(((U)b & ~(neg | zero)) | ((U)1 & (neg | zero)));          // b, or 1 where b is 0 or -1
+    const U q = (U)(a / d);
+    return (T)(((q ^ neg) - neg) & ~zero);
 }
 template <class T> static inline T tj_imod(T a, T b) {
-    if (b == 0 || (std::is_signed<T>::value && b == (T)-1)) return 0;
-    return a % b;
+    typedef typename std::make_unsigned<T>::type U;
+    const U one = (U)0 - (U)(b == 0 || (std::is_signed<T>::value && b == (T)-1));
+    return a % (T)(((U)b & ~one) | ((U)1 & one));   // a % 1 = 0 where b is 0 or -1
 }
 template <class T> static inline T tj_shl(T a, T b) {
     typedef typename std::make_unsigned<T>::type U;
