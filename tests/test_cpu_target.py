@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from compiler import CompilationError, kernel, language as tl
+from compiler import CompilationError, kernel, language as tl, numerics
 from compiler.errors import TargetError
 from targets.cpu import toolchain
 
@@ -567,13 +567,15 @@ def _avx512() -> bool:
 @pytest.mark.skipif(not _avx512(), reason="this CPU has no AVX-512: there is no wider vector to compare AVX2 with")
 def test_fast_fp32_norms_and_attention_give_the_same_bits_with_avx2_and_avx512(tmp_path):
     """The fast sums' order is fixed by the 64 partials, not by the vector width, so a cache built
-    for x86-64-v3 (AVX2) computes the bits the native AVX-512 build does."""
-    code = ("import hashlib, torch, kernels\n"
+    for x86-64-v3 (AVX2) computes the bits the native AVX-512 build does (whose norms and
+    log_softmax loops run 512 bits wide there)."""
+    code = ("import hashlib, torch, kernels, kernels.sampling\n"
             "g = torch.Generator().manual_seed(4)\n"
             "h = hashlib.sha256()\n"
             "x, w, b = (torch.randn(s, generator=g) for s in ((8, 1000), (1000,), (1000,)))\n"
             "q, k, v = (torch.randn(2, 4, 128, 64, generator=g) for _ in range(3))\n"
-            "for y in (kernels.layer_norm(x, w, b), kernels.rms_norm(x, w), kernels.attention(q, k, v, causal=True)):\n"
+            "for y in (kernels.layer_norm(x, w, b), kernels.rms_norm(x, w), kernels.attention(q, k, v, causal=True),\n"
+            "          kernels.sampling.log_softmax(x * 8.0)):\n"
             "    h.update(y.numpy().tobytes())\n"
             "print(h.hexdigest())\n")
     digests = []
@@ -744,13 +746,32 @@ def test_a_bf16_store_of_an_fp32_array_rounds_the_array_in_place_with_the_per_el
 
 
 @kernel
+def _exp_sum_plus_max(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr, tl.sum(tl.exp(x), axis=0) + tl.max(x, axis=0))
+
+
+def test_a_kernel_with_reductions_is_built_with_wide_vectors_where_no_sum_follows_the_width():
+    """A sum in 64 partials, a max and the strict tree give the same bits at any vector width, so
+    their kernel's loops take the host's widest vectors; a fast sum of 32 lanes is an omp simd
+    reduction whose lanes are the vector's, and keeps its kernel at 256 bits."""
+    x = torch.randn(64)
+    out = torch.empty(1)
+    for block, policy, wide in ((64, "fast", True), (32, "fast", False), (32, "strict", True)):
+        with numerics(policy):
+            ck = _exp_sum_plus_max[(1,)](x, out, BLOCK=block)
+        torch.testing.assert_close(out[0], x[:block].exp().sum() + x[:block].max(), rtol=1e-5, atol=1e-5)
+        assert ("#define TILEJIT_WIDE_VECTORS" in ck.source) == wide, (block, policy)
+
+
+@kernel
 def _count_above(x_ptr, out_ptr, n, t, BLOCK: tl.constexpr):
-    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, n, BLOCK):
         if tl.load(x_ptr + start) > t:   # a block skipped: the carried tile is the if's result, copied into its slot
             cols = start + tl.arange(0, BLOCK)
-            acc += tl.where(tl.load(x_ptr + cols, mask=cols < n, other=0.0) > t, 1, 0)
-    tl.store(out_ptr, tl.sum(acc, axis=0))
+            acc += tl.where(tl.load(x_ptr + cols, mask=cols < n, other=0.0) > t, 1.0, 0.0)
+    tl.store(out_ptr, tl.sum(acc, axis=0))   # a float sum of 32 lanes: the kernel keeps 256-bit vectors
 
 
 def test_a_carried_tile_is_copied_in_the_vectors_its_loops_store(tmp_path):
@@ -763,10 +784,11 @@ def test_a_carried_tile_is_copied_in_the_vectors_its_loops_store(tmp_path):
     if not toolchain.move_flags(cxx, arch, wide_vectors=False):
         pytest.skip(f"{cxx} does not take {' '.join(toolchain.NARROW_MOVES)} (GCC 12 or later does)")
     x = torch.randn(1000)
-    out = torch.zeros(1, dtype=torch.int32)
+    out = torch.zeros(1)
     ck = _count_above[(1,)](x, out, 1000, 0.5, BLOCK=32)
     blocks = torch.nn.functional.pad(x, (0, 24), value=0.0).view(-1, 32)
     assert out.item() == int(((blocks > 0.5).sum(1) * (blocks[:, 0] > 0.5)).sum())
+    assert "TILEJIT_WIDE_VECTORS" not in ck.source
     src = tmp_path / "k.cpp"
     src.write_text(ck.source)
     flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + arch

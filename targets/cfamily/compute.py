@@ -37,7 +37,7 @@ class ReduceDotLowering:
                     self._reduce_in_lanes(x, (), name)
                     return
                 if pragma:
-                    self.emit(pragma)
+                    self._emit_simd_reduction(pragma, kind, acc_t)
                 nest = self.open_nest(x.shape, simd=False)
                 e = self.ev(x, nest.idx, nest)
                 self.close_nest(nest, [f"{name} = {self.d.combine(kind, name, e, acc_t)};"])
@@ -51,6 +51,14 @@ class ReduceDotLowering:
             if sum_id == id(op):   # filled in both paths: read as a buffer from here on
                 del self.filled_by_sum[v]
                 self.buffers.add(v)
+
+    def _emit_simd_reduction(self, pragma: str, kind: str, acc_t: D.dtype) -> None:
+        """The SIMD reduction clause of a loop. Its lanes are the vector's, so a floating-point
+        sum's rounding follows the vector width (`sums_follow_width`); max, min and integer
+        reductions give the same value at any width."""
+        if kind == "sum" and acc_t.is_floating():
+            self.sums_follow_width = True
+        self.emit(pragma)
 
     def sum_that_fills(self, v: Value) -> Op | None:
         """The sum that may fill v's buffer as it reads v, in one pass over the elements instead of
@@ -93,7 +101,7 @@ class ReduceDotLowering:
                 self.close_nest(nest, [f"{name}[{self.linear(nest.idx, r.shape)}] = acc;"])
                 return
             self.emit(f"{ctype} acc = {init};")
-            self.emit(self.d.simd_reduction_pragma(kind, acc_t))
+            self._emit_simd_reduction(self.d.simd_reduction_pragma(kind, acc_t), kind, acc_t)
             j = f"i{len(x.shape) - 1}"
             self.emit(f"for ({self.index_type} {j} = 0; {j} < {x.shape[-1]}; ++{j}) {{")
             self.indent += 1

@@ -39,6 +39,7 @@ class CLowering(Materialization, StoreLowering, ReduceDotLowering, Bf16DotLoweri
     index_type = "int"
     checks_addresses = False   # the bounds-checked lowering checks each element's address
     bf16_store_chunk = BF16_STORE_CHUNK   # a renderer building with wider vectors may set 32
+    sums_follow_width = False   # set when a float sum vectorises in the vector's own lanes (compute.py)
 
     def __init__(self, fn: Function, dialect: CDialect, policy: str):
         self.fn = fn

@@ -9,7 +9,7 @@ import jinja2
 
 from compiler.errors import CompilationError
 from compiler.ir import Function
-from compiler.ir.ops import DOT, OPS
+from compiler.ir.ops import DOT
 from targets.cfamily.dialect import Bf16Dot, CDialect
 from targets.cfamily.lowering import CLowering
 
@@ -23,11 +23,12 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
 MAX_STACK_BYTES = 4 << 20
 
 
-# Ops whose loops may combine lanes (a fast-policy sum vectorises with `omp simd reduction`, so its
-# bits follow the vector width) or whose loops are tuned at 256 bits (the dot micro-kernels'
-# surroundings). A kernel without them is elementwise: it is built with the host's widest vectors,
-# where its bits cannot change and its math runs faster (silu_and_mul [32, 2x11264] fp32 on one
-# AVX-512 core: 288 -> 214 us).
+# Loops vectorise with the host's widest vectors unless a loop's bits would follow the width: a
+# fast-policy float sum the lowering leaves to an `omp simd reduction` (its partial sums are the
+# vector's lanes; a sum in 64 partials is the same at any width) keeps 256-bit vectors, so an AVX2
+# and an AVX-512 host give the same bits. Kernels with a dot keep them too: their micro-kernels'
+# surroundings are tuned at 256 bits. Wider math runs faster (silu_and_mul [32, 2x11264] fp32 on
+# one AVX-512 core: 288 -> 214 us).
 
 
 class CPUDialect(CDialect):
@@ -57,11 +58,11 @@ class CPURenderer:
         self.bounds_check = bounds_check
 
     def render(self, fn: Function, policy: str) -> str:
-        low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
-        wide = not any(OPS[op.name].has("combines") for op in fn.walk())
-        if wide:   # two 512-bit vectors of fp32 per chunk of a bf16 store (16 kept them 256 bits wide)
-            low.bf16_store_chunk = 32
-        body = low.lower()
+        wide = not any(op.name == DOT for op in fn.walk())
+        low, body = self._lower(fn, policy, wide)
+        if low.sums_follow_width and wide:
+            wide = False
+            low, body = self._lower(fn, policy, wide)
         if low.stack_bytes > MAX_STACK_BYTES:
             largest = max(low.local_buffers, key=lambda b: b.nbytes)
             raise CompilationError.at(
@@ -77,6 +78,12 @@ class CPURenderer:
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, bounds=self.bounds_check,
             wide_vectors=wide,
             ptr_params=[i for i, p in enumerate(fn.params) if p.type.dtype.is_ptr()] or [0])
+
+    def _lower(self, fn: Function, policy: str, wide: bool):
+        low = (BoundsCheckedLowering if self.bounds_check else CLowering)(fn, self.dialect, policy)
+        if wide:   # two 512-bit vectors of fp32 per chunk of a bf16 store (16 kept them 256 bits wide)
+            low.bf16_store_chunk = 32
+        return low, low.lower()
 
     def param_ctype(self, dt) -> str:
         return self.dialect.reg_type(dt)

@@ -66,12 +66,14 @@ static inline float tj_round_fp16(float f) { return tj_h2f(tj_f2h(f)); }
 static inline float tj_round_bf16(float f) { return tj_bf2f(tj_f2bf(f)); }
 // 64 fp32 partial sums of a fast-policy reduction (the lowering's reduce_in_lanes), partial l in
 // lane l % W of vector l / W: vectors of the machine's width stay in registers, where an array
-// goes through memory and a single 256-byte vector type is copied by a memcpy call. 256 bits with
-// AVX-512 too: the chunks added in come from loops vectorised 256 bits wide (toolchain.py), and a
-// 512-bit load of two 256-bit stores just made cannot be forwarded from them (a layer_norm row of
-// 4096 in one chunk ran 2.4x slower with 512-bit partials). Each partial sums the same elements in
-// the same order at any width: the bits do not change.
-#if defined(__AVX__)
+// goes through memory and a single 256-byte vector type is copied by a memcpy call. The width of
+// the kernel's loops: a 512-bit load of two 256-bit stores just made cannot be forwarded from them
+// (a layer_norm row of 4096 in one chunk, its loops 256 bits wide, ran 2.4x slower with 512-bit
+// partials). Each partial sums the same elements in the same order at any width: the bits do not
+// change.
+#if defined(__AVX512F__) && defined(TILEJIT_WIDE_VECTORS)
+typedef float tj_f32v __attribute__((vector_size(64)));
+#elif defined(__AVX__)
 typedef float tj_f32v __attribute__((vector_size(32)));
 #else
 typedef float tj_f32v __attribute__((vector_size(16)));
