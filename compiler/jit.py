@@ -313,18 +313,7 @@ class KernelFunction:
     def run(self, grid, args, kwargs):
         # the Python launch path, which the compiled warm path (compiler.fastpath) mirrors and
         # falls back to: bind, one tuple key, one dict lookup, one call
-        opts, extra = self.launch_defaults, None
-        if kwargs or len(args) != self._nargs:
-            if kwargs:
-                kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
-                opts = {**opts, **extra} if extra else opts
-            args = self.bind(args, kwargs)
-        target = self.target or current_target()
-        topts = LO.for_target(target, opts) if opts else ()
-        key = self._key(target, self.numerics or current_policy(), args, topts, extra)
-        if _WRAPPED in key:   # triton.reinterpret(...) arguments: launched as the tensors they stand for
-            args = _reinterpreted(self.__name__, self.arg_names, args)
-            key = self._key(target, key[1], args, topts, extra)
+        key, args, target, topts = self._launch_key(args, kwargs)
         dry = _DRY.get()
         try:
             ck = self.compiled.get(key) if dry is None else None
@@ -347,6 +336,23 @@ class KernelFunction:
         if record is not None:
             record.append((ck, grid, args))
         return ck
+
+    def _launch_key(self, args, kwargs) -> tuple:
+        """(key, bound args, target, honoured launch options) of a launch with these arguments: the
+        key the Python path looks up (the compiled warm path's `key()` must give the same or None)."""
+        opts, extra = self.launch_defaults, None
+        if kwargs or len(args) != self._nargs:
+            if kwargs:
+                kwargs, extra = LO.split(self.__name__, self._param_set, self.arg_names, kwargs)
+                opts = {**opts, **extra} if extra else opts
+            args = self.bind(args, kwargs)
+        target = self.target or current_target()
+        topts = LO.for_target(target, opts) if opts else ()
+        key = self._key(target, self.numerics or current_policy(), args, topts, extra)
+        if _WRAPPED in key:   # triton.reinterpret(...) arguments: launched as the tensors they stand for
+            args = _reinterpreted(self.__name__, self.arg_names, args)
+            key = self._key(target, key[1], args, topts, extra)
+        return key, args, target, topts
 
     def _key(self, target, policy, args, topts, extra) -> tuple:
         """The key of bound `args`, as fastpath/tjfast.c's make_key computes it. Options given at the launch

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -260,6 +262,59 @@ def test_compiled_key_equals_the_python_key(args):
     assert d.key(x, *args, BLOCK=4, FLAG=True) == want
     want_default = want[:-1] + (_constexpr_key(False),)
     assert d.key(x, *args, 4) == want_default
+
+
+@kernel(do_not_specialize=["b"])
+def _generated(x_ptr, a, b, c, d, BLOCK: tl.constexpr, MODE: tl.constexpr = "sum", FLAG: tl.constexpr = False):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+class _Int(int):
+    pass
+
+
+_RUNTIME_VALUES = [0, 1, -1, 2, 15, 16, 17, -16, 48, 2 ** 31 - 16, 2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1,
+                   2 ** 32, 2 ** 40 + 1, 2 ** 63 - 16, 2 ** 63 - 1, -2 ** 63, 2 ** 63, -2 ** 63 - 1, 0.0, -2.5,
+                   float("inf"), float("nan"), True, False, None, np.int64(3), np.float32(1.0), _Int(16), "s",
+                   *(torch.empty(2, dtype=dt) for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32,
+                                                         torch.int64, torch.int8, torch.uint8, torch.bool)),
+                   torch.empty(4, 2).t()]
+_CONSTEXPR_VALUES = [1, 4, 16, 1.0, True, False, None, "max", tl.float16, np.int32(4)]
+
+
+def test_the_compiled_key_equals_the_python_key_on_generated_launches():
+    """Every key rule, on 600 generated launches (seeded) over the targets and policies: the
+    compiled warm path's key (`_dispatch.key`, what it looks up) is the Python path's key
+    (`_launch_key`, what a miss stores under), or None where it hands the launch to Python: launch
+    options, an int outside int64. A plain launch must not be handed over (it would run the slow
+    path on every warm launch, silently)."""
+    from compiler.fastpath import fast_module
+    if fast_module() is None:
+        pytest.skip("the compiled launch path is unavailable here")
+    k = _generated
+    k[(1,)]   # makes the dispatcher
+    rng = random.Random(7)
+    names = k.arg_names
+    for case in range(600):
+        values = [torch.empty(4)] + [rng.choice(_RUNTIME_VALUES) for _ in range(4)] \
+            + [rng.choice(_CONSTEXPR_VALUES) for _ in range(3)]
+        if rng.random() < 0.3:
+            values = values[:-1]          # FLAG from its default
+            if rng.random() < 0.5:
+                values = values[:-1]      # and MODE
+        cut = rng.randint(0, len(values))   # the rest by keyword, in a shuffled order
+        args, kwargs = values[:cut], dict(zip(names[cut:], values[cut:]))
+        kwargs = dict(rng.sample(sorted(kwargs.items()), len(kwargs)))
+        options = rng.random() < 0.15
+        if options:
+            kwargs["num_warps"] = rng.choice([2, 4])
+        target, policy = rng.choice(["cpu", "kunlun:xpu3", "gpu:interpret"]), rng.choice(["fast", "strict"])
+        with compiler.use_target(target), compiler.numerics(policy):
+            compiled = k._dispatch.key(*args, **kwargs)
+            python = k._launch_key(tuple(args), kwargs)[0]
+        ints = [v for v in values if type(v) is int]
+        plain = not options and all(-2 ** 63 <= v < 2 ** 63 for v in ints)
+        assert compiled == python if plain else compiled in (None, python), (case, target, policy, args, kwargs)
 
 
 @kernel(isCloseVectorization=True)
