@@ -58,7 +58,8 @@ class CPURenderer:
         self.bounds_check = bounds_check
 
     def render(self, fn: Function, policy: str) -> str:
-        wide = not any(op.name == DOT for op in fn.walk())
+        has_dot = any(op.name == DOT for op in fn.walk())
+        wide = not has_dot
         low, body = self._lower(fn, policy, wide)
         if low.sums_follow_width and wide:
             wide = False
@@ -72,7 +73,7 @@ class CPURenderer:
                 f"{MAX_STACK_BYTES >> 10} KiB; use smaller BLOCK sizes", kernel=fn.name)
         params = [{"name": self.dialect.safe_name(p.name), "ctype": self.param_ctype(p.type.dtype),
                    "unpack": self.unpack(i, p.type.dtype)} for i, p in enumerate(fn.params)]
-        uses_vectors = any(op.name == DOT for op in fn.walk()) or f"{self.dialect.transposed_fill}<" in body \
+        uses_vectors = has_dot or f"{self.dialect.transposed_fill}<" in body \
             or f"{self.dialect.bf16_store}(" in body
         return _ENV.get_template("kernel.cpp.j2").render(
             name=fn.name, params=params, body=body, policy=policy, uses_vectors=uses_vectors, bounds=self.bounds_check,
