@@ -346,6 +346,31 @@ def test_a_row_index_from_a_division_is_computed_once_per_row():
     assert len(re.findall(r"int32_t \w+\[8\];", body)) == 2   # r // H and r % H, eight rows each
 
 
+def test_the_launch_abi_has_one_layout_in_the_header_the_compiled_launch_path_and_ctypes(tmp_path):
+    """tj_arg, tj_status and tj_range are declared in tilejit_cpu.h (the kernels), in the compiled
+    launch path (compiler/fastpath/tjfast.c) and, the two the ctypes launch passes, in
+    targets/cpu/launcher.py: their sizes and field offsets must agree, or a launch reads garbage."""
+    from compiler.fastpath import fast_module
+    from targets.cpu.launcher import Range, Status
+    fields = {"tj_status": ("code", "site", "arg", "store", "offset", "lo", "hi", "par"), "tj_range": ("base", "lo", "hi")}
+    items = ["sizeof(tj_arg)"] + [e for name, fs in fields.items()
+                                  for e in [f"sizeof({name})"] + [f"offsetof({name}, {f})" for f in fs]]
+    src = tmp_path / "abi.cpp"
+    src.write_text('#include "tilejit_cpu.h"\n#include <cstddef>\n'
+                   f'extern "C" void layout(int64_t* o) {{ int64_t v[] = {{{", ".join(items)}}}; '
+                   f'for (int i = 0; i < {len(items)}; ++i) o[i] = v[i]; }}\n')
+    subprocess.run([toolchain.find_compiler(), *toolchain.BASE_FLAGS, *toolchain.march_flags(),
+                    f"-I{toolchain.HEADER_DIR}", str(src), "-o", str(tmp_path / "abi.so")], check=True)
+    got = (ctypes.c_int64 * len(items))()
+    ctypes.CDLL(str(tmp_path / "abi.so")).layout(got)
+    header = {"tj_arg": (got[0],), "tj_status": tuple(got[1:10]), "tj_range": tuple(got[10:14])}
+    for name, cls in (("tj_status", Status), ("tj_range", Range)):
+        assert header[name] == (ctypes.sizeof(cls), *(getattr(cls, f).offset for f in fields[name])), name
+    if fast_module() is None:
+        pytest.skip("the compiled launch path is unavailable here")
+    assert fast_module().ABI_LAYOUT == header
+
+
 @pytest.mark.no_toolchain
 def test_cpu_arch_setting_empty_means_native_and_a_bad_one_names_the_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("TILEJIT_CPU_ARCH", "")

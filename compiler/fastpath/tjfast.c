@@ -21,7 +21,8 @@
  * eager); the replay of a plan's launches, as op_plans.replay_py does; and the whole hit path of
  * a call (key, lookup, outputs, replay), as op_plans.replayed_py does.
  *
- * The C types below must match targets/cpu/tilejit_cpu.h (tj_arg, tj_status, tj_range).
+ * The C types below must match targets/cpu/tilejit_cpu.h (tj_arg, tj_status, tj_range); the module's
+ * ABI_LAYOUT exports their layout for the test that compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -928,6 +929,19 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The launch ABI's layouts as this file declares them, {name: (size, field offsets...)}:
+   tests/test_cpu_target.py compares them with tilejit_cpu.h's and targets/cpu/launcher.py's. */
+static PyObject* abi_layout(void) {
+    return Py_BuildValue("{s:(n),s:(nnnnnnnnn),s:(nnnn)}", "tj_arg", (Py_ssize_t)sizeof(tj_arg),
+                         "tj_status", (Py_ssize_t)sizeof(tj_status), (Py_ssize_t)offsetof(tj_status, code),
+                         (Py_ssize_t)offsetof(tj_status, site), (Py_ssize_t)offsetof(tj_status, arg),
+                         (Py_ssize_t)offsetof(tj_status, store), (Py_ssize_t)offsetof(tj_status, offset),
+                         (Py_ssize_t)offsetof(tj_status, lo), (Py_ssize_t)offsetof(tj_status, hi),
+                         (Py_ssize_t)offsetof(tj_status, par),
+                         "tj_range", (Py_ssize_t)sizeof(tj_range), (Py_ssize_t)offsetof(tj_range, base),
+                         (Py_ssize_t)offsetof(tj_range, lo), (Py_ssize_t)offsetof(tj_range, hi));
+}
+
 /* ------------------------------------------------------------------------------------------ */
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tjfast", "tilejit's compiled launch path", -1, module_methods};
 
@@ -946,7 +960,8 @@ PyMODINIT_FUNC PyInit__tjfast(void) {
     if (PyModule_AddObject(m, "Launcher", (PyObject*)&LauncherType) < 0
         || PyModule_AddObject(m, "Dispatcher", (PyObject*)&DispatcherType) < 0
         || PyModule_AddIntConstant(m, "MAX_PARAMS", MAX_PARAMS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 5) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 5) < 0
+        || PyModule_AddObject(m, "ABI_LAYOUT", abi_layout()) < 0) {
         Py_DECREF(m);
         return NULL;
     }
