@@ -107,8 +107,9 @@ def test_a_division_by_a_run_time_scalar_leaves_its_loop_one_version(tmp_path):
     src = tmp_path / "k.cpp"
     src.write_text(ck.source)
     flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
-    rep = subprocess.run([toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src), "-o",
-                          str(tmp_path / "k.o"), "-fopt-info-loop-optimized"], capture_output=True, text=True)
+    cmd = [toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src),
+           "-o", str(tmp_path / "k.o"), "-fopt-info-loop-optimized"]
+    rep = subprocess.run(cmd, capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
     assert "Unswitching loop" not in rep.stderr, rep.stderr
 
@@ -352,7 +353,8 @@ def test_the_launch_abi_has_one_layout_in_the_header_the_compiled_launch_path_an
     targets/cpu/launcher.py: their sizes and field offsets must agree, or a launch reads garbage."""
     from compiler.fastpath import fast_module
     from targets.cpu.launcher import Range, Status
-    fields = {"tj_status": ("code", "site", "arg", "store", "offset", "lo", "hi", "par"), "tj_range": ("base", "lo", "hi")}
+    fields = {"tj_status": ("code", "site", "arg", "store", "offset", "lo", "hi", "par"),
+              "tj_range": ("base", "lo", "hi")}
     items = ["sizeof(tj_arg)"] + [e for name, fs in fields.items()
                                   for e in [f"sizeof({name})"] + [f"offsetof({name}, {f})" for f in fs]]
     src = tmp_path / "abi.cpp"
@@ -599,8 +601,8 @@ def test_fast_fp32_norms_and_attention_give_the_same_bits_with_avx2_and_avx512(t
             "h = hashlib.sha256()\n"
             "x, w, b = (torch.randn(s, generator=g) for s in ((8, 1000), (1000,), (1000,)))\n"
             "q, k, v = (torch.randn(2, 4, 128, 64, generator=g) for _ in range(3))\n"
-            "for y in (kernels.layer_norm(x, w, b), kernels.rms_norm(x, w), kernels.attention(q, k, v, causal=True),\n"
-            "          kernels.sampling.log_softmax(x * 8.0)):\n"
+            "for y in (kernels.layer_norm(x, w, b), kernels.rms_norm(x, w),\n"
+            "          kernels.attention(q, k, v, causal=True), kernels.sampling.log_softmax(x * 8.0)):\n"
             "    h.update(y.numpy().tobytes())\n"
             "print(h.hexdigest())\n")
     digests = []

@@ -265,7 +265,8 @@ def test_compiled_key_equals_the_python_key(args):
 
 
 @kernel(do_not_specialize=["b"])
-def _generated(x_ptr, a, b, c, d, BLOCK: tl.constexpr, MODE: tl.constexpr = "sum", FLAG: tl.constexpr = False):
+def _generated(x_ptr, a, b, c, d, BLOCK: tl.constexpr, MODE: tl.constexpr = "sum",
+               FLAG: tl.constexpr = False):
     tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
 
 
@@ -273,11 +274,13 @@ class _Int(int):
     pass
 
 
-_RUNTIME_VALUES = [0, 1, -1, 2, 15, 16, 17, -16, 48, 2 ** 31 - 16, 2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1,
-                   2 ** 32, 2 ** 40 + 1, 2 ** 63 - 16, 2 ** 63 - 1, -2 ** 63, 2 ** 63, -2 ** 63 - 1, 0.0, -2.5,
-                   float("inf"), float("nan"), True, False, None, np.int64(3), np.float32(1.0), _Int(16), "s",
-                   *(torch.empty(2, dtype=dt) for dt in (torch.float32, torch.float16, torch.bfloat16, torch.int32,
-                                                         torch.int64, torch.int8, torch.uint8, torch.bool)),
+_RUNTIME_VALUES = [0, 1, -1, 2, 15, 16, 17, -16, 48, 2 ** 31 - 16, 2 ** 31 - 1, 2 ** 31, -2 ** 31,
+                   -2 ** 31 - 1, 2 ** 32, 2 ** 40 + 1, 2 ** 63 - 16, 2 ** 63 - 1, -2 ** 63, 2 ** 63,
+                   -2 ** 63 - 1, 0.0, -2.5, float("inf"), float("nan"), True, False, None, np.int64(3),
+                   np.float32(1.0), _Int(16), "s",
+                   *(torch.empty(2, dtype=dt) for dt in (torch.float32, torch.float16, torch.bfloat16,
+                                                         torch.int32, torch.int64, torch.int8, torch.uint8,
+                                                         torch.bool)),
                    torch.empty(4, 2).t()]
 _CONSTEXPR_VALUES = [1, 4, 16, 1.0, True, False, None, "max", tl.float16, np.int32(4)]
 
@@ -314,7 +317,8 @@ def test_the_compiled_key_equals_the_python_key_on_generated_launches():
             python = k._launch_key(tuple(args), kwargs)[0]
         ints = [v for v in values if type(v) is int]
         plain = not options and all(-2 ** 63 <= v < 2 ** 63 for v in ints)
-        assert compiled == python if plain else compiled in (None, python), (case, target, policy, args, kwargs)
+        why = (case, target, policy, args, kwargs)
+        assert compiled == python if plain else compiled in (None, python), why
 
 
 @kernel(isCloseVectorization=True)

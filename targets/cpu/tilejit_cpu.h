@@ -291,7 +291,8 @@ extern "C" int tj_assert_status(int* rec) {
     return 1;
 }
 
-// ---- the launch ABI; compiler/fastpath/tjfast.c and launcher.py declare the same layouts (a test compares them)
+// ---- the launch ABI; compiler/fastpath/tjfast.c and launcher.py declare the same layouts ------
+// (tests/test_cpu_target.py compares them)
 // One kernel argument of the packed entry, a status the kernel reports to its launcher (the first
 // error wins; the launcher raises it), and the byte range of one tensor's view (bounds-checked mode).
 typedef union { void* p; int64_t i; float f; } tj_arg;
