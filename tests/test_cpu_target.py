@@ -74,15 +74,21 @@ def test_the_whole_chunks_of_a_bf16_store_in_its_box_vectorise(tmp_path):
     assert any(box < n < tail for n in _vectorised_lines(ck.source, tmp_path)), ck.source
 
 
-def _vectorised_lines(source: str, tmp_path) -> list[int]:
-    """The lines of `source` whose loops the host compiler reports vectorised, built as tilejit builds it."""
+def _compiler_report(source: str, tmp_path, option: str) -> str:
+    """What the host compiler reports with `option` (-fopt-info-...) on `source`, built as tilejit builds it."""
     src = tmp_path / "k.cpp"
     src.write_text(source)
     flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
     rep = subprocess.run([toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src), "-o",
-                          str(tmp_path / "k.o"), "-fopt-info-vec-optimized"], capture_output=True, text=True)
+                          str(tmp_path / "k.o"), option], capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
-    return [int(n) for n in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", rep.stderr)]
+    return rep.stderr
+
+
+def _vectorised_lines(source: str, tmp_path) -> list[int]:
+    """The lines of `source` whose loops the host compiler reports vectorised, built as tilejit builds it."""
+    report = _compiler_report(source, tmp_path, "-fopt-info-vec-optimized")
+    return [int(n) for n in re.findall(r"k\.cpp:(\d+):\d+: optimized: loop vectorized", report)]
 
 
 @kernel
@@ -104,14 +110,8 @@ def test_a_division_by_a_run_time_scalar_leaves_its_loop_one_version(tmp_path):
     assert torch.equal(y, w.float() * sc.repeat_interleave(16, 0))
     if "__clang__" in toolchain.predefined_macros():
         pytest.skip("reads GCC's loop report (-fopt-info-loop)")
-    src = tmp_path / "k.cpp"
-    src.write_text(ck.source)
-    flags = [f for f in toolchain.BASE_FLAGS if f != "-shared"] + toolchain.march_flags()
-    cmd = [toolchain.find_compiler(), *flags, f"-I{toolchain.HEADER_DIR}", "-c", str(src),
-           "-o", str(tmp_path / "k.o"), "-fopt-info-loop-optimized"]
-    rep = subprocess.run(cmd, capture_output=True, text=True)
-    assert rep.returncode == 0, rep.stderr
-    assert "Unswitching loop" not in rep.stderr, rep.stderr
+    report = _compiler_report(ck.source, tmp_path, "-fopt-info-loop-optimized")
+    assert "Unswitching loop" not in report, report
 
 
 @kernel
